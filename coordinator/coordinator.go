@@ -1,0 +1,196 @@
+// Package coordinator keeps a group's members, claims, offsets and intents in
+// etcd, in the layout and with the fenced transactions of DESIGN.md.
+//
+// A replica joins with Coordinator.Join, which returns a Session bound to one
+// lease; Session.Claim takes a partition; Claim.Commit stores an offset only
+// while the claim is still the replica's and of the same epoch.
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Coordinator is a group's view of etcd. It is safe for concurrent use.
+type Coordinator struct {
+	cli   *clientv3.Client
+	group string
+	keys  Keys
+	log   *zap.Logger
+
+	commitFailures atomic.Int64
+}
+
+// CommitFailures counts commits that failed after their retries: blocks in
+// the sink whose offsets are not committed. It reads zero in a healthy group.
+func (c *Coordinator) CommitFailures() int64 { return c.commitFailures.Load() }
+
+// Option configures a Coordinator.
+type Option func(*Coordinator)
+
+// WithLogger sets the logger; the default logs nothing.
+func WithLogger(l *zap.Logger) Option { return func(c *Coordinator) { c.log = l } }
+
+var groupName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+
+// ValidGroup reports whether name can be a group name: 1 to 200 of
+// A-Z a-z 0-9 . _ -, so that it is one etcd path segment.
+func ValidGroup(name string) error {
+	if !groupName.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("group %q: want 1 to 200 characters of A-Z a-z 0-9 . _ -", name)
+	}
+	return nil
+}
+
+// New returns the coordinator of group over cli. The caller owns cli.
+func New(cli *clientv3.Client, group string, opts ...Option) (*Coordinator, error) {
+	if err := ValidGroup(group); err != nil {
+		return nil, err
+	}
+	c := &Coordinator{cli: cli, group: group, keys: KeysFor(group), log: zap.NewNop()}
+	for _, o := range opts {
+		o(c)
+	}
+	c.log = c.log.With(zap.String("group", group))
+	return c, nil
+}
+
+// Group is the group's name.
+func (c *Coordinator) Group() string { return c.group }
+
+// Keys is the group's etcd layout.
+func (c *Coordinator) Keys() Keys { return c.keys }
+
+// Client is the etcd client the coordinator uses.
+func (c *Coordinator) Client() *clientv3.Client { return c.cli }
+
+// ClaimInfo is one claim as seen by a reader.
+type ClaimInfo struct {
+	Replica string `json:"replica"`
+	Epoch   int64  `json:"epoch"`
+	Lease   int64  `json:"lease"`
+}
+
+// Snapshot is the whole state of a group at one etcd revision.
+type Snapshot struct {
+	Revision int64
+	Members  []Member // by join order
+	Claims   map[Partition]ClaimInfo
+	Offsets  map[Partition]Offsets
+	Intents  map[Partition]Intent
+}
+
+// Snapshot reads the group's members, claims, offsets and intents with one
+// range request, so every replica that plans from it sees one revision.
+func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
+	resp, err := c.cli.Get(ctx, c.keys.Prefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read group %s: %w", c.group, err)
+	}
+	s := &Snapshot{
+		Revision: resp.Header.Revision,
+		Claims:   map[Partition]ClaimInfo{},
+		Offsets:  map[Partition]Offsets{},
+		Intents:  map[Partition]Intent{},
+	}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		switch {
+		case strings.HasPrefix(key, c.keys.MembersPrefix()):
+			var m Member
+			if err := json.Unmarshal(kv.Value, &m); err != nil {
+				c.log.Warn("skipping unreadable member", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			m.Revision, m.Lease = kv.CreateRevision, kv.Lease
+			s.Members = append(s.Members, m)
+		case strings.HasPrefix(key, c.keys.ClaimsPrefix()):
+			p, err := partitionOf(key, c.keys.ClaimsPrefix())
+			if err != nil {
+				c.log.Warn("skipping unreadable claim", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			s.Claims[p] = ClaimInfo{Replica: string(kv.Value), Epoch: kv.CreateRevision, Lease: kv.Lease}
+		case strings.HasPrefix(key, c.keys.OffsetsPrefix()):
+			p, err := partitionOf(key, c.keys.OffsetsPrefix())
+			if err != nil {
+				c.log.Warn("skipping unreadable offsets", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			o, err := decodeOffsets(kv.Value, kv.ModRevision)
+			if err != nil {
+				c.log.Warn("skipping unreadable offsets", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			s.Offsets[p] = o
+		case strings.HasPrefix(key, c.keys.IntentsPrefix()):
+			p, err := partitionOf(key, c.keys.IntentsPrefix())
+			if err != nil {
+				c.log.Warn("skipping unreadable intent", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			var in Intent
+			if err := json.Unmarshal(kv.Value, &in); err != nil {
+				c.log.Warn("skipping unreadable intent", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			s.Intents[p] = in
+		}
+	}
+	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Revision < s.Members[j].Revision })
+	return s, nil
+}
+
+// Members lists the live members of the group by join order.
+func (c *Coordinator) Members(ctx context.Context) ([]Member, error) {
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Members, nil
+}
+
+// Groups lists the groups that have any key in etcd.
+func Groups(ctx context.Context, cli *clientv3.Client) ([]string, error) {
+	resp, err := cli.Get(ctx, rootPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), rootPrefix)
+		g, _, ok := strings.Cut(rest, "/")
+		if ok && !seen[g] {
+			seen[g] = true
+			out = append(out, g)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func decodeOffsets(v []byte, modRev int64) (Offsets, error) {
+	var o Offsets
+	if err := json.Unmarshal(v, &o); err != nil {
+		return Offsets{}, err
+	}
+	o.ModRevision = modRev
+	return o, nil
+}
+
+func jsonString(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", v, err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,70 @@
+package coordinator
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The etcd layout is a contract (DESIGN.md): operators, the CLI and older
+// replicas rely on these exact keys.
+const (
+	rootPrefix = "/offsetkeeper/v1/groups/"
+
+	membersDir = "members/"
+	claimsDir  = "claims/"
+	offsetsDir = "offsets/"
+	intentsDir = "intents/"
+)
+
+// Keys builds the etcd keys of one group.
+type Keys struct {
+	prefix string // "/offsetkeeper/v1/groups/<group>/"
+}
+
+// KeysFor returns the keys of group.
+func KeysFor(group string) Keys { return Keys{prefix: rootPrefix + group + "/"} }
+
+// Prefix is the group's prefix P, with a trailing slash.
+func (k Keys) Prefix() string { return k.prefix }
+
+// Member is P/members/<id>.
+func (k Keys) Member(id string) string { return k.prefix + membersDir + id }
+
+// Claim is P/claims/<topic>/<partition>.
+func (k Keys) Claim(p Partition) string { return k.prefix + claimsDir + p.path() }
+
+// Offsets is P/offsets/<topic>/<partition>.
+func (k Keys) Offsets(p Partition) string { return k.prefix + offsetsDir + p.path() }
+
+// Intent is P/intents/<topic>/<partition>.
+func (k Keys) Intent(p Partition) string { return k.prefix + intentsDir + p.path() }
+
+// MembersPrefix, ClaimsPrefix, OffsetsPrefix and IntentsPrefix list a kind.
+func (k Keys) MembersPrefix() string { return k.prefix + membersDir }
+
+// ClaimsPrefix is P/claims/.
+func (k Keys) ClaimsPrefix() string { return k.prefix + claimsDir }
+
+// OffsetsPrefix is P/offsets/.
+func (k Keys) OffsetsPrefix() string { return k.prefix + offsetsDir }
+
+// IntentsPrefix is P/intents/.
+func (k Keys) IntentsPrefix() string { return k.prefix + intentsDir }
+
+// partitionOf parses the "<topic>/<partition>" tail of a key below dirPrefix.
+func partitionOf(key, dirPrefix string) (Partition, error) {
+	rest, ok := strings.CutPrefix(key, dirPrefix)
+	if !ok {
+		return Partition{}, fmt.Errorf("key %q is not below %q", key, dirPrefix)
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return Partition{}, fmt.Errorf("key %q: want <topic>/<partition>", key)
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	if err != nil || n < 0 {
+		return Partition{}, fmt.Errorf("key %q: partition %q is not a non-negative decimal", key, rest[i+1:])
+	}
+	return Partition{Topic: rest[:i], Partition: n}, nil
+}

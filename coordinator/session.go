@@ -1,0 +1,245 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+const (
+	// DefaultTTL is the lease TTL of a replica: how long etcd keeps its
+	// claims after it stops renewing them.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest TTL accepted: below it a GC pause or a slow
+	// disk would expire healthy replicas.
+	MinTTL = 2 * time.Second
+)
+
+// SessionOption configures a Session.
+type SessionOption func(*sessionConfig)
+
+type sessionConfig struct {
+	ttl time.Duration
+}
+
+// WithTTL sets the lease TTL (default DefaultTTL, at least MinTTL, whole
+// seconds). A shorter TTL moves a dead replica's partitions sooner; a longer
+// one survives longer etcd or network hiccups without a rebalance.
+func WithTTL(ttl time.Duration) SessionOption { return func(c *sessionConfig) { c.ttl = ttl } }
+
+// ValidTTL checks a lease TTL.
+func ValidTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl%time.Second != 0 {
+		return fmt.Errorf("lease ttl %s: want whole seconds, at least %s", ttl, MinTTL)
+	}
+	return nil
+}
+
+// Session is one replica's membership: one lease, the member key bound to it,
+// and the claims taken under it.
+//
+// A session is alive while a keepalive sent less than TTL/2 ago succeeded.
+// Once it is not, it is lost for good: Lost is closed, every claim reports
+// lost, and commits fail with ErrFenced. A replica that wants to go on joins
+// again with a new session. The margin of TTL/2 lets a write in flight end
+// before etcd could expire the lease and hand the partition to another.
+type Session struct {
+	c      *Coordinator
+	member Member
+	lease  clientv3.LeaseID
+	ttl    time.Duration
+	log    *zap.Logger
+
+	// aliveUntil is UnixNano of (send time of the last acknowledged
+	// keepalive) + TTL/2.
+	aliveUntil atomic.Int64
+
+	lostOnce sync.Once
+	lost     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// Join grants a lease, registers m under it and starts renewing it. The
+// member key must not exist: two live replicas with one ID are refused with
+// ErrMemberExists.
+func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption) (*Session, error) {
+	cfg := sessionConfig{ttl: DefaultTTL}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := ValidTTL(cfg.ttl); err != nil {
+		return nil, err
+	}
+	if m.ID == "" {
+		return nil, errors.New("join: empty replica id")
+	}
+	if m.StartedAt.IsZero() {
+		m.StartedAt = time.Now().UTC()
+	}
+	sent := time.Now()
+	grant, err := c.cli.Grant(ctx, int64(cfg.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("join group %s as %s: grant lease: %w", c.group, m.ID, err)
+	}
+	value, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("join group %s as %s: %w", c.group, m.ID, err)
+	}
+	key := c.keys.Member(m.ID)
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err == nil && !resp.Succeeded {
+		err = fmt.Errorf("%w: %s in group %s", ErrMemberExists, m.ID, c.group)
+	}
+	if err != nil {
+		revokeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = c.cli.Revoke(revokeCtx, grant.ID)
+		cancel()
+		return nil, fmt.Errorf("join group %s as %s: %w", c.group, m.ID, err)
+	}
+	m.Revision, m.Lease = resp.Header.Revision, int64(grant.ID)
+	s := &Session{
+		c:      c,
+		member: m,
+		lease:  grant.ID,
+		ttl:    cfg.ttl,
+		log:    c.log.With(zap.String("replica", m.ID)),
+		lost:   make(chan struct{}),
+		stop:   make(chan struct{}),
+	}
+	s.aliveUntil.Store(sent.Add(cfg.ttl / 2).UnixNano())
+	s.wg.Add(1)
+	go s.keepAlive()
+	s.log.Info("joined group", zap.Int64("lease", int64(grant.ID)), zap.Duration("ttl", cfg.ttl))
+	return s, nil
+}
+
+// ID is the replica ID.
+func (s *Session) ID() string { return s.member.ID }
+
+// Member is the registered member value, with its join revision and lease.
+func (s *Session) Member() Member { return s.member }
+
+// Lease is the session's lease ID.
+func (s *Session) Lease() clientv3.LeaseID { return s.lease }
+
+// TTL is the lease TTL.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Coordinator is the coordinator the session belongs to.
+func (s *Session) Coordinator() *Coordinator { return s.c }
+
+// Alive reports whether a keepalive sent less than TTL/2 ago succeeded. It is
+// computed from the clock at each call, so it turns false on time even if the
+// goroutine that closes Lost is late.
+func (s *Session) Alive() bool {
+	select {
+	case <-s.lost:
+		return false
+	default:
+	}
+	return time.Now().UnixNano() < s.aliveUntil.Load()
+}
+
+// Lost is closed once the session is not alive any more, or was closed.
+func (s *Session) Lost() <-chan struct{} { return s.lost }
+
+func (s *Session) markLost(reason string) {
+	s.lostOnce.Do(func() {
+		close(s.lost)
+		s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))
+	})
+}
+
+// keepAlive renews the lease every TTL/6 with one request at a time and
+// marks the session lost when TTL/2 passes without an acknowledged renewal.
+// It exits when the session is closed or lost.
+func (s *Session) keepAlive() {
+	defer s.wg.Done()
+	interval := s.ttl / 6
+	watchdog := time.NewTimer(time.Until(time.Unix(0, s.aliveUntil.Load())))
+	defer watchdog.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	// cancel ends a renewal in flight when the loop returns.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acks := make(chan time.Time, 1)
+	inFlight := false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.lost:
+			return
+		case <-watchdog.C:
+			if time.Now().UnixNano() >= s.aliveUntil.Load() {
+				s.markLost(fmt.Sprintf("no keepalive acknowledged for %s (ttl/2)", s.ttl/2))
+				return
+			}
+			watchdog.Reset(time.Until(time.Unix(0, s.aliveUntil.Load())))
+		case sent := <-acks:
+			inFlight = false
+			if sent.IsZero() {
+				continue
+			}
+			until := sent.Add(s.ttl / 2)
+			if until.UnixNano() > s.aliveUntil.Load() {
+				s.aliveUntil.Store(until.UnixNano())
+			}
+		case <-tick.C:
+			if inFlight {
+				continue
+			}
+			inFlight = true
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				sent := time.Now()
+				rctx, rcancel := context.WithTimeout(ctx, s.ttl/2)
+				_, err := s.c.cli.KeepAliveOnce(rctx, s.lease)
+				rcancel()
+				switch {
+				case err == nil:
+					acks <- sent
+				case errors.Is(err, rpctypes.ErrLeaseNotFound):
+					s.markLost("lease expired in etcd")
+					acks <- time.Time{}
+				default:
+					acks <- time.Time{}
+				}
+			}()
+		}
+	}
+}
+
+// Close stops renewing and revokes the lease, which deletes the member key
+// and every claim still bound to it. Release claims first for a handoff
+// without replay. Close is idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	first := false
+	s.stopOnce.Do(func() { close(s.stop); first = true })
+	s.wg.Wait()
+	s.markLost("closed")
+	if !first {
+		return nil
+	}
+	if _, err := s.c.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("close session %s: revoke lease %x: %w", s.member.ID, int64(s.lease), err)
+	}
+	s.log.Info("left group", zap.Int64("lease", int64(s.lease)))
+	return nil
+}

@@ -1,0 +1,67 @@
+package coordinator
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Partition names one topic-partition.
+type Partition struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+}
+
+// String is "topic/partition", the form used in logs and errors.
+func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
+
+func (p Partition) path() string { return p.String() }
+
+// Less orders partitions by topic, then number.
+func (p Partition) Less(q Partition) bool {
+	if p.Topic != q.Topic {
+		return p.Topic < q.Topic
+	}
+	return p.Partition < q.Partition
+}
+
+// Member is the value of P/members/<id>: who a replica is and where its HTTP
+// endpoints listen.
+type Member struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	PID       int       `json:"pid"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	HTTPAddr  string    `json:"http_address,omitempty"`
+
+	// Revision is the member key's CreateRevision: the join order used by
+	// Plan. Not stored in the value.
+	Revision int64 `json:"-"`
+	// Lease is the lease the key is bound to. Not stored in the value.
+	Lease int64 `json:"-"`
+}
+
+// Offsets is the value of P/offsets/<topic>/<partition>.
+type Offsets struct {
+	Next       int64     `json:"next"`
+	Epoch      int64     `json:"epoch"`
+	Replica    string    `json:"replica"`
+	At         time.Time `json:"at"`
+	Rows       int64     `json:"rows"`
+	Generation int64     `json:"generation"`
+
+	// ModRevision is the key's ModRevision, the condition of the next
+	// fenced commit. Zero when the key does not exist. Not stored.
+	ModRevision int64 `json:"-"`
+}
+
+// Intent is the value of P/intents/<topic>/<partition>: the block being
+// written now, [From, Next), by the owner of Epoch.
+type Intent struct {
+	From  int64 `json:"from"`
+	Next  int64 `json:"next"`
+	Epoch int64 `json:"epoch"`
+}
+
+func (i Intent) String() string { return fmt.Sprintf("[%d, %d)@%d", i.From, i.Next, i.Epoch) }

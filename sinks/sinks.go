@@ -1,0 +1,62 @@
+// Package sinks is the contract between a replica and the store it writes to.
+// Each store lives in a package of its own below this one and returns a
+// concrete type from its New; the replica only needs Sink, and finds the
+// optional upgrades (Resumer) by type assertion.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrFenced is wrapped by a sink that refuses a block because a newer owner
+// (a higher epoch) already wrote to the partition. The replica stops the
+// partition, exactly as when etcd fences its commit.
+var ErrFenced = errors.New("sink refused a block from an older epoch")
+
+// Header is one Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one Kafka record as delivered to a sink.
+type Record struct {
+	Offset  int64
+	Key     []byte
+	Value   []byte
+	Time    time.Time
+	Headers []Header
+}
+
+// Block is the unit a sink writes: the records of one partition from From
+// up to, not including, Next. Offsets in [From, Next) without a record
+// (transaction markers, aborted or compacted records) are simply absent.
+type Block struct {
+	Topic      string
+	Partition  int
+	Epoch      int64 // the claim's epoch: the fencing token
+	Generation int64 // bumped by every operator reset of the partition's offsets
+	From       int64
+	Next       int64
+	Records    []Record
+}
+
+// Sink stores blocks. Write must be durable when it returns nil: the offset
+// after the block is committed next. A block may be written again after a
+// crash (same topic, partition, From and Next); sinks that key by that range
+// overwrite instead of duplicating. The caller owns the lifecycle and calls
+// Close once, after the last Write.
+type Sink interface {
+	Write(ctx context.Context, b *Block) error
+	Close() error
+}
+
+// Resumer is implemented by sinks that store their own offsets together with
+// the rows. Resume returns the next offset the sink holds for a partition and
+// the generation it was written under; ok is false when the sink knows
+// nothing of it.
+type Resumer interface {
+	Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error)
+}
