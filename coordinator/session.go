@@ -226,6 +226,15 @@ func (s *Session) keepAlive() {
 	}
 }
 
+// Abandon stops renewing without revoking, as a crash would: etcd keeps the
+// member key and the claims until the lease expires. It is for chaos tests
+// and the dev command's fault injection.
+func (s *Session) Abandon() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	s.markLost("abandoned")
+}
+
 // Close stops renewing and revokes the lease, which deletes the member key
 // and every claim still bound to it. Release claims first for a handoff
 // without replay. Close is idempotent.

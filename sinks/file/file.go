@@ -1,0 +1,387 @@
+// Package file is the sink for URLs file:///DIR: blocks become JSON-lines
+// files in a directory tree, one file per block.
+//
+// # Layout
+//
+// A block of topic T, partition P and range [From, Next) is the file
+//
+//	DIR/T/P/FFFFFFFFFFFFFFFFFFFF-NNNNNNNNNNNNNNNNNNNN.jsonl
+//
+// with From and Next in 20 decimal digits, so that names sort by offset. The
+// file is written to a temporary file in the same directory (its name starts
+// with ".tmp-"), fsynced, renamed over its final name and the directory is
+// fsynced: when Write returns nil the block is on disk, and a crash leaves
+// either the whole file or none of it visible. A block without records is an
+// empty file: its range was delivered and, like any block, replaces what it
+// covers (below). Topic names are Kafka's: 1 to 249 ASCII letters, digits,
+// '.', '_' and '-', and not "." or ".."; anything else is refused, so a name
+// is always a safe directory name. On a case-insensitive file system two
+// topics differing only in case would share a directory; don't do that.
+//
+// # Replays and re-delivery
+//
+// One file per range makes a replayed block (same From and Next, after a
+// crash before the commit) replace its earlier copy: the rename is atomic.
+// After an operator reset, blocks with other bounds may cover offsets already
+// stored. The rule is: a block supersedes every offset from its From onward.
+// Write deletes the files of the partition whose From lies in [From, Next)
+// before it renames the new file in, and a reader takes the files in From
+// order, each only up to the From of the next one (ReadAll does this). So a
+// file that starts before the new block and reaches into it is cut at the
+// block's From when read, stale files beyond Next are deleted as the
+// re-delivered blocks reach them, and reading never yields an offset twice.
+// A crash between the deletions and the rename leaves a gap at offsets the
+// replica delivers again anyway, since it had not committed the block.
+//
+// # Format
+//
+// One record is one line, a JSON object with its fields in this order:
+//
+//	{"topic":"orders","partition":3,"offset":120,"key_string":"user-42","value":{"id":1},"timestamp":1714564800123,"headers":[{"key":"trace","value_string":"abc"}]}
+//
+// A byte field (the record's key, its value, a header's value) is written in
+// the first of these forms that fits its bytes, so that JSON payloads stay
+// readable by jq and nothing is ever lost:
+//
+//   - "value":null: the bytes are nil (a tombstone, a null key or header);
+//   - "value":<JSON>: the bytes are valid UTF-8 and compact JSON (no
+//     whitespace outside strings, so never a newline), and not the four bytes
+//     null; they are embedded verbatim, so "value":"x" holds the three bytes
+//     "x" with their quotes;
+//   - "value_string":"...": the bytes are other valid UTF-8 text, including
+//     the empty, non-nil value "";
+//   - "value_base64":"...": any other bytes, in standard base64 with padding.
+//
+// The record key uses the same forms named key, key_string and key_base64. A
+// header is {"key":"...", <value field>}, with "key_base64" instead of "key"
+// for a header key that is not valid UTF-8; headers keep their order and
+// duplicates, and are [] when there are none. The timestamp is Kafka's:
+// milliseconds since the Unix epoch as an integer (Record.Time below the
+// millisecond is dropped, and it reads back in UTC). AppendLine writes this
+// format, ParseLine and ReadLines read it; the stdout sink uses them too.
+package file
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// ErrClosed is returned by Write after Close.
+var ErrClosed = errors.New("file sink is closed")
+
+// ErrTopic is wrapped by errors about a topic name Kafka would not allow.
+var ErrTopic = errors.New("illegal topic name")
+
+// Sink writes blocks under a directory. It is safe for concurrent use;
+// writes to different partitions run in parallel.
+type Sink struct {
+	dir string
+
+	// life is held shared by Write and exclusively by Close, so that Close
+	// waits for the writes in flight and no write starts after it.
+	life   sync.RWMutex
+	closed bool
+
+	mu    sync.Mutex
+	parts map[partKey]*partState
+}
+
+type partKey struct {
+	topic     string
+	partition int
+}
+
+// partState serializes the writes of one partition: listing, deleting and
+// renaming must not interleave.
+type partState struct {
+	mu    sync.Mutex
+	ready bool // its directories exist and are durable
+}
+
+// New returns a sink writing under dir, which it creates if missing.
+func New(dir string) (*Sink, error) {
+	if dir == "" {
+		return nil, errors.New("file sink: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("file sink %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("file sink %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("file sink %s: not a directory", dir)
+	}
+	return &Sink{dir: dir, parts: make(map[partKey]*partState)}, nil
+}
+
+// Dir is the directory the sink writes under, as given to New.
+func (s *Sink) Dir() string { return s.dir }
+
+// Write stores b durably; see the package documentation for where and how.
+// A block with From == Next holds no range and is a no-op. A cancelled ctx
+// is honoured up to the point where the new file replaces the old ones.
+func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
+	if b == nil {
+		return errors.New("write: nil block")
+	}
+	if err := checkBlock(b); err != nil {
+		return fmt.Errorf("write %s: %w", blockName(b), err)
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", blockName(b), err)
+	}
+	if b.From == b.Next {
+		return nil
+	}
+	if err := s.write(ctx, b); err != nil {
+		return fmt.Errorf("write %s: %w", blockName(b), err)
+	}
+	return nil
+}
+
+func (s *Sink) write(ctx context.Context, b *sinks.Block) error {
+	p := s.state(b.Topic, b.Partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	dir := filepath.Join(s.dir, b.Topic, strconv.Itoa(b.Partition))
+	if !p.ready {
+		if err := makeDirs(s.dir, b.Topic, strconv.Itoa(b.Partition)); err != nil {
+			return err
+		}
+		p.ready = true
+	}
+
+	// Leftovers of a crashed write are removed here, under the partition's
+	// lock: only this partition's writer could still be using them.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	name := fileName(b.From, b.Next)
+	var superseded []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove leftover: %w", err)
+			}
+			continue
+		}
+		from, _, ok := parseFileName(e.Name())
+		if ok && e.Name() != name && from >= b.From && from < b.Next {
+			superseded = append(superseded, e.Name())
+		}
+	}
+
+	tmp, err := writeTemp(dir, b)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	for _, old := range superseded {
+		if err := os.Remove(filepath.Join(dir, old)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			os.Remove(tmp)
+			return fmt.Errorf("remove superseded block: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+const tmpPrefix = ".tmp-"
+
+// writeTemp writes the block's lines to a new temporary file in dir, fsyncs
+// and closes it, and returns its path. On error nothing is left behind.
+func writeTemp(dir string, b *sinks.Block) (path string, err error) {
+	var f *os.File
+	for range 10 {
+		path = filepath.Join(dir, tmpPrefix+strconv.FormatUint(rand.Uint64(), 36))
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(path)
+		}
+	}()
+	w := bufio.NewWriterSize(f, 64<<10)
+	var line []byte
+	for i := range b.Records {
+		line = AppendLine(line[:0], b.Topic, b.Partition, &b.Records[i])
+		if _, err := w.Write(line); err != nil {
+			return "", err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// makeDirs creates root/topic/part as needed and fsyncs the parent of every
+// directory it creates, so that the new names survive a crash too.
+func makeDirs(root, topic, part string) error {
+	parent := root
+	for _, name := range []string{topic, part} {
+		dir := filepath.Join(parent, name)
+		err := os.Mkdir(dir, 0o755)
+		switch {
+		case err == nil:
+			if err := syncDir(parent); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrExist):
+			return err
+		}
+		parent = dir
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return d.Close()
+}
+
+func (s *Sink) state(topic string, partition int) *partState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := partKey{topic, partition}
+	p := s.parts[k]
+	if p == nil {
+		p = &partState{}
+		s.parts[k] = p
+	}
+	return p
+}
+
+// Close makes later writes fail with ErrClosed, after waiting for the writes
+// in flight. Every write is durable already, so there is nothing to flush.
+// Close is idempotent and always returns nil.
+func (s *Sink) Close() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.closed = true
+	return nil
+}
+
+// checkBlock refuses what the layout cannot hold or would misfile: a bad
+// topic or partition, a range that runs backwards, records outside the range
+// or out of order (the reader relies on offsets rising within a file).
+func checkBlock(b *sinks.Block) error {
+	if err := checkTopic(b.Topic); err != nil {
+		return err
+	}
+	if b.Partition < 0 {
+		return fmt.Errorf("negative partition %d", b.Partition)
+	}
+	if b.From < 0 || b.Next < b.From {
+		return fmt.Errorf("bad range [%d, %d)", b.From, b.Next)
+	}
+	prev := int64(-1)
+	for _, r := range b.Records {
+		if r.Offset < b.From || r.Offset >= b.Next {
+			return fmt.Errorf("record offset %d outside the block", r.Offset)
+		}
+		if r.Offset <= prev {
+			return fmt.Errorf("record offset %d after %d: offsets must rise", r.Offset, prev)
+		}
+		prev = r.Offset
+	}
+	return nil
+}
+
+// checkTopic accepts Kafka's legal topic names, which are also safe as
+// directory names.
+func checkTopic(topic string) error {
+	if topic == "" || len(topic) > 249 || topic == "." || topic == ".." {
+		return fmt.Errorf("%w %q: want 1 to 249 characters, not . or ..", ErrTopic, topic)
+	}
+	for _, c := range []byte(topic) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w %q: only ASCII letters, digits, '.', '_' and '-' are allowed", ErrTopic, topic)
+		}
+	}
+	return nil
+}
+
+// blockName names a block in errors, the house way: orders/3 [120, 180).
+func blockName(b *sinks.Block) string {
+	return fmt.Sprintf("%s [%d, %d)", partName(b.Topic, b.Partition), b.From, b.Next)
+}
+
+// partName is topic/partition, with the topic quoted when it is not a legal
+// name, so that odd bytes in it cannot garble the message.
+func partName(topic string, partition int) string {
+	if checkTopic(topic) != nil {
+		return fmt.Sprintf("%q/%d", topic, partition)
+	}
+	return topic + "/" + strconv.Itoa(partition)
+}
+
+func fileName(from, next int64) string {
+	return fmt.Sprintf("%020d-%020d.jsonl", from, next)
+}
+
+// parseFileName reads a block's range back from its file name; ok is false
+// for any other name.
+func parseFileName(name string) (from, next int64, ok bool) {
+	const digits = 20
+	if len(name) != 2*digits+1+len(".jsonl") || name[digits] != '-' || !strings.HasSuffix(name, ".jsonl") {
+		return 0, 0, false
+	}
+	for _, c := range []byte(name[:digits] + name[digits+1:2*digits+1]) {
+		if c < '0' || c > '9' {
+			return 0, 0, false
+		}
+	}
+	from, err1 := strconv.ParseInt(name[:digits], 10, 64)
+	next, err2 := strconv.ParseInt(name[digits+1:2*digits+1], 10, 64)
+	if err1 != nil || err2 != nil || next < from {
+		return 0, 0, false
+	}
+	return from, next, true
+}

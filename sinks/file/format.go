@@ -1,0 +1,298 @@
+package file
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// The line format, documented in the package comment, is defined here once:
+// the file sink writes it to disk and the stdout sink to its writer, so a
+// tool that reads one reads both.
+
+// Line is what one line of the format holds: a record and where it is from.
+type Line struct {
+	Topic     string
+	Partition int
+	Record    sinks.Record
+}
+
+// AppendLine appends the line for r, including the final newline, to dst and
+// returns the extended buffer. It cannot fail: every record has a line.
+func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte {
+	dst = append(dst, `{"topic":`...)
+	dst = appendString(dst, []byte(topic))
+	dst = append(dst, `,"partition":`...)
+	dst = strconv.AppendInt(dst, int64(partition), 10)
+	dst = append(dst, `,"offset":`...)
+	dst = strconv.AppendInt(dst, r.Offset, 10)
+	dst = append(dst, ',')
+	dst = appendBytes(dst, "key", r.Key)
+	dst = append(dst, ',')
+	dst = appendBytes(dst, "value", r.Value)
+	dst = append(dst, `,"timestamp":`...)
+	dst = strconv.AppendInt(dst, r.Time.UnixMilli(), 10)
+	dst = append(dst, `,"headers":[`...)
+	for i, h := range r.Headers {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if utf8.ValidString(h.Key) {
+			dst = append(dst, `{"key":`...)
+			dst = appendString(dst, []byte(h.Key))
+		} else {
+			dst = append(dst, `{"key_base64":"`...)
+			dst = base64.StdEncoding.AppendEncode(dst, []byte(h.Key))
+			dst = append(dst, '"')
+		}
+		dst = append(dst, ',')
+		dst = appendBytes(dst, "value", h.Value)
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}\n"...)
+}
+
+// appendBytes writes the field name, or name_string or name_base64, and the
+// bytes in the form that fits them (see the package comment).
+func appendBytes(dst []byte, name string, b []byte) []byte {
+	switch {
+	case b == nil:
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		return append(dst, `":null`...)
+	case embeddable(b):
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, `":`...)
+		return append(dst, b...)
+	case utf8.Valid(b):
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, `_string":`...)
+		return appendString(dst, b)
+	default:
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, `_base64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, b)
+		return append(dst, '"')
+	}
+}
+
+// embeddable tells whether b can be written as JSON verbatim: valid UTF-8
+// (so other JSON tools read it as it is), valid and compact JSON (so the line
+// stays one line and reads back byte for byte), and not null, which stands
+// for nil.
+func embeddable(b []byte) bool {
+	if !utf8.Valid(b) || string(b) == "null" || !json.Valid(b) {
+		return false
+	}
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s, which is valid UTF-8 except perhaps in a topic of
+// the stdout sink, as a JSON string. It escapes what JSON requires and U+2028
+// and U+2029, as encoding/json does, and nothing else: no HTML escaping.
+func appendString(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// wireRecord and wireHeader are the decoding side. Every byte field is read
+// in its three forms so that ParseLine can insist on exactly one.
+type wireRecord struct {
+	Topic       *string         `json:"topic"`
+	Partition   *int            `json:"partition"`
+	Offset      *int64          `json:"offset"`
+	Key         json.RawMessage `json:"key"`
+	KeyString   *string         `json:"key_string"`
+	KeyBase64   *string         `json:"key_base64"`
+	Value       json.RawMessage `json:"value"`
+	ValueString *string         `json:"value_string"`
+	ValueBase64 *string         `json:"value_base64"`
+	Timestamp   *int64          `json:"timestamp"`
+	Headers     []wireHeader    `json:"headers"`
+}
+
+type wireHeader struct {
+	Key         *string         `json:"key"`
+	KeyBase64   *string         `json:"key_base64"`
+	Value       json.RawMessage `json:"value"`
+	ValueString *string         `json:"value_string"`
+	ValueBase64 *string         `json:"value_base64"`
+}
+
+// ParseLine decodes one line of the format, with or without its newline.
+// Times come back in UTC. Unknown fields are ignored, so that fields can be
+// added later; a missing field or a byte field given twice is an error.
+func ParseLine(line []byte) (Line, error) {
+	var w wireRecord
+	if err := json.Unmarshal(line, &w); err != nil {
+		return Line{}, fmt.Errorf("parse line: %w", err)
+	}
+	if w.Topic == nil || w.Partition == nil || w.Offset == nil || w.Timestamp == nil {
+		return Line{}, errors.New("parse line: topic, partition, offset or timestamp missing")
+	}
+	key, err := decodeBytes("key", w.Key, w.KeyString, w.KeyBase64)
+	if err != nil {
+		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
+	}
+	value, err := decodeBytes("value", w.Value, w.ValueString, w.ValueBase64)
+	if err != nil {
+		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
+	}
+	var headers []sinks.Header
+	for i, wh := range w.Headers {
+		var h sinks.Header
+		switch {
+		case wh.Key != nil && wh.KeyBase64 == nil:
+			h.Key = *wh.Key
+		case wh.Key == nil && wh.KeyBase64 != nil:
+			k, err := base64.StdEncoding.DecodeString(*wh.KeyBase64)
+			if err != nil {
+				return Line{}, fmt.Errorf("parse line: offset %d: header %d: key_base64: %w", *w.Offset, i, err)
+			}
+			h.Key = string(k)
+		default:
+			return Line{}, fmt.Errorf("parse line: offset %d: header %d: want exactly one of key and key_base64", *w.Offset, i)
+		}
+		h.Value, err = decodeBytes("value", wh.Value, wh.ValueString, wh.ValueBase64)
+		if err != nil {
+			return Line{}, fmt.Errorf("parse line: offset %d: header %d: %w", *w.Offset, i, err)
+		}
+		headers = append(headers, h)
+	}
+	return Line{
+		Topic:     *w.Topic,
+		Partition: *w.Partition,
+		Record: sinks.Record{
+			Offset:  *w.Offset,
+			Key:     key,
+			Value:   value,
+			Time:    time.UnixMilli(*w.Timestamp).UTC(),
+			Headers: headers,
+		},
+	}, nil
+}
+
+// decodeBytes turns the one form present of a byte field back into bytes.
+func decodeBytes(name string, raw json.RawMessage, str, b64 *string) ([]byte, error) {
+	n := 0
+	for _, present := range []bool{raw != nil, str != nil, b64 != nil} {
+		if present {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, fmt.Errorf("want exactly one of %s, %s_string and %s_base64, got %d", name, name, name, n)
+	}
+	switch {
+	case raw != nil:
+		if string(raw) == "null" {
+			return nil, nil
+		}
+		return bytes.Clone(raw), nil
+	case str != nil:
+		if *str == "" {
+			return []byte{}, nil
+		}
+		return []byte(*str), nil
+	default:
+		b, err := base64.StdEncoding.DecodeString(*b64)
+		if err != nil {
+			return nil, fmt.Errorf("%s_base64: %w", name, err)
+		}
+		if b == nil {
+			b = []byte{}
+		}
+		return b, nil
+	}
+}
+
+// ReadLines decodes every line from r, in order. Lines may be of any length;
+// the last one may lack its newline. An empty line is an error.
+func ReadLines(r io.Reader) ([]Line, error) {
+	br := bufio.NewReader(r)
+	var lines []Line
+	for n := 1; ; n++ {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 {
+			l, perr := ParseLine(b)
+			if perr != nil {
+				return lines, fmt.Errorf("line %d: %w", n, perr)
+			}
+			lines = append(lines, l)
+		}
+		if errors.Is(err, io.EOF) {
+			return lines, nil
+		}
+		if err != nil {
+			return lines, fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package file_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+)
+
+// TestValueForms pins the form each kind of bytes takes on a line.
+func TestValueForms(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value []byte
+		want  string
+	}{
+		{"nil", nil, `"value":null`},
+		{"object", []byte(`{"id":1,"tags":["x"]}`), `"value":{"id":1,"tags":["x"]}`},
+		{"number", []byte("42"), `"value":42`},
+		{"JSON string", []byte(`"hi"`), `"value":"hi"`},
+		{"true", []byte("true"), `"value":true`},
+		{"HTML kept", []byte(`{"a":"<&>"}`), `"value":{"a":"<&>"}`},
+		{"the text null", []byte("null"), `"value_string":"null"`},
+		{"empty", []byte{}, `"value_string":""`},
+		{"text", []byte("hello, world"), `"value_string":"hello, world"`},
+		{"pretty JSON", []byte("{\n  \"a\": 1\n}"), `"value_string":"{\n  \"a\": 1\n}"`},
+		{"JSON with spaces", []byte(" {} "), `"value_string":" {} "`},
+		{"escapes", []byte("tab\t quote\" back\\ nul\x00 ls\u2028 <&>"), `"value_string":"tab\t quote\" back\\ nul\u0000 ls\u2028 <&>"`},
+		{"unicode", []byte("é ✓ 𝄞"), `"value_string":"é ✓ 𝄞"`},
+		{"binary", []byte{0xff, 0x00, 0x10}, `"value_base64":"/wAQ"`},
+		{"JSON with invalid UTF-8", []byte("\"\xff\""), `"value_base64":"Iv8i"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sinks.Record{Offset: 7, Key: []byte("k"), Value: tc.value, Time: time.UnixMilli(1714564800123)}
+			line := string(file.AppendLine(nil, "orders", 3, &r))
+			want := `{"topic":"orders","partition":3,"offset":7,"key_string":"k",` + tc.want + `,"timestamp":1714564800123,"headers":[]}` + "\n"
+			if line != want {
+				t.Errorf("line\n%s\nwant\n%s", line, want)
+			}
+			if !json.Valid([]byte(line)) {
+				t.Errorf("line is not JSON: %s", line)
+			}
+			roundTrip(t, "orders", 3, r)
+		})
+	}
+}
+
+func TestKeyAndHeaderForms(t *testing.T) {
+	r := sinks.Record{
+		Offset: 0,
+		Key:    []byte{0xc3, 0x28},
+		Value:  []byte(`{"a":1}`),
+		Time:   time.UnixMilli(-1),
+		Headers: []sinks.Header{
+			{Key: "trace", Value: []byte("abc")},
+			{Key: "trace", Value: nil},
+			{Key: "\xff", Value: []byte{0xff}},
+			{Key: "n", Value: []byte("1")},
+		},
+	}
+	line := string(file.AppendLine(nil, "t", 0, &r))
+	want := `{"topic":"t","partition":0,"offset":0,"key_base64":"wyg=","value":{"a":1},"timestamp":-1,"headers":[` +
+		`{"key":"trace","value_string":"abc"},{"key":"trace","value":null},{"key_base64":"/w==","value_base64":"/w=="},{"key":"n","value":1}]}` + "\n"
+	if line != want {
+		t.Errorf("line\n%s\nwant\n%s", line, want)
+	}
+	roundTrip(t, "t", 0, r)
+	r.Key = nil
+	if line := string(file.AppendLine(nil, "t", 0, &r)); !strings.Contains(line, `"key":null,`) {
+		t.Errorf("nil key: %s", line)
+	}
+}
+
+func TestParseLineErrors(t *testing.T) {
+	for _, line := range []string{
+		``,
+		`{"topic":"t","partition":0,"offset":1,"key":null,"value":1,"headers":[]}`,
+		`{"topic":"t","partition":0,"offset":1,"key":null,"value":1,"value_string":"1","timestamp":0}`,
+		`{"topic":"t","partition":0,"offset":1,"value":1,"timestamp":0}`,
+		`{"topic":"t","partition":0,"offset":1,"key":null,"value_base64":"!!","timestamp":0}`,
+		`{"topic":"t","partition":0,"offset":1,"key":null,"value":1,"timestamp":0,"headers":[{"value":1}]}`,
+		`{"topic":"t","partition":0,"offset":1,"key":null,"value":1,"timestamp":0,"headers":[{"key":"a"}]}`,
+		`not json`,
+	} {
+		if l, err := file.ParseLine([]byte(line)); err == nil {
+			t.Errorf("ParseLine(%s) = %+v, want an error", line, l)
+		}
+	}
+	if _, err := file.ReadLines(strings.NewReader("{\"topic\":\"t\"}\n\n")); err == nil || !strings.HasPrefix(err.Error(), "line 1: ") {
+		t.Errorf("ReadLines: %v, want an error on line 1", err)
+	}
+}
+
+func TestReadLinesLongAndUnterminated(t *testing.T) {
+	big := sinks.Record{Offset: 1, Value: bytes.Repeat([]byte("x"), 3<<20), Time: time.UnixMilli(0)}
+	small := sinks.Record{Offset: 2, Value: []byte("y"), Time: time.UnixMilli(0)}
+	buf := file.AppendLine(nil, "t", 0, &big)
+	buf = file.AppendLine(buf, "t", 0, &small)
+	buf = buf[:len(buf)-1] // the last newline is optional
+	lines, err := file.ReadLines(bytes.NewReader(buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || len(lines[0].Record.Value) != 3<<20 || string(lines[1].Record.Value) != "y" {
+		t.Errorf("read %d lines", len(lines))
+	}
+}
+
+// FuzzRoundTrip: whatever the bytes, a line is one line of valid JSON and
+// reads back as the record it was made from.
+func FuzzRoundTrip(f *testing.F) {
+	f.Add([]byte("k"), []byte(`{"a":1}`), "h", []byte("v"), int64(1714564800123))
+	f.Add([]byte{}, []byte("null"), "", []byte{}, int64(-1))
+	f.Add([]byte{0xff}, []byte("{\n}"), "\xff", []byte{0}, int64(0))
+	f.Add([]byte(`"`), []byte(`"\u2028"`), "\u2028", []byte("1 "), int64(-62135596800000))
+	f.Fuzz(func(t *testing.T, key, value []byte, hkey string, hvalue []byte, ms int64) {
+		r := sinks.Record{Offset: 5, Key: key, Value: value, Time: time.UnixMilli(ms),
+			Headers: []sinks.Header{{Key: hkey, Value: hvalue}, {Key: hkey, Value: nil}}}
+		line := file.AppendLine(nil, "fuzz", 1, &r)
+		if i := bytes.IndexByte(line, '\n'); i != len(line)-1 {
+			t.Fatalf("newline at %d of %d: %q", i, len(line), line)
+		}
+		if !json.Valid(line) {
+			t.Fatalf("not JSON: %q", line)
+		}
+		roundTrip(t, "fuzz", 1, r)
+	})
+}
+
+func roundTrip(t *testing.T, topic string, partition int, r sinks.Record) {
+	t.Helper()
+	l, err := file.ParseLine(file.AppendLine(nil, topic, partition, &r))
+	if err != nil {
+		t.Fatalf("ParseLine: %v", err)
+	}
+	got := l.Record
+	if l.Topic != topic || l.Partition != partition || got.Offset != r.Offset {
+		t.Errorf("read %s/%d offset %d, want %s/%d offset %d", l.Topic, l.Partition, got.Offset, topic, partition, r.Offset)
+	}
+	if !sameBytes(got.Key, r.Key) || !sameBytes(got.Value, r.Value) {
+		t.Errorf("read key %q value %q, want key %q value %q (nil: %v %v, want %v %v)",
+			got.Key, got.Value, r.Key, r.Value, got.Key == nil, got.Value == nil, r.Key == nil, r.Value == nil)
+	}
+	if !got.Time.Equal(time.UnixMilli(r.Time.UnixMilli())) || got.Time.Location() != time.UTC {
+		t.Errorf("read time %v, want %v in UTC", got.Time, r.Time)
+	}
+	if len(got.Headers) != len(r.Headers) {
+		t.Fatalf("read %d headers, want %d", len(got.Headers), len(r.Headers))
+	}
+	for i, h := range r.Headers {
+		if got.Headers[i].Key != h.Key || !sameBytes(got.Headers[i].Value, h.Value) {
+			t.Errorf("header %d: read %q=%q, want %q=%q", i, got.Headers[i].Key, got.Headers[i].Value, h.Key, h.Value)
+		}
+	}
+}
+
+func sameBytes(a, b []byte) bool {
+	return (a == nil) == (b == nil) && bytes.Equal(a, b)
+}

@@ -1,0 +1,242 @@
+package sinktest_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/sinktest"
+)
+
+// memSink is the reference sink the suite is tested with: it keeps records
+// in memory, by offset (dedup) or as written (appending), and fences when
+// asked. A mutant is a deliberate bug: each must make the suite fail.
+type memSink struct {
+	dedup, fences bool
+	mutant        string
+
+	mu     sync.Mutex
+	closed int
+	parts  map[part][]sinks.Record
+	epochs map[part]int64
+	ranges map[part]map[[2]int64]bool
+}
+
+type part struct {
+	topic     string
+	partition int
+}
+
+func newMem(dedup, fences bool, mutant string) *memSink {
+	return &memSink{
+		dedup: dedup, fences: fences, mutant: mutant,
+		parts:  map[part][]sinks.Record{},
+		epochs: map[part]int64{},
+		ranges: map[part]map[[2]int64]bool{},
+	}
+}
+
+func (m *memSink) Write(ctx context.Context, b *sinks.Block) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed > 0 && m.mutant != "write-after-close" {
+		return errors.New("closed")
+	}
+	k := part{b.Topic, b.Partition}
+	switch m.mutant {
+	case "ignore-partition":
+		k.partition = 0
+	case "ignore-topic":
+		k.topic = ""
+	}
+	if err := ctx.Err(); err != nil {
+		switch m.mutant {
+		case "cancel-nil-drop":
+			return nil
+		case "cancel-other-error":
+			return errors.New("boom")
+		case "cancel-garble":
+			if len(b.Records) > 0 {
+				r := clone(b.Records[0])
+				r.Value = []byte("garbled")
+				m.parts[k] = append(m.parts[k], r)
+			}
+		}
+		return err
+	}
+	if len(b.Records) == 0 && m.mutant == "refuse-empty" {
+		return errors.New("empty block")
+	}
+	if m.fences && m.mutant != "no-fence" {
+		if b.Epoch < m.epochs[k] {
+			return sinks.ErrFenced
+		}
+		m.epochs[k] = b.Epoch
+	}
+	if m.ranges[k] == nil {
+		m.ranges[k] = map[[2]int64]bool{}
+	}
+	replay := m.ranges[k][[2]int64{b.From, b.Next}]
+	m.ranges[k][[2]int64{b.From, b.Next}] = true
+	if replay && m.mutant == "lose-replays" {
+		m.parts[k] = slices.DeleteFunc(m.parts[k], func(r sinks.Record) bool { return r.Offset >= b.From && r.Offset < b.Next })
+		return nil
+	}
+	for _, r := range b.Records {
+		if m.mutant != "retain" {
+			r = clone(r)
+		}
+		switch m.mutant {
+		case "nil-key-empty":
+			if r.Key == nil {
+				r.Key = []byte{}
+			}
+		case "drop-headers":
+			r.Headers = nil
+		case "seconds":
+			r.Time = r.Time.Truncate(time.Second)
+		}
+		if m.dedup {
+			m.parts[k] = slices.DeleteFunc(m.parts[k], func(o sinks.Record) bool { return o.Offset == r.Offset })
+		}
+		m.parts[k] = append(m.parts[k], r)
+	}
+	if m.mutant == "mutate" && len(b.Records) > 0 {
+		b.Records[0].Value = nil
+	}
+	return nil
+}
+
+func (m *memSink) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed++
+	if m.closed > 1 && m.mutant == "close-twice" {
+		return errors.New("already closed")
+	}
+	return nil
+}
+
+func (m *memSink) Records(t *testing.T, topic string, partition int) []sinks.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	recs := slices.Clone(m.parts[part{topic, partition}])
+	slices.SortStableFunc(recs, func(a, b sinks.Record) int { return cmp.Compare(a.Offset, b.Offset) })
+	if m.mutant == "unsorted" {
+		slices.Reverse(recs)
+	}
+	return recs
+}
+
+func clone(r sinks.Record) sinks.Record {
+	r.Key = bytes.Clone(r.Key)
+	r.Value = bytes.Clone(r.Value)
+	if r.Headers != nil {
+		hs := make([]sinks.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = sinks.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+		}
+		r.Headers = hs
+	}
+	return r
+}
+
+func TestDeduplicating(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		m := newMem(true, true, "")
+		return m, m
+	}, sinktest.Options{ReplayExact: true, ReplayOverlap: true, Fences: true})
+}
+
+func TestAppending(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		m := newMem(false, false, "")
+		return m, m
+	}, sinktest.Options{})
+}
+
+func TestNoReader(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		return newMem(false, false, ""), nil
+	}, sinktest.Options{})
+}
+
+// TestMutant runs the suite on one mutant, named by $SINKTEST_MUTANT, for
+// TestMutantsFail; it is skipped otherwise.
+func TestMutant(t *testing.T) {
+	mutant := os.Getenv("SINKTEST_MUTANT")
+	if mutant == "" {
+		t.Skip("run by TestMutantsFail")
+	}
+	dedup := os.Getenv("SINKTEST_DEDUP") != ""
+	claim := os.Getenv("SINKTEST_CLAIM") != ""
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		m := newMem(dedup, true, mutant)
+		return m, m
+	}, sinktest.Options{ReplayExact: claim, ReplayOverlap: claim, Fences: true})
+}
+
+// TestMutantsFail keeps the suite honest: every deliberate bug must make the
+// subtest that looks for it fail.
+func TestMutantsFail(t *testing.T) {
+	for _, tc := range []struct {
+		mutant string
+		dedup  bool // the mutant deduplicates, and says so
+		fails  []string
+	}{
+		{"nil-key-empty", true, []string{"RoundTrip"}},
+		{"drop-headers", true, []string{"RoundTrip"}},
+		{"seconds", true, []string{"RoundTrip"}},
+		{"ignore-partition", true, []string{"PartitionsAndTopics"}},
+		{"ignore-topic", true, []string{"PartitionsAndTopics"}},
+		{"refuse-empty", true, []string{"EmptyBlock"}},
+		{"retain", true, []string{"BlockNotRetained"}},
+		{"mutate", true, []string{"BlockNotRetained"}},
+		{"", false, []string{"Replay", "Redeliver"}}, // appends but claims to deduplicate
+		{"lose-replays", false, []string{"Replay"}},
+		// With deduplication, rewriting the block repairs the garbled record:
+		// that is the contract working, so only the appending mutant fails.
+		{"cancel-garble", false, []string{"CancelledContext"}},
+		{"cancel-nil-drop", true, []string{"CancelledContext"}},
+		{"cancel-other-error", true, []string{"CancelledContext"}},
+		{"write-after-close", true, []string{"WriteAfterClose"}},
+		{"close-twice", true, []string{"WriteAfterClose"}},
+		{"unsorted", false, []string{"Blocks"}},
+		{"no-fence", true, []string{"Fencing"}},
+	} {
+		name := cmp.Or(tc.mutant, "appending")
+		if tc.dedup {
+			name += "/dedup"
+		}
+		t.Run(name, func(t *testing.T) {
+			mutant := cmp.Or(tc.mutant, "none")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMutant$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "SINKTEST_MUTANT="+mutant)
+			if tc.dedup {
+				cmd.Env = append(cmd.Env, "SINKTEST_DEDUP=1")
+			}
+			if tc.dedup || tc.mutant == "" {
+				cmd.Env = append(cmd.Env, "SINKTEST_CLAIM=1")
+			}
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite passed or did not run (%v):\n%s", err, out)
+			}
+			for _, sub := range tc.fails {
+				if !strings.Contains(string(out), "--- FAIL: TestMutant/"+sub+" ") {
+					t.Errorf("subtest %s did not fail:\n%s", sub, out)
+				}
+			}
+		})
+	}
+}
