@@ -160,9 +160,14 @@ func (s *Session) Lost() <-chan struct{} { return s.lost }
 func (s *Session) markLost(reason string) {
 	s.lostOnce.Do(func() {
 		close(s.lost)
-		s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))
+		if reason != reasonClosed {
+			s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))
+		}
 	})
 }
+
+const reasonClosed = "closed"
+
 
 // keepAlive renews the lease every TTL/6 with one request at a time and
 // marks the session lost when TTL/2 passes without an acknowledged renewal.
@@ -242,7 +247,7 @@ func (s *Session) Close(ctx context.Context) error {
 	first := false
 	s.stopOnce.Do(func() { close(s.stop); first = true })
 	s.wg.Wait()
-	s.markLost("closed")
+	s.markLost(reasonClosed)
 	if !first {
 		return nil
 	}

@@ -44,10 +44,23 @@ type Block struct {
 }
 
 // Sink stores blocks. Write must be durable when it returns nil: the offset
-// after the block is committed next. A block may be written again after a
-// crash (same topic, partition, From and Next); sinks that key by that range
-// overwrite instead of duplicating. The caller owns the lifecycle and calls
-// Close once, after the last Write.
+// after the block is committed next.
+//
+//   - Records lie in [From, Next) with rising offsets; a block with no
+//     records and From < Next must be accepted (its range held only
+//     transaction markers or aborted records).
+//   - A block may be written again after a crash (same topic, partition,
+//     From and Next); sinks that key by that range overwrite instead of
+//     duplicating. After an operator reset, offsets already stored may come
+//     again in blocks of other bounds.
+//   - Write is called concurrently for different partitions, never for one
+//     partition; it must not keep or change the block's slices once it
+//     returns.
+//   - nil and empty differ for keys and values (nil is a tombstone); times
+//     need millisecond precision only.
+//
+// The caller owns the lifecycle and calls Close after the last Write; a
+// second Close returns nil.
 type Sink interface {
 	Write(ctx context.Context, b *Block) error
 	Close() error

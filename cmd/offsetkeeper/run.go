@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+)
+
+// clusterFlags are the flags every command that talks to a group takes.
+type clusterFlags struct {
+	etcdEndpoints []string
+	brokers       []string
+	group         string
+}
+
+func (f *clusterFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", []string{"127.0.0.1:2379"}, "etcd client endpoints, comma-separated host:port or URL")
+	fs.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers, comma-separated host:port")
+	fs.StringVar(&f.group, "group", "", "the group (pipeline) name; its state is in etcd under /offsetkeeper/v1/groups/<group>/")
+}
+
+func (f *clusterFlags) validate() error {
+	if err := coordinator.ValidGroup(f.group); err != nil {
+		if f.group == "" {
+			return usagef("--group is required: name the pipeline, e.g. --group orders")
+		}
+		return usage(fmt.Errorf("--group: %w", err))
+	}
+	if len(f.etcdEndpoints) == 0 {
+		return usagef("--etcd-endpoints is empty: want host:port[,host:port...]")
+	}
+	for _, e := range f.etcdEndpoints {
+		if strings.TrimSpace(e) == "" || strings.ContainsAny(e, " \t") {
+			return usagef("--etcd-endpoints %q: want host:port or http(s)://host:port", e)
+		}
+	}
+	return nil
+}
+
+func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   f.etcdEndpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(f.etcdEndpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// runOptions is `offsetkeeper run`.
+type runOptions struct {
+	cluster clusterFlags
+	logs    logFlags
+
+	topics        []string
+	sink          string
+	replicaID     string
+	leaseTTL      time.Duration
+	maxBlockRows  int
+	flushInterval time.Duration
+	maxEmptyPolls int
+	commitMode    string
+	startFrom     string
+	fetchMaxWait  time.Duration
+	shutdown      time.Duration
+
+	cfg    replica.Config
+	target sinkTarget
+}
+
+func newRunCommand() *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run one replica of a group against etcd and Kafka",
+		Long: `Run one replica of a group. Replicas of the same --group share the partitions
+of --topics: each claims the partitions the plan gives it, reads them from
+Kafka, writes blocks of records to --sink and commits each block's offset to
+etcd after the write, fenced by its claim.
+
+A block ends at --max-block-rows rows, --flush-interval after its first row,
+or after --max-empty-polls empty polls in a row. With --commit-mode
+after-write (default) a crash replays at most the block in flight
+(at-least-once; no duplicate in a file:// sink, which replaces a replayed
+block). every-batch commits before the write: at-most-once.
+
+SIGTERM or SIGINT stops gracefully: blocks in flight are finished and
+committed, claims released, the lease revoked; other replicas take over at
+once. Exit status 0.`,
+		Example: `  offsetkeeper run --etcd-endpoints etcd1:2379,etcd2:2379 --brokers kafka:9092 \
+    --group orders --topics orders,refunds --sink file:///var/lib/offsetkeeper
+
+  # The same from the environment, as in a container:
+  OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.complete(cmd); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.run(ctx, cmd)
+		},
+	}
+	o.cluster.register(cmd)
+	fs := cmd.Flags()
+	fs.StringSliceVar(&o.topics, "topics", nil, "topics to consume, comma-separated (all their partitions)")
+	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp)
+	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
+	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows")
+	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
+	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
+	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
+	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight")
+	o.logs.register(fs, "json")
+	return cmd
+}
+
+func (o *runOptions) complete(cmd *cobra.Command) error {
+	return bindEnv(cmd)
+}
+
+func (o *runOptions) validate() error {
+	if err := o.cluster.validate(); err != nil {
+		return err
+	}
+	if o.sink == "" {
+		return usagef("--sink is required: want %s", sinkURLHelp)
+	}
+	t, err := parseSink(o.sink)
+	if err != nil {
+		return err
+	}
+	o.target = t
+	mode, err := replica.ParseCommitMode(o.commitMode)
+	if err != nil {
+		return usage(fmt.Errorf("--commit-mode: %w", err))
+	}
+	start, err := replica.ParseStartPolicy(o.startFrom)
+	if err != nil {
+		return usage(fmt.Errorf("--start-from: %w", err))
+	}
+	o.cfg = replica.Config{
+		Group:     o.cluster.group,
+		ReplicaID: o.replicaID,
+		Topics:    o.topics,
+		Fetch: replica.FetchConfig{
+			Brokers:     o.cluster.brokers,
+			MaxWait:     o.fetchMaxWait,
+			StartPolicy: start,
+		},
+		LeaseTTL:        o.leaseTTL,
+		MaxBlockRows:    o.maxBlockRows,
+		FlushInterval:   o.flushInterval,
+		MaxEmptyPolls:   o.maxEmptyPolls,
+		CommitMode:      mode,
+		ShutdownTimeout: o.shutdown,
+		Version:         version,
+	}
+	if o.cfg.ReplicaID == "" {
+		host, _ := os.Hostname()
+		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if o.leaseTTL <= 0 || o.maxBlockRows <= 0 || o.flushInterval <= 0 || o.maxEmptyPolls <= 0 {
+		// Zero would mean "default" to the library; on the command line it
+		// is a mistake.
+		return usagef("--lease-ttl, --max-block-rows, --flush-interval and --max-empty-polls must be positive (got %s, %d, %s, %d)",
+			o.leaseTTL, o.maxBlockRows, o.flushInterval, o.maxEmptyPolls)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return usage(err)
+	}
+	if _, err := o.logs.newLogger(os.Stderr); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	log, _ := o.logs.newLogger(cmd.ErrOrStderr())
+	defer func() { _ = log.Sync() }()
+	cli, err := o.cluster.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sink, err := o.target.open(cmd.OutOrStdout())
+	if err != nil {
+		return err
+	}
+	r, err := replica.New(o.cfg, cli, sink, log)
+	if err != nil {
+		_ = sink.Close()
+		return usage(err)
+	}
+	log.Info("replica starting", zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
+		zap.Stringer("commit_mode", o.cfg.CommitMode))
+	runErr := r.Run(ctx)
+	if err := sink.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close sink: %w", err)
+	}
+	log.Info("replica stopped", zap.Int64("records", r.Stats().Records.Load()), zap.Int64("blocks", r.Stats().Blocks.Load()))
+	return runErr
+}

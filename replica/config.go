@@ -1,0 +1,167 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+// Defaults of Config. Each trades latency against etcd and sink load: a
+// block costs one intent, one sink write and one commit.
+const (
+	// DefaultMaxBlockRows ends a block at this many rows.
+	DefaultMaxBlockRows = 65536
+	// DefaultFlushInterval ends a block this long after its first row: the
+	// bound on how late a record reaches the sink under light load.
+	DefaultFlushInterval = time.Second
+	// DefaultMaxEmptyPolls ends a block after this many empty polls in a
+	// row: a partition that has caught up flushes at once.
+	DefaultMaxEmptyPolls = 1
+	// DefaultResyncInterval re-plans even without a watch event, to repair
+	// anything a lost event would leave.
+	DefaultResyncInterval = 10 * time.Second
+	// DefaultMetadataInterval is how often topic metadata is read to find
+	// partitions added to a topic.
+	DefaultMetadataInterval = 10 * time.Second
+	// DefaultRebalanceDelay debounces re-planning after membership or claim
+	// changes, so a burst of events costs one plan.
+	DefaultRebalanceDelay = 100 * time.Millisecond
+	// DefaultShutdownTimeout bounds how long a graceful stop waits for the
+	// blocks in flight before rolling them back.
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// CommitMode says when a block's offset is committed.
+type CommitMode int
+
+const (
+	// AfterWrite commits after the sink write: at-least-once (exactly-once
+	// with a sink that keys writes by range or stores its offsets).
+	AfterWrite CommitMode = iota
+	// EveryBatch commits each polled batch before writing it: at-most-once.
+	// A crash between the commit and the write loses that batch.
+	EveryBatch
+)
+
+var commitModeNames = []string{"after-write", "every-batch"}
+
+func (m CommitMode) String() string {
+	if int(m) >= 0 && int(m) < len(commitModeNames) {
+		return commitModeNames[m]
+	}
+	return fmt.Sprintf("CommitMode(%d)", int(m))
+}
+
+// ParseCommitMode parses "after-write" or "every-batch".
+func ParseCommitMode(s string) (CommitMode, error) {
+	for i, n := range commitModeNames {
+		if s == n {
+			return CommitMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("commit mode %q: want one of %s", s, strings.Join(commitModeNames, ", "))
+}
+
+// Config configures a Replica. Zero durations and counts take the defaults.
+type Config struct {
+	// Group names the pipeline; its state lives under
+	// /offsetkeeper/v1/groups/<group>/ in etcd.
+	Group string
+	// ReplicaID identifies this replica in the group; unique among live
+	// replicas. Default: host-pid.
+	ReplicaID string
+	// Topics are consumed whole: every partition of each.
+	Topics []string
+	// Fetch says how Kafka is read; Fetch.StartPolicy is the group's start
+	// policy.
+	Fetch FetchConfig
+	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
+	LeaseTTL time.Duration
+
+	MaxBlockRows  int
+	FlushInterval time.Duration
+	MaxEmptyPolls int
+	CommitMode    CommitMode
+
+	ResyncInterval   time.Duration
+	MetadataInterval time.Duration
+	RebalanceDelay   time.Duration
+	ShutdownTimeout  time.Duration
+
+	// HTTPAddr and Version are advertised in the member key.
+	HTTPAddr string
+	Version  string
+}
+
+var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+func (c *Config) withDefaults() {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = coordinator.DefaultTTL
+	}
+	if c.MaxBlockRows == 0 {
+		c.MaxBlockRows = DefaultMaxBlockRows
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.MaxEmptyPolls == 0 {
+		c.MaxEmptyPolls = DefaultMaxEmptyPolls
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	if c.MetadataInterval == 0 {
+		c.MetadataInterval = DefaultMetadataInterval
+	}
+	if c.RebalanceDelay == 0 {
+		c.RebalanceDelay = DefaultRebalanceDelay
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+}
+
+// Validate checks the configuration after defaults; each message names the
+// value and what is accepted.
+func (c *Config) Validate() error {
+	c.withDefaults()
+	var errs []error
+	if err := coordinator.ValidGroup(c.Group); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ReplicaID == "" || strings.ContainsAny(c.ReplicaID, "/ \t\n") {
+		errs = append(errs, fmt.Errorf("replica id %q: want a non-empty name without '/' or spaces", c.ReplicaID))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("no topics: name at least one"))
+	}
+	for _, t := range c.Topics {
+		if !topicName.MatchString(t) {
+			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
+		}
+	}
+	if err := c.Fetch.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxBlockRows < 1 {
+		errs = append(errs, fmt.Errorf("max block rows %d: want at least 1", c.MaxBlockRows))
+	}
+	if c.FlushInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("flush interval %s: want at least 1ms", c.FlushInterval))
+	}
+	if c.MaxEmptyPolls < 1 {
+		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))
+	}
+	if c.CommitMode != AfterWrite && c.CommitMode != EveryBatch {
+		errs = append(errs, fmt.Errorf("commit mode %d: want after-write or every-batch", int(c.CommitMode)))
+	}
+	return errors.Join(errs...)
+}

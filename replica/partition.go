@@ -1,0 +1,359 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/guard"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// partition consumes one claimed partition: it polls batches, groups them
+// into blocks and delivers each block through a guard. One goroutine runs
+// it; stop asks it to finish the block it is on and return.
+type partition struct {
+	r     *Replica
+	claim *coordinator.Claim
+	p     coordinator.Partition
+	f     *Fetcher
+	log   *zap.Logger
+
+	gen int64 // generation of the offsets the position came from
+
+	stop     chan struct{} // closed: finish the block, release, return
+	done     chan struct{} // closed when run has returned
+	released bool          // run released the claim
+	err      error         // why run returned, when not stopped
+}
+
+func newPartition(r *Replica, c *coordinator.Claim, f *Fetcher) *partition {
+	p := c.Partition()
+	return &partition{
+		r:     r,
+		claim: c,
+		p:     p,
+		f:     f,
+		log:   r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// block is a block being built: whole polled batches, [from, next).
+type block struct {
+	from, next int64
+	records    []sinks.Record
+}
+
+func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
+
+// errStopped is how a poll says it was asked to stop.
+var errStopped = errors.New("partition stopping")
+
+// run consumes until stopped (nil: the claim was released at a block
+// boundary), until the claim is lost (an error matching ErrFenced), or until
+// ctx ends (hard stop: the block in flight rolls back). It closes done.
+func (pt *partition) run(ctx context.Context) {
+	defer close(pt.done)
+	defer pt.f.Close()
+	// fctx ends polls when asked to stop or when the claim is lost; writes
+	// use wctx, which ends only with the claim, so a stop finishes its block.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	fctx, fcancel := context.WithCancel(wctx)
+	defer fcancel()
+	go func() {
+		select {
+		case <-pt.claim.Lost():
+			wcancel()
+		case <-pt.stop:
+			fcancel()
+		case <-wctx.Done():
+		}
+	}()
+
+	pt.err = pt.consume(fctx, wctx)
+	if ctx.Err() != nil && !pt.stopping() {
+		return // hard stop: the session owner revokes the lease
+	}
+	if pt.stopping() && !errors.Is(pt.err, coordinator.ErrFenced) {
+		rctx, cancel := context.WithTimeout(context.Background(), pt.r.cfg.LeaseTTL/2)
+		defer cancel()
+		if err := pt.claim.Release(rctx); err != nil {
+			pt.log.Warn("release failed; the claim expires with the lease", zap.Error(err))
+			return
+		}
+		pt.released = true
+		pt.log.Debug("released at a block boundary")
+	}
+}
+
+func (pt *partition) stopping() bool {
+	select {
+	case <-pt.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (pt *partition) consume(fctx, wctx context.Context) error {
+	start, err := pt.resume(fctx)
+	if err != nil {
+		return err
+	}
+	pt.f.SeekTo(start)
+	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
+
+	if in, ok := pt.claim.Intent(); ok && in.From == start && in.Next > in.From {
+		// The previous owner was writing [From, Next) when it stopped:
+		// write exactly that range again, so a sink keyed by range
+		// overwrites instead of duplicating.
+		b, err := pt.pollRange(fctx, in.From, in.Next)
+		if err == nil {
+			pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
+			err = pt.deliver(wctx, b)
+		}
+		if err := pt.handle(wctx, err); err != nil {
+			return err
+		}
+	}
+
+	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	for {
+		b, perr := pt.poll(fctx)
+		var derr error
+		if !b.empty() {
+			derr = pt.deliver(wctx, b)
+		}
+		if err := pt.handle(wctx, derr); err != nil {
+			return err
+		}
+		if derr != nil {
+			if err := backoff.wait(fctx); err != nil {
+				return errStopped
+			}
+			continue
+		}
+		switch {
+		case perr == nil:
+			backoff.reset()
+		case errors.Is(perr, errStopped) || fctx.Err() != nil:
+			return errStopped
+		default:
+			pt.log.Warn("poll failed; retrying", zap.Error(perr))
+			if err := backoff.wait(fctx); err != nil {
+				return errStopped
+			}
+		}
+	}
+}
+
+// handle sorts a delivery error: nil goes on, a lost claim ends the
+// partition, a reset seeks to the operator's offset. Other errors (sink or
+// etcd trouble) go on after the guard's rollback, with a backoff by the
+// caller.
+func (pt *partition) handle(ctx context.Context, err error) error {
+	var ce *coordinator.CommitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, coordinator.ErrFenced) || errors.Is(err, sinks.ErrFenced):
+		pt.r.stats.Fenced.Add(1)
+		pt.log.Warn("claim lost; partition stopped", zap.Error(err))
+		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
+	case errors.Is(err, coordinator.ErrOffsetsChanged):
+		o := pt.claim.Offsets()
+		pt.r.stats.OffsetsChanged.Add(1)
+		pt.gen = o.Generation
+		pt.f.SeekTo(o.Next)
+		pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
+		return nil
+	case errors.As(err, &ce):
+		pt.r.stats.CommitFailures.Add(1)
+		pt.log.Error("commit failed", zap.Error(err))
+		return nil
+	case ctx.Err() != nil:
+		return errStopped
+	default:
+		pt.log.Warn("block rolled back", zap.Error(err))
+		return nil
+	}
+}
+
+// resume finds where to start: the committed offset, the sink's own if it
+// is further and of the same generation, else the start policy.
+func (pt *partition) resume(ctx context.Context) (int64, error) {
+	o := pt.claim.Offsets()
+	pt.gen = o.Generation
+	next, have := o.Next, o.ModRevision != 0
+	if rs, ok := pt.r.sink.(sinks.Resumer); ok {
+		sn, sgen, sok, err := rs.Resume(ctx, pt.p.Topic, pt.p.Partition)
+		if err != nil {
+			return 0, fmt.Errorf("resume %s from the sink: %w", pt.p, err)
+		}
+		if sok && sgen == o.Generation && (!have || sn > next) {
+			pt.log.Info("resuming from the sink's offset", zap.Int64("next", sn), zap.Int64("etcd_next", next))
+			next, have = sn, true
+		}
+	}
+	if have {
+		return next, nil
+	}
+	earliest, logEnd, err := pt.f.Bounds(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
+	}
+	if pt.r.cfg.Fetch.StartPolicy == StartLatest {
+		return logEnd, nil
+	}
+	return earliest, nil
+}
+
+// poll builds one block by the rules: it ends, between batches, at
+// MaxBlockRows rows, FlushInterval after its first row, or after
+// MaxEmptyPolls empty polls in a row; in EveryBatch mode after each batch.
+// A failed or stopped poll returns what it has so far with the error.
+func (pt *partition) poll(ctx context.Context) (*block, error) {
+	cfg := &pt.r.cfg
+	b := &block{from: pt.f.Offset(), next: pt.f.Offset()}
+	var first time.Time
+	empties := 0
+	for {
+		if len(b.records) >= cfg.MaxBlockRows ||
+			(!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
+			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
+			(cfg.CommitMode == EveryBatch && !b.empty()) {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return b, errStopped
+		}
+		batch, err := pt.f.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return b, errStopped
+			}
+			return b, err
+		}
+		if batch.Reset != nil {
+			pt.r.stats.OffsetResets.Add(1)
+			pt.log.Warn("offset out of range; reset by the start policy",
+				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("policy", batch.Reset.Policy))
+			if b.empty() {
+				b.from, b.next = batch.Next, batch.Next
+			}
+			continue
+		}
+		if batch.Next == batch.From {
+			empties++
+			continue
+		}
+		empties = 0
+		if b.empty() && b.next != batch.From {
+			b.from = batch.From
+		}
+		b.records = append(b.records, batch.Records...)
+		b.next = batch.Next
+		if first.IsZero() {
+			first = time.Now()
+		}
+	}
+}
+
+// pollRange reads exactly [from, next), cutting the last batch at next and
+// seeking there, for the replay of an intent.
+func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, error) {
+	b := &block{from: from, next: from}
+	for b.next < next {
+		batch, err := pt.f.Fetch(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if batch.Reset != nil {
+			return nil, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d", pt.p, from, next, batch.Reset.To)
+		}
+		for _, rec := range batch.Records {
+			if rec.Offset < next {
+				b.records = append(b.records, rec)
+			}
+		}
+		b.next = min(batch.Next, next)
+	}
+	pt.f.SeekTo(next)
+	return b, nil
+}
+
+// deliver writes one block and commits its offset, through a guard.
+func (pt *partition) deliver(ctx context.Context, b *block) error {
+	blk := &sinks.Block{
+		Topic:      pt.p.Topic,
+		Partition:  pt.p.Partition,
+		Epoch:      pt.claim.Epoch(),
+		Generation: pt.gen,
+		From:       b.from,
+		Next:       b.next,
+		Records:    b.records,
+	}
+	g := guard.New(committer{pt.claim, int64(len(b.records))}, pt, b.from, b.next)
+	defer g.Release()
+
+	if pt.r.cfg.CommitMode == EveryBatch {
+		// At-most-once: the offset moves before the write.
+		if err := g.Commit(ctx); err != nil {
+			return err
+		}
+		pt.committed(b)
+		if len(b.records) > 0 {
+			if err := pt.r.sink.Write(ctx, blk); err != nil {
+				pt.r.stats.SinkErrors.Add(1)
+				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
+					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
+				return nil
+			}
+			pt.r.stats.Records.Add(int64(len(b.records)))
+		}
+		return nil
+	}
+
+	if len(b.records) > 0 {
+		if err := pt.claim.PutIntent(ctx, b.from, b.next); err != nil {
+			return err
+		}
+		if err := pt.r.sink.Write(ctx, blk); err != nil {
+			pt.r.stats.SinkErrors.Add(1)
+			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
+		}
+		pt.r.stats.Records.Add(int64(len(b.records)))
+	}
+	if err := g.Commit(ctx); err != nil {
+		return err
+	}
+	pt.committed(b)
+	return nil
+}
+
+func (pt *partition) committed(b *block) {
+	pt.r.stats.Blocks.Add(1)
+	pt.r.stats.Commits.Add(1)
+	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
+}
+
+// Rewind is the guard's rollback: the next poll starts at the block again.
+func (pt *partition) Rewind(from int64) {
+	pt.r.stats.Rollbacks.Add(1)
+	pt.f.SeekTo(from)
+}
+
+// committer adapts a claim to guard.Committer.
+type committer struct {
+	claim *coordinator.Claim
+	rows  int64
+}
+
+func (c committer) Commit(ctx context.Context, next int64) error { return c.claim.Commit(ctx, next, c.rows) }

@@ -1,0 +1,419 @@
+// Package replica runs one replica of a group: it joins the group in etcd,
+// claims the partitions the plan gives it, consumes each with kafka-go's
+// batch-level fetch, writes blocks to a sink and commits their offsets
+// through a guard.
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// Replica is one running instance of a group.
+type Replica struct {
+	cfg   Config
+	coord *coordinator.Coordinator
+	sink  sinks.Sink
+	log   *zap.Logger
+	stats Stats
+
+	mu      sync.Mutex
+	session *coordinator.Session
+	owned   map[coordinator.Partition]*partition
+
+	killOnce sync.Once
+	killed   chan struct{}
+}
+
+// Kill stops the replica as a crash would: partitions stop at once without
+// finishing their blocks, nothing is released and the lease is left to
+// expire. Run then returns. It is for chaos tests and the dev command.
+func (r *Replica) Kill() { r.killOnce.Do(func() { close(r.killed) }) }
+
+func (r *Replica) isKilled() bool {
+	select {
+	case <-r.killed:
+		return true
+	default:
+		return false
+	}
+}
+
+// New checks cfg and returns a replica that uses cli for etcd and writes to
+// sink. The caller owns cli and sink, and closes them after Run returns.
+func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*Replica, error) {
+	if cfg.ReplicaID == "" {
+		host, _ := os.Hostname()
+		cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	coord, err := coordinator.New(cli, cfg.Group, coordinator.WithLogger(log))
+	log = log.With(zap.String("group", cfg.Group), zap.String("replica", cfg.ReplicaID))
+	if err != nil {
+		return nil, err
+	}
+	return &Replica{cfg: cfg, coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{})}, nil
+}
+
+// ID is the replica ID.
+func (r *Replica) ID() string { return r.cfg.ReplicaID }
+
+// Stats counts what the replica did.
+func (r *Replica) Stats() *Stats { return &r.stats }
+
+// Owned lists the partitions this replica consumes now.
+func (r *Replica) Owned() []coordinator.Partition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]coordinator.Partition, 0, len(r.owned))
+	for p := range r.owned {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b coordinator.Partition) int {
+		if a.Less(b) {
+			return -1
+		}
+		if b.Less(a) {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Alive reports whether the replica holds a live session.
+func (r *Replica) Alive() bool {
+	r.mu.Lock()
+	s := r.session
+	r.mu.Unlock()
+	return s != nil && s.Alive()
+}
+
+// Run joins the group and consumes until ctx ends, then stops gracefully:
+// every partition finishes its block in flight (within ShutdownTimeout),
+// commits, releases its claim, and the lease is revoked, so other replicas
+// take over at once. A session that is lost (etcd unreachable for TTL/2) is
+// replaced by a new one as soon as etcd answers again.
+func (r *Replica) Run(ctx context.Context) error {
+	b := newBackoff(200*time.Millisecond, r.cfg.LeaseTTL/2)
+	for {
+		s, err := r.join(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.Warn("join failed; retrying", zap.Error(err))
+			if b.wait(ctx) != nil {
+				return nil
+			}
+			continue
+		}
+		b.reset()
+		r.runSession(ctx, s)
+		if ctx.Err() != nil || r.isKilled() {
+			return nil
+		}
+		r.log.Warn("session lost; rejoining")
+	}
+}
+
+func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
+	host, _ := os.Hostname()
+	m := coordinator.Member{
+		ID:        r.cfg.ReplicaID,
+		Host:      host,
+		PID:       os.Getpid(),
+		Version:   r.cfg.Version,
+		StartedAt: time.Now().UTC(),
+		HTTPAddr:  r.cfg.HTTPAddr,
+	}
+	jctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)
+	defer cancel()
+	s, err := r.coord.Join(jctx, m, coordinator.WithTTL(r.cfg.LeaseTTL))
+	if err != nil {
+		return nil, err
+	}
+	r.stats.Sessions.Add(1)
+	r.mu.Lock()
+	r.session = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// runSession owns the partitions of one session. It returns when ctx ends
+// (after a graceful stop) or when the session is lost (after stopping every
+// partition at once).
+func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
+	// hard ends the partitions: at once when the session is lost, after
+	// ShutdownTimeout on a graceful stop.
+	hard, cancelHard := context.WithCancel(context.Background())
+	defer cancelHard()
+
+	wctx, cancelWatch := context.WithCancel(ctx)
+	defer cancelWatch()
+	events := r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), r.coord.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+
+	var partitions []coordinator.Partition
+	metadata := time.NewTimer(0)
+	defer metadata.Stop()
+	resync := time.NewTicker(r.cfg.ResyncInterval)
+	defer resync.Stop()
+	replan := time.NewTimer(time.Hour)
+	replan.Stop()
+	defer replan.Stop()
+	exited := make(chan *partition, 16)
+	var wg sync.WaitGroup
+
+	schedule := func() {
+		// Jitter by replica, so a dead replica's partitions are not
+		// fought over by every survivor at the same instant.
+		replan.Reset(r.cfg.RebalanceDelay + time.Duration(rand.Int64N(int64(r.cfg.RebalanceDelay)+1)))
+	}
+
+	defer func() {
+		r.stopAll(s, cancelHard, &wg, exited)
+	}()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.killed:
+			cancelHard()
+			return
+		case <-s.Lost():
+			r.log.Warn("session lost; stopping every partition")
+			cancelHard()
+			return
+		case <-metadata.C:
+			ps, err := r.partitions(ctx)
+			if err != nil {
+				r.log.Warn("reading topic metadata failed", zap.Error(err))
+			} else if !slices.Equal(ps, partitions) {
+				partitions = ps
+				schedule()
+			}
+			metadata.Reset(r.cfg.MetadataInterval)
+		case wr, ok := <-events:
+			if !ok {
+				events = r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), r.coord.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+				schedule()
+				continue
+			}
+			if wr.Err() != nil {
+				continue
+			}
+			for _, ev := range wr.Events {
+				k := string(ev.Kv.Key)
+				if hasPrefix(k, r.coord.Keys().MembersPrefix()) || hasPrefix(k, r.coord.Keys().ClaimsPrefix()) {
+					schedule()
+					break
+				}
+			}
+		case <-resync.C:
+			schedule()
+		case pt := <-exited:
+			r.forget(pt)
+			schedule()
+		case <-replan.C:
+			if partitions != nil {
+				r.reconcile(ctx, s, hard, partitions, &wg, exited)
+			}
+		}
+	}
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, error) {
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	byTopic, err := Partitions(mctx, r.cfg.Fetch, r.cfg.Topics...)
+	if err != nil {
+		return nil, err
+	}
+	var out []coordinator.Partition
+	for t, ps := range byTopic {
+		for _, p := range ps {
+			out = append(out, coordinator.Partition{Topic: t, Partition: p})
+		}
+	}
+	slices.SortFunc(out, func(a, b coordinator.Partition) int {
+		if a.Less(b) {
+			return -1
+		}
+		if b.Less(a) {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// reconcile plans from one snapshot, claims the free partitions planned to
+// this replica and asks the ones planned elsewhere to stop at their next
+// block boundary.
+func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard context.Context, partitions []coordinator.Partition,
+	wg *sync.WaitGroup, exited chan<- *partition) {
+	if !s.Alive() {
+		return
+	}
+	snap, err := r.coord.Snapshot(ctx)
+	if err != nil {
+		r.log.Warn("reading the group failed", zap.Error(err))
+		return
+	}
+	var members []coordinator.Member
+	for _, m := range snap.Members {
+		if m.Lease != 0 {
+			members = append(members, m)
+		}
+	}
+	claims := make(map[coordinator.Partition]string, len(snap.Claims))
+	for p, c := range snap.Claims {
+		owner := c.Replica
+		if owner == s.ID() && c.Lease != int64(s.Lease()) {
+			owner += " (previous session)" // not ours: it expires with its lease
+		}
+		claims[p] = owner
+	}
+	plan := coordinator.Plan(members, partitions, claims)
+	toClaim, toRelease := coordinator.Diff(plan, claims, s.ID())
+
+	changed := false
+	r.mu.Lock()
+	for _, p := range toRelease {
+		if pt, ok := r.owned[p]; ok && !pt.stopping() {
+			close(pt.stop)
+			changed = true
+		}
+	}
+	r.mu.Unlock()
+
+	// Claim in an order of this replica's own, so replicas working from
+	// slightly different snapshots collide less.
+	h := fnv.New32a()
+	h.Write([]byte(s.ID()))
+	if n := len(toClaim); n > 0 {
+		k := int(h.Sum32() % uint32(n))
+		toClaim = append(toClaim[k:], toClaim[:k]...)
+	}
+	for _, p := range toClaim {
+		if ctx.Err() != nil || !s.Alive() {
+			return
+		}
+		r.mu.Lock()
+		_, have := r.owned[p]
+		r.mu.Unlock()
+		if have {
+			continue
+		}
+		c, err := s.Claim(ctx, p)
+		if err != nil {
+			if !errors.Is(err, coordinator.ErrClaimed) {
+				r.log.Warn("claim failed", zap.Stringer("partition", p), zap.Error(err))
+			}
+			continue
+		}
+		f, err := NewFetcher(r.cfg.Fetch, p.Topic, p.Partition, r.log)
+		if err != nil {
+			r.log.Error("cannot read partition", zap.Stringer("partition", p), zap.Error(err))
+			_ = c.Release(ctx)
+			continue
+		}
+		pt := newPartition(r, c, f)
+		r.mu.Lock()
+		r.owned[p] = pt
+		r.mu.Unlock()
+		r.stats.Claims.Add(1)
+		changed = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pt.run(hard)
+			exited <- pt
+		}()
+	}
+	if changed {
+		r.stats.Rebalances.Add(1)
+	}
+}
+
+func (r *Replica) forget(pt *partition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owned[pt.p] == pt {
+		delete(r.owned, pt.p)
+		r.stats.Claims.Add(-1)
+	}
+}
+
+// stopAll ends a session: partitions finish their blocks (or are cut at
+// once when hard is already done), then the lease is revoked.
+func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelFunc,
+	wg *sync.WaitGroup, exited chan *partition) {
+	killed := r.isKilled()
+	if !killed {
+		r.mu.Lock()
+		for _, pt := range r.owned {
+			if !pt.stopping() {
+				close(pt.stop)
+			}
+		}
+		r.mu.Unlock()
+	}
+	timer := time.AfterFunc(r.cfg.ShutdownTimeout, cancelHard)
+	defer timer.Stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case pt := <-exited:
+			r.forget(pt)
+			continue
+		case <-done:
+		}
+		break
+	}
+	for {
+		select {
+		case pt := <-exited:
+			r.forget(pt)
+			continue
+		default:
+		}
+		break
+	}
+	defer func() {
+		r.mu.Lock()
+		r.session = nil
+		r.mu.Unlock()
+	}()
+	if killed {
+		s.Abandon()
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), r.cfg.LeaseTTL/2)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		r.log.Warn("leaving the group failed; the lease expires by itself", zap.Error(err))
+	}
+}
