@@ -168,7 +168,6 @@ func (s *Session) markLost(reason string) {
 
 const reasonClosed = "closed"
 
-
 // keepAlive renews the lease every TTL/6 with one request at a time and
 // marks the session lost when TTL/2 passes without an acknowledged renewal.
 // It exits when the session is closed or lost.

@@ -356,4 +356,6 @@ type committer struct {
 	rows  int64
 }
 
-func (c committer) Commit(ctx context.Context, next int64) error { return c.claim.Commit(ctx, next, c.rows) }
+func (c committer) Commit(ctx context.Context, next int64) error {
+	return c.claim.Commit(ctx, next, c.rows)
+}
