@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 
 // devOptions is `offsetkeeper dev`.
@@ -25,13 +27,15 @@ type devOptions struct {
 	replicas   int
 	partitions int
 	messages   int
+	rate       int
 	topic      string
 	group      string
 	sink       string
 	chaos      bool
+	chaosEvery time.Duration
+	hold       bool
 	timeout    time.Duration
 	leaseTTL   time.Duration
-	spread     time.Duration
 	seed       uint64
 
 	target sinkTarget
@@ -41,21 +45,28 @@ func newDevCommand() *cobra.Command {
 	o := &devOptions{}
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a whole local cluster in one process and report what was delivered",
-		Long: `Start an embedded etcd, an in-process Kafka-protocol broker (kfake) with one
-topic, a producer and --replicas replicas of one group, all on loopback; wait
-until every produced record is in the sink and every offset is committed, then
-print a report: produced, delivered, lost, duplicates.
+		Short: "Run a whole local cluster in one process and check that nothing is lost",
+		Long: `Start, in one process and on loopback only: an embedded etcd, an in-process
+Kafka-protocol broker (kfake) with a topic of --partitions partitions,
+--replicas replicas of one group writing to a file sink in a temporary folder
+(or --sink), and a producer of --messages JSON records at --rate per second.
 
-With --chaos, replicas are crashed (stopped without finishing their block,
-releasing claims or revoking their lease) and stopped gracefully at random
-while records flow, and new ones are started: the report shows that nothing
-was lost. The exit status is 1 if anything was lost or the run timed out.
+It prints the endpoints first, so that a second terminal can point the CLI at
+them, then one progress line a second: produced, in sink, committed, lag and
+the claims of each replica. With --chaos a random replica is crashed every
+--chaos-every (stopped without finishing its block, releasing its claims or
+revoking its lease, so its lease must expire) and a fresh one is started.
 
-Nothing here is needed in production: 'run' talks to real etcd and Kafka.`,
+When every record is committed it reads the sink back and prints, as its last
+line, produced=N delivered=N lost=L duplicates=D. The exit status is 0 only
+when L is 0 (1 on a timeout). --hold keeps the cluster running afterwards,
+until SIGINT or SIGTERM.
+
+Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 		Example: `  offsetkeeper dev
   offsetkeeper dev --chaos --messages 50000
-  offsetkeeper dev --sink stdout: --messages 10 --replicas 1`,
+  offsetkeeper dev --sink stdout: --messages 10 --replicas 1
+  offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the printed endpoints`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd); err != nil {
@@ -72,15 +83,17 @@ Nothing here is needed in production: 'run' talks to real etcd and Kafka.`,
 	fs := cmd.Flags()
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas to run")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the topic")
-	fs.IntVar(&o.messages, "messages", 10000, "records to produce")
+	fs.IntVar(&o.messages, "messages", 100000, "records to produce")
+	fs.IntVar(&o.rate, "rate", 0, "records produced per second (0: as fast as the broker takes them)")
 	fs.StringVar(&o.topic, "topic", "events", "topic name")
 	fs.StringVar(&o.group, "group", "dev", "group name")
-	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp+" (default: file:// in a new temporary directory)")
-	fs.BoolVar(&o.chaos, "chaos", false, "crash and restart replicas at random while records flow")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (exit 1) if not everything is delivered by then")
+	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp+" (default: file:// in a new temporary folder)")
+	fs.BoolVar(&o.chaos, "chaos", false, "crash a random replica every --chaos-every and start a fresh one")
+	fs.DurationVar(&o.chaosEvery, "chaos-every", 2*time.Second, "time between crashes with --chaos")
+	fs.BoolVar(&o.hold, "hold", false, "keep running after the report, until SIGINT or SIGTERM")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "replicas' lease TTL: a crashed replica's partitions move after this")
-	fs.DurationVar(&o.spread, "produce-over", 5*time.Second, "spread producing over this long, so replicas work while records arrive")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random; the report prints it)")
 	o.logs.register(fs, "console")
 	if f := fs.Lookup("log-level"); f != nil {
 		f.DefValue = "warn"
@@ -97,8 +110,12 @@ func (o *devOptions) validate() error {
 		return usagef("--partitions %d: want 1 to 10000", o.partitions)
 	case o.messages < 0:
 		return usagef("--messages %d: want 0 or more", o.messages)
+	case o.rate < 0:
+		return usagef("--rate %d: want 0 (unlimited) or more", o.rate)
 	case o.timeout <= 0:
 		return usagef("--timeout %s: want a positive duration", o.timeout)
+	case o.chaosEvery < 100*time.Millisecond:
+		return usagef("--chaos-every %s: want at least 100ms", o.chaosEvery)
 	}
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
 		return usage(fmt.Errorf("--lease-ttl: %w", err))
@@ -122,7 +139,7 @@ func (o *devOptions) validate() error {
 func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	log, _ := o.logs.newLogger(stderr)
 	defer func() { _ = log.Sync() }()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	deadline, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	started := time.Now()
 
@@ -154,8 +171,10 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	rec := newRecorder(sink)
 	defer rec.Close()
-	fmt.Fprintf(stderr, "etcd %s, kafka %v, topic %s (%d partitions), group %s, sink %s\n",
-		endpoint, brokers, o.topic, o.partitions, o.group, o.target)
+	fmt.Fprintf(stderr, "etcd:    %s\nkafka:   %s\ntopic:   %s (%d partitions)\ngroup:   %s\nsink:    %s\n",
+		endpoint, strings.Join(brokers, ","), o.topic, o.partitions, o.group, o.target)
+	fmt.Fprintf(stderr, "try:     offsetkeeper offsets describe --etcd-endpoints %s --brokers %s --group %s\n",
+		endpoint, strings.Join(brokers, ","), o.group)
 
 	cfg := replica.Config{
 		Group:         o.group,
@@ -172,83 +191,140 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	watcher, err := fleet.client()
+	if err != nil {
+		return err
+	}
+	defer watcher.Close()
+	coord, err := coordinator.New(watcher, o.group)
+	if err != nil {
+		return err
+	}
 
-	produced := map[int]int64{}
-	var produceErr error
-	var producing sync.WaitGroup
-	producing.Add(1)
-	go func() {
-		defer producing.Done()
-		produced, produceErr = produceDev(ctx, brokers, o.topic, o.partitions, o.messages, o.spread)
-	}()
+	prod := newDevProducer(brokers, o.topic, o.partitions)
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(deadline, o.messages, o.rate) }()
+	producing := true
 
 	seed := o.seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
 	rng := rand.New(rand.NewPCG(seed, seed))
-	chaos := time.NewTicker(700 * time.Millisecond)
+	chaos := time.NewTicker(o.chaosEvery)
 	defer chaos.Stop()
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
-	prodDone := make(chan struct{})
-	go func() { producing.Wait(); close(prodDone) }()
-	chaosOn := o.chaos
-	var crashes, stops int
-
-	watcher, err := fleet.client()
-	if err != nil {
-		return err
-	}
-	defer watcher.Close()
-	coord, _ := coordinator.New(watcher, o.group)
+	crashes := 0
 
 	for {
 		select {
-		case <-ctx.Done():
-			producing.Wait()
-			delivered, lost, dups := rec.tally(produced)
-			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d crashes=%d stops=%d elapsed=%s result=TIMEOUT\n",
-				sum(produced), delivered, lost, dups, crashes, stops, time.Since(started).Round(time.Millisecond))
-			return fmt.Errorf("not everything delivered and committed within --timeout %s", o.timeout)
-		case <-prodDone:
-			prodDone = nil
-			chaosOn = false // let the group settle
-			if produceErr != nil {
-				return produceErr
+		case <-deadline.Done():
+			if ctx.Err() != nil {
+				return nil // interrupted
+			}
+			return fmt.Errorf("not everything committed within --timeout %s (%s)", o.timeout, o.status(ctx, coord, prod, rec, fleet))
+		case err := <-prodDone:
+			producing = false
+			if err != nil {
+				return err
 			}
 		case <-chaos.C:
-			if !chaosOn {
+			// Crash while records are still on their way to the sink.
+			if !o.chaos || (!producing && rec.distinct() >= prod.total()) {
 				continue
 			}
-			switch n := fleet.size(); {
-			case n > 1 && rng.IntN(2) == 0:
+			if n := fleet.size(); n > 0 {
 				fleet.crash(rng.IntN(n))
 				crashes++
-			case n > 1:
-				fleet.stop(rng.IntN(n))
-				stops++
-			}
-			for fleet.size() < o.replicas {
 				if err := fleet.start(ctx); err != nil {
 					return err
 				}
 			}
 		case <-progress.C:
-			if prodDone != nil {
+			line, done := o.progress(ctx, coord, prod, rec, fleet, producing)
+			fmt.Fprintln(stderr, line)
+			if !done {
 				continue
 			}
-			delivered, lost, dups := rec.tally(produced)
-			committed, err := committedAll(ctx, coord, produced)
-			fmt.Fprintf(stderr, "delivered %d/%d, duplicates %d, replicas %d\n", delivered, sum(produced), dups, fleet.size())
-			if err == nil && lost == 0 && committed {
-				fleet.stopAll()
-				fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d crashes=%d stops=%d elapsed=%s seed=%d result=OK\n",
-					sum(produced), delivered, lost, dups, crashes, stops, time.Since(started).Round(time.Millisecond), seed)
-				return nil
+			fleet.stopAll()
+			delivered, lost, dups, err := o.readBack(prod.counts(), rec)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "elapsed=%s crashes=%d seed=%d replays=%d\n",
+				time.Since(started).Round(time.Millisecond), crashes, seed, rec.replayed())
+			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), delivered, lost, dups)
+			if lost > 0 {
+				return fmt.Errorf("%d records lost", lost)
+			}
+			if o.hold {
+				fmt.Fprintln(stderr, "holding: the cluster stays up until SIGINT or SIGTERM")
+				<-ctx.Done()
+			}
+			return nil
+		}
+	}
+}
+
+// progress is one progress line; done is true when everything produced is
+// committed.
+func (o *devOptions) progress(ctx context.Context, coord *coordinator.Coordinator, prod *devProducer, rec *recorder, fleet *devFleet, producing bool) (string, bool) {
+	line := o.status(ctx, coord, prod, rec, fleet)
+	if producing {
+		return line, false
+	}
+	committed, err := committedAll(ctx, coord, o.topic, prod.counts())
+	return line, err == nil && committed
+}
+
+func (o *devOptions) status(ctx context.Context, coord *coordinator.Coordinator, prod *devProducer, rec *recorder, fleet *devFleet) string {
+	var committed int64
+	claims := map[string]int{}
+	if snap, err := coord.Snapshot(ctx); err == nil {
+		for _, off := range snap.Offsets {
+			committed += off.Next
+		}
+		for _, c := range snap.Claims {
+			claims[c.Replica]++
+		}
+	}
+	var per []string
+	for _, id := range fleet.ids() {
+		per = append(per, fmt.Sprintf("%s:%d", id, claims[id]))
+	}
+	produced := prod.total()
+	return fmt.Sprintf("produced=%d in_sink=%d committed=%d lag=%d claims=%s",
+		produced, rec.distinct(), committed, produced-committed, strings.Join(per, ","))
+}
+
+// readBack counts what the sink holds: for a file sink by reading its files
+// (what any reader of them sees), otherwise from what was written to it.
+func (o *devOptions) readBack(produced map[int]int64, rec *recorder) (delivered, lost, duplicates int64, err error) {
+	if o.target.scheme != "file" {
+		d, l, dups := rec.tally(produced)
+		return d, l, dups, nil
+	}
+	for p, n := range produced {
+		records, err := file.ReadAll(o.target.dir, o.topic, p)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("read the sink back: %w", err)
+		}
+		seen := make(map[int64]int, len(records))
+		for _, r := range records {
+			seen[r.Offset]++
+		}
+		for off := int64(0); off < n; off++ {
+			switch c := seen[off]; {
+			case c == 0:
+				lost++
+			default:
+				delivered++
+				duplicates += int64(c - 1)
 			}
 		}
 	}
+	return delivered, lost, duplicates, nil
 }
 
 func (t sinkTarget) String() string {
@@ -268,25 +344,14 @@ func sum(m map[int]int64) int64 {
 
 // committedAll reports whether every partition's committed offset reached
 // what was produced to it.
-func committedAll(ctx context.Context, c *coordinator.Coordinator, produced map[int]int64) (bool, error) {
+func committedAll(ctx context.Context, c *coordinator.Coordinator, topic string, produced map[int]int64) (bool, error) {
 	snap, err := c.Snapshot(ctx)
 	if err != nil {
 		return false, err
 	}
 	for p, n := range produced {
-		for topicPart, o := range snap.Offsets {
-			if topicPart.Partition == p && o.Next < n {
-				return false, nil
-			}
-		}
-		if n > 0 {
-			found := false
-			for topicPart := range snap.Offsets {
-				found = found || topicPart.Partition == p
-			}
-			if !found {
-				return false, nil
-			}
+		if n > 0 && snap.Offsets[coordinator.Partition{Topic: topic, Partition: p}].Next < n {
+			return false, nil
 		}
 	}
 	return true, nil
@@ -347,6 +412,16 @@ func (f *devFleet) start(ctx context.Context) error {
 	f.running = append(f.running, d)
 	f.mu.Unlock()
 	return nil
+}
+
+func (f *devFleet) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, d := range f.running {
+		out = append(out, d.r.ID())
+	}
+	return out
 }
 
 func (f *devFleet) take(i int) *devReplica {

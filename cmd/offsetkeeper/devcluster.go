@@ -77,55 +77,97 @@ func startDevKafka(topic string, partitions int) (*kfake.Cluster, []string, erro
 	return c, c.ListenAddrs(), nil
 }
 
-// produceDev writes n JSON records round-robin over the topic's partitions,
-// in chunks, spread over spread, and returns how many each partition got.
-func produceDev(ctx context.Context, brokers []string, topic string, partitions, n int, spread time.Duration) (map[int]int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+// devProducer writes JSON records round-robin over a topic's partitions and
+// counts what each partition got.
+type devProducer struct {
+	brokers    []string
+	topic      string
+	partitions int
+
+	mu       sync.Mutex
+	produced map[int]int64
+}
+
+func newDevProducer(brokers []string, topic string, partitions int) *devProducer {
+	return &devProducer{brokers: brokers, topic: topic, partitions: partitions, produced: map[int]int64{}}
+}
+
+// run produces n records, at rate per second when rate > 0.
+func (d *devProducer) run(ctx context.Context, n, rate int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
+		return fmt.Errorf("producer: %w", err)
 	}
 	defer cl.Close()
-	counts := map[int]int64{}
-	const chunk = 1000
-	chunks := (n + chunk - 1) / chunk
-	pause := time.Duration(0)
-	if chunks > 1 {
-		pause = spread / time.Duration(chunks)
+	chunk := 1000
+	var tick *time.Ticker
+	if rate > 0 {
+		// Ten chunks a second keep the rate smooth.
+		chunk = max(1, rate/10)
+		tick = time.NewTicker(time.Second * time.Duration(chunk) / time.Duration(rate))
+		defer tick.Stop()
 	}
 	for i := 0; i < n; i += chunk {
+		if tick != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
 		var rs []*kgo.Record
 		for j := i; j < min(i+chunk, n); j++ {
-			p := j % partitions
 			rs = append(rs, &kgo.Record{
-				Topic:     topic,
-				Partition: int32(p),
+				Topic:     d.topic,
+				Partition: int32(j % d.partitions),
 				Key:       fmt.Appendf(nil, "k-%d", j),
 				Value:     fmt.Appendf(nil, `{"n":%d,"at":%q}`, j, time.Now().UTC().Format(time.RFC3339Nano)),
 			})
 		}
 		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-			return counts, fmt.Errorf("produce: %w", err)
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("produce: %w", err)
 		}
+		d.mu.Lock()
 		for _, r := range rs {
-			counts[int(r.Partition)]++
+			d.produced[int(r.Partition)]++
 		}
-		select {
-		case <-ctx.Done():
-			return counts, ctx.Err()
-		case <-time.After(pause):
-		}
+		d.mu.Unlock()
 	}
-	return counts, nil
+	return nil
+}
+
+func (d *devProducer) counts() map[int]int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[int]int64, len(d.produced))
+	for p, n := range d.produced {
+		out[p] = n
+	}
+	return out
+}
+
+func (d *devProducer) total() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n int64
+	for _, v := range d.produced {
+		n += v
+	}
+	return n
 }
 
 // recorder wraps a sink and remembers which offsets were written, so dev can
 // tell lost records from duplicates whatever the sink.
 type recorder struct {
 	sinks.Sink
-	mu     sync.Mutex
-	seen   map[int]map[int64]int // partition → offset → writes
-	writes int64
+	mu        sync.Mutex
+	seen      map[int]map[int64]int // partition → offset → writes
+	distinctN int64
+	writes    int64
 }
 
 func newRecorder(s sinks.Sink) *recorder { return &recorder{Sink: s, seen: map[int]map[int64]int{}} }
@@ -142,6 +184,9 @@ func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
 		r.seen[b.Partition] = m
 	}
 	for _, rec := range b.Records {
+		if m[rec.Offset] == 0 {
+			r.distinctN++
+		}
 		m[rec.Offset]++
 		r.writes++
 	}
@@ -173,4 +218,18 @@ func (r *recorder) Resume(ctx context.Context, topic string, partition int) (int
 		return rs.Resume(ctx, topic, partition)
 	}
 	return 0, 0, false, nil
+}
+
+// distinct is how many different records were written.
+func (r *recorder) distinct() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.distinctN
+}
+
+// replayed is how many record writes repeated an earlier one.
+func (r *recorder) replayed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes - r.distinctN
 }
