@@ -188,7 +188,7 @@ func TestCommitFencing(t *testing.T) {
 func TestZombieCutOffByProxy(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
-	proxy := harness.NewProxy(t, etcd.Endpoint(0))
+	proxy := harness.NewProxy(t, etcd.Addr(0))
 	zcli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
-	proxy := harness.NewProxy(t, etcd.Endpoint(0))
+	proxy := harness.NewProxy(t, etcd.Addr(0))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +370,7 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 func TestCommitFailsAfterRetriesWithClearError(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
-	proxy := harness.NewProxy(t, etcd.Endpoint(0))
+	proxy := harness.NewProxy(t, etcd.Addr(0))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +408,7 @@ func TestLivenessLostBeforeLeaseExpires(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
-	proxy := harness.NewProxy(t, etcd.Endpoint(0))
+	proxy := harness.NewProxy(t, etcd.Addr(0))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,10 @@ func (e *Etcd) Endpoints() []string {
 
 // Endpoint is the client URL of member i; it stays the same across
 // StopMember and RestartMember.
-func (e *Etcd) Endpoint(i int) string { return "http://" + e.members[i].front.Addr() }
+func (e *Etcd) Endpoint(i int) string { return "http://" + e.Addr(i) }
+
+// Addr is member i's client address as host:port, the target for a Proxy.
+func (e *Etcd) Addr(i int) string { return e.members[i].front.Addr() }
 
 // Client returns a client over the endpoints of all members (stopped ones
 // included, so it keeps working across restarts), closed in t.Cleanup.
