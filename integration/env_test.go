@@ -1,0 +1,246 @@
+// Package integration_test runs replicas against a real in-process etcd and
+// a Kafka-protocol broker (kfake), with faults injected for real.
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+)
+
+// bin is the offsetkeeper command, built once for tests that run replicas
+// as processes.
+var bin string
+
+func TestMain(m *testing.M) {
+	path, cleanup, err := harness.BuildOffsetkeeper()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = path
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(harness.GoleakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	cleanup()
+	os.Exit(code)
+}
+
+// env is one etcd, one Kafka and one topic.
+type env struct {
+	t      *testing.T
+	etcd   *harness.Etcd
+	kafka  *harness.Kafka
+	topic  string
+	parts  int
+	group  string
+	admin  *clientv3.Client
+	coord  *coordinator.Coordinator
+	logger *zap.Logger
+}
+
+func newEnv(t *testing.T, topic string, partitions int) *env {
+	t.Helper()
+	e := &env{t: t, topic: topic, parts: partitions, group: "g"}
+	e.etcd = harness.StartEtcd(t, 1)
+	e.kafka = harness.StartKafka(t, harness.SeedTopics(partitions, topic))
+	e.admin = e.etcd.Client(t)
+	c, err := coordinator.New(e.admin, e.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.coord = c
+	e.logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	return e
+}
+
+// config is a replica config for tests: short TTL and quick polls.
+func (e *env) config(id string) replica.Config {
+	return replica.Config{
+		Group:          e.group,
+		ReplicaID:      id,
+		Topics:         []string{e.topic},
+		Fetch:          replica.FetchConfig{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
+		LeaseTTL:       2 * time.Second,
+		FlushInterval:  100 * time.Millisecond,
+		ResyncInterval: time.Second,
+		RebalanceDelay: 20 * time.Millisecond,
+	}
+}
+
+// produce writes n records per partition with values "<partition>-<i>".
+func (e *env) produce(n int) {
+	e.t.Helper()
+	for p := 0; p < e.parts; p++ {
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			recs[i] = &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, `{"p":%d,"i":%d}`, p, i)}
+		}
+		e.kafka.Produce(e.t, e.topic, p, recs...)
+	}
+}
+
+// running is a replica started with start.
+type running struct {
+	r      *replica.Replica
+	cli    *clientv3.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// start runs a replica in this process with its own etcd client.
+func (e *env) start(cfg replica.Config, sink sinks.Sink) *running {
+	e.t.Helper()
+	cli := e.etcd.Client(e.t)
+	r, err := replica.New(cfg, cli, sink, e.logger.With(zap.String("test_replica", cfg.ReplicaID)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &running{r: r, cli: cli, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(rn.done)
+		_ = r.Run(ctx)
+	}()
+	e.t.Cleanup(rn.stop)
+	return rn
+}
+
+// stop is a graceful stop, as SIGTERM.
+func (rn *running) stop() {
+	rn.once.Do(func() {
+		rn.cancel()
+		<-rn.done
+	})
+}
+
+// kill is a crash: nothing finished, released or revoked.
+func (rn *running) kill() {
+	rn.once.Do(func() {
+		rn.r.Kill()
+		<-rn.done
+		rn.cancel()
+	})
+}
+
+// await polls cond until it holds, failing the test after d.
+func await(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// committed is the group's committed offsets by partition number.
+func (e *env) committed() map[int]int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := e.coord.Snapshot(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int]int64{}
+	for p, o := range snap.Offsets {
+		if p.Topic == e.topic {
+			out[p.Partition] = o.Next
+		}
+	}
+	return out
+}
+
+// allCommitted reports whether every partition's offset reached want.
+func (e *env) allCommitted(want map[int]int64) bool {
+	got := e.committed()
+	for p, n := range want {
+		if got[p] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// logEnds is the log-end offset of every partition.
+func (e *env) logEnds() map[int]int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := map[int]int64{}
+	for p := 0; p < e.parts; p++ {
+		f, err := replica.NewFetcher(replica.FetchConfig{Brokers: e.kafka.Brokers()}, e.topic, p, zap.NewNop())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		_, end, err := f.Bounds(ctx)
+		_ = f.Close()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[p] = end
+	}
+	return out
+}
+
+// checkFileSink asserts that dir holds every offset below want[p] exactly
+// once, with the value produced for it.
+func (e *env) checkFileSink(dir string, want map[int]int64) {
+	e.t.Helper()
+	for p, n := range want {
+		recs, err := file.ReadAll(dir, e.topic, p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if int64(len(recs)) != n {
+			e.t.Errorf("partition %d: %d records in the sink, want %d", p, len(recs), n)
+		}
+		for i, r := range recs {
+			if r.Offset != int64(i) {
+				e.t.Fatalf("partition %d: record %d has offset %d: lost or duplicated", p, i, r.Offset)
+			}
+		}
+	}
+}
+
+// process starts `offsetkeeper run` as a separate process writing to the
+// file sink in dir.
+func (e *env) process(id, dir string, extra ...string) *harness.Process {
+	e.t.Helper()
+	args := []string{"run",
+		"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","),
+		"--brokers", strings.Join(e.kafka.Brokers(), ","),
+		"--group", e.group,
+		"--topics", e.topic,
+		"--sink", "file://" + dir,
+		"--replica-id", id,
+		"--lease-ttl", "2s",
+		"--flush-interval", "100ms",
+		"--fetch-max-wait", "100ms",
+		"--log-format", "console",
+	}
+	return harness.StartProcess(e.t, id, bin, append(args, extra...)...)
+}
