@@ -1,0 +1,467 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// kafkaOpTimeout bounds every helper call against the fake cluster.
+const kafkaOpTimeout = 30 * time.Second
+
+// kafkaFlushEvery is how many records a producer buffers before it flushes,
+// so that huge Produce calls do not hold everything in memory at once.
+const kafkaFlushEvery = 50_000
+
+// Kafka is an in-process fake Kafka cluster (franz-go's kfake) of one or more
+// brokers, each on its own 127.0.0.1 port, with helpers to create topics and
+// produce records. It is closed in t.Cleanup. Helpers take a testing.TB and
+// fail the test on error, so call them from the test goroutine.
+type Kafka struct {
+	cluster *kfake.Cluster
+	brokers []string
+	codec   kgo.CompressionCodec
+
+	mu      sync.Mutex
+	admin   *kgo.Client
+	plain   *Producer
+	txn     *TxnProducer
+	clients []*kgo.Client
+	closed  bool
+}
+
+type kafkaConfig struct {
+	brokers int
+	codec   kgo.CompressionCodec
+	kfake   []kfake.Opt
+}
+
+// KafkaOption configures StartKafka.
+type KafkaOption func(*kafkaConfig)
+
+// NumBrokers sets the number of brokers (default 1).
+func NumBrokers(n int) KafkaOption { return func(c *kafkaConfig) { c.brokers = n } }
+
+// SeedTopics creates topics of the given number of partitions at start.
+func SeedTopics(partitions int, names ...string) KafkaOption {
+	return func(c *kafkaConfig) { c.kfake = append(c.kfake, kfake.SeedTopics(int32(partitions), names...)) }
+}
+
+// Compression sets the codec Produce uses (default none). Producers made
+// with NewProducer choose their own.
+func Compression(codec kgo.CompressionCodec) KafkaOption {
+	return func(c *kafkaConfig) { c.codec = codec }
+}
+
+// KfakeOptions passes options to kfake.NewCluster as they are.
+func KfakeOptions(opts ...kfake.Opt) KafkaOption {
+	return func(c *kafkaConfig) { c.kfake = append(c.kfake, opts...) }
+}
+
+// StartKafka starts a fake cluster on free loopback ports.
+func StartKafka(t testing.TB, opts ...KafkaOption) *Kafka {
+	t.Helper()
+	cfg := kafkaConfig{brokers: 1, codec: kgo.NoCompression()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.brokers < 1 {
+		t.Fatalf("kafka: %d brokers", cfg.brokers)
+	}
+	kopts := append([]kfake.Opt{kfake.NumBrokers(cfg.brokers)}, cfg.kfake...)
+	c, err := kfake.NewCluster(kopts...)
+	if err != nil {
+		t.Fatalf("kafka: start %d brokers: %v", cfg.brokers, err)
+	}
+	k := &Kafka{cluster: c, brokers: c.ListenAddrs(), codec: cfg.codec}
+	t.Cleanup(k.close)
+	return k
+}
+
+// Brokers returns the brokers' host:port addresses.
+func (k *Kafka) Brokers() []string { return append([]string(nil), k.brokers...) }
+
+// Cluster gives access to the fake cluster, e.g. to move partition leaders
+// (MoveTopicPartition) or intercept requests (ControlKey).
+func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
+
+func (k *Kafka) close() {
+	k.mu.Lock()
+	k.closed = true
+	clients := k.clients
+	k.clients = nil
+	k.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
+	}
+	k.cluster.Close()
+}
+
+// newClient returns a kgo client closed with the cluster.
+func (k *Kafka) newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts = append([]kgo.Opt{kgo.SeedBrokers(k.brokers...)}, opts...)
+	c, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatalf("kafka: new client: %v", err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		c.Close()
+		t.Fatalf("kafka: cluster already closed")
+	}
+	k.clients = append(k.clients, c)
+	return c
+}
+
+// Client returns a plain kgo client of the cluster, closed with it, for
+// requests the helpers do not cover (kmsg requests via RequestWith).
+func (k *Kafka) Client(t testing.TB) *kgo.Client {
+	t.Helper()
+	return k.adminClient(t)
+}
+
+func (k *Kafka) adminClient(t testing.TB) *kgo.Client {
+	t.Helper()
+	k.mu.Lock()
+	c := k.admin
+	k.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	c = k.newClient(t)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.admin == nil {
+		k.admin = c
+	}
+	return k.admin
+}
+
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), kafkaOpTimeout)
+}
+
+// CreateTopic creates topic with the given number of partitions. Configs
+// are topic configs such as "cleanup.policy", "compact".
+func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs ...string) {
+	t.Helper()
+	if len(configs)%2 != 0 {
+		t.Fatalf("kafka: create topic %s: configs must be key, value pairs", name)
+	}
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = name
+	rt.NumPartitions = int32(partitions)
+	rt.ReplicationFactor = 1
+	for i := 0; i < len(configs); i += 2 {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = configs[i], kmsg.StringPtr(configs[i+1])
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
+	ctx, cancel := opCtx()
+	defer cancel()
+	resp, err := req.RequestWith(ctx, k.adminClient(t))
+	if err != nil {
+		t.Fatalf("kafka: create topic %s: %v", name, err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			t.Fatalf("kafka: create topic %s: %v", name, err)
+		}
+	}
+}
+
+// AddPartitions adds n partitions to topic.
+func (k *Kafka) AddPartitions(t testing.TB, topic string, n int) {
+	t.Helper()
+	cur := k.NumPartitions(t, topic)
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic = topic
+	rt.Count = int32(cur + n)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
+	ctx, cancel := opCtx()
+	defer cancel()
+	resp, err := req.RequestWith(ctx, k.adminClient(t))
+	if err != nil {
+		t.Fatalf("kafka: add %d partitions to %s: %v", n, topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			t.Fatalf("kafka: add %d partitions to %s: %v", n, topic, err)
+		}
+	}
+	// Producers that know the topic must learn of the new partitions
+	// before records can be produced to them.
+	k.mu.Lock()
+	clients := append([]*kgo.Client(nil), k.clients...)
+	k.mu.Unlock()
+	last := int32(cur + n - 1)
+	for _, c := range clients {
+		if l, _, _ := c.PartitionLeader(topic, 0); l < 0 {
+			continue
+		}
+		c.ForceMetadataRefresh()
+		for {
+			if l, _, _ := c.PartitionLeader(topic, last); l >= 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("kafka: add %d partitions to %s: producers did not see them: %v", n, topic, ctx.Err())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// NumPartitions returns the number of partitions of topic.
+func (k *Kafka) NumPartitions(t testing.TB, topic string) int {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	ctx, cancel := opCtx()
+	defer cancel()
+	resp, err := req.RequestWith(ctx, k.adminClient(t))
+	if err != nil {
+		t.Fatalf("kafka: metadata of %s: %v", topic, err)
+	}
+	for _, mt := range resp.Topics {
+		if mt.Topic == nil || *mt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+			t.Fatalf("kafka: metadata of %s: %v", topic, err)
+		}
+		return len(mt.Partitions)
+	}
+	t.Fatalf("kafka: metadata of %s: topic missing from the response", topic)
+	return 0
+}
+
+// DeleteRecords deletes the records of topic/partition before offset, which
+// becomes the log start offset.
+func (k *Kafka) DeleteRecords(t testing.TB, topic string, partition int, before int64) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition = int32(partition)
+	rp.Offset = before
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
+	ctx, cancel := opCtx()
+	defer cancel()
+	// DeleteRecords goes to the partition leader: kgo routes it.
+	resp, err := req.RequestWith(ctx, k.adminClient(t))
+	if err != nil {
+		t.Fatalf("kafka: delete records of %s/%d before %d: %v", topic, partition, before, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("kafka: delete records of %s/%d before %d: %v", topic, partition, before, err)
+			}
+		}
+	}
+}
+
+// Producer writes records to chosen partitions. The records given to one
+// Produce call form as few batches as possible: one, unless they exceed 1 MB
+// uncompressed or kafkaFlushEvery records.
+type Producer struct {
+	k  *Kafka
+	cl *kgo.Client
+}
+
+// NewProducer returns a producer compressing with codec.
+func (k *Kafka) NewProducer(t testing.TB, codec kgo.CompressionCodec) *Producer {
+	t.Helper()
+	return &Producer{k: k, cl: k.newClient(t, producerOpts(codec)...)}
+}
+
+func producerOpts(codec kgo.CompressionCodec, extra ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(codec),
+		// Records are sent on Flush only: the records of one call form
+		// as few batches as possible, which tests about batches rely on.
+		kgo.ManualFlushing(),
+		kgo.MaxBufferedRecords(kafkaFlushEvery + 1),
+		kgo.ProducerLinger(0),
+	}, extra...)
+}
+
+// Produce writes records to topic/partition (their Topic and Partition
+// fields are overwritten) and waits until all are acknowledged. On return
+// each record's Offset is set.
+func (p *Producer) Produce(t testing.TB, topic string, partition int, records ...*kgo.Record) {
+	t.Helper()
+	if err := produce(p.cl, topic, partition, records); err != nil {
+		t.Fatalf("kafka: produce %d records to %s/%d: %v", len(records), topic, partition, err)
+	}
+}
+
+func produce(cl *kgo.Client, topic string, partition int, records []*kgo.Record) error {
+	ctx, cancel := opCtx()
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = fmt.Errorf("record at %d: %w", r.Offset, err)
+			}
+			mu.Unlock()
+		}
+	}
+	for i, r := range records {
+		r.Topic, r.Partition = topic, int32(partition)
+		cl.Produce(ctx, r, promise)
+		if i == 0 {
+			// Records of a partition the client does not know yet wait
+			// for metadata and join the partition's buffer when it
+			// comes: if that happened during Flush, the first batch
+			// would be cut short. Wait for the partition instead.
+			for {
+				leader, _, _ := cl.PartitionLeader(topic, int32(partition))
+				if leader >= 0 {
+					break
+				}
+				if err := failed(); err != nil {
+					return err
+				}
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("partition %s/%d unknown to the producer: %w", topic, partition, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if (i+1)%kafkaFlushEvery == 0 {
+			if err := cl.Flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	return failed()
+}
+
+// Produce writes records to topic/partition with the cluster's default
+// compression (see Producer.Produce).
+func (k *Kafka) Produce(t testing.TB, topic string, partition int, records ...*kgo.Record) {
+	t.Helper()
+	k.mu.Lock()
+	p := k.plain
+	k.mu.Unlock()
+	if p == nil {
+		p = k.NewProducer(t, k.codec)
+		k.mu.Lock()
+		k.plain = p
+		k.mu.Unlock()
+	}
+	p.Produce(t, topic, partition, records...)
+}
+
+// ProduceValues writes one record per value, without key, to
+// topic/partition and returns their offsets.
+func (k *Kafka) ProduceValues(t testing.TB, topic string, partition int, values ...string) []int64 {
+	t.Helper()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Value: []byte(v)}
+	}
+	k.Produce(t, topic, partition, recs...)
+	offsets := make([]int64, len(recs))
+	for i, r := range recs {
+		offsets[i] = r.Offset
+	}
+	return offsets
+}
+
+// TxnProducer is a transactional producer: Begin, Produce (any number of
+// times, to any partitions), then End with commit or abort.
+type TxnProducer struct {
+	k  *Kafka
+	cl *kgo.Client
+}
+
+// NewTxnProducer returns a transactional producer with the given
+// transactional id, compressing with the cluster's default codec.
+func (k *Kafka) NewTxnProducer(t testing.TB, id string) *TxnProducer {
+	t.Helper()
+	return &TxnProducer{k: k, cl: k.newClient(t, producerOpts(k.codec, kgo.TransactionalID(id))...)}
+}
+
+// Begin starts a transaction.
+func (p *TxnProducer) Begin(t testing.TB) {
+	t.Helper()
+	if err := p.cl.BeginTransaction(); err != nil {
+		t.Fatalf("kafka: begin transaction: %v", err)
+	}
+}
+
+// Produce writes records to topic/partition within the open transaction and
+// waits until they are acknowledged (not yet committed).
+func (p *TxnProducer) Produce(t testing.TB, topic string, partition int, records ...*kgo.Record) {
+	t.Helper()
+	if err := produce(p.cl, topic, partition, records); err != nil {
+		t.Fatalf("kafka: produce %d transactional records to %s/%d: %v", len(records), topic, partition, err)
+	}
+}
+
+// End commits (commit true) or aborts the open transaction.
+func (p *TxnProducer) End(t testing.TB, commit bool) {
+	t.Helper()
+	ctx, cancel := opCtx()
+	defer cancel()
+	if err := p.cl.Flush(ctx); err != nil {
+		t.Fatalf("kafka: end transaction: flush: %v", err)
+	}
+	if err := p.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatalf("kafka: end transaction (commit %v): %v", commit, err)
+	}
+}
+
+// Transact writes records to topic/partition in a transaction of their own,
+// committed or aborted, with a transactional producer of the cluster.
+func (k *Kafka) Transact(t testing.TB, commit bool, topic string, partition int, records ...*kgo.Record) {
+	t.Helper()
+	k.mu.Lock()
+	p := k.txn
+	k.mu.Unlock()
+	if p == nil {
+		p = k.NewTxnProducer(t, "harness-txn")
+		k.mu.Lock()
+		k.txn = p
+		k.mu.Unlock()
+	}
+	p.Begin(t)
+	p.Produce(t, topic, partition, records...)
+	p.End(t, commit)
+}
