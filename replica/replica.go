@@ -167,9 +167,14 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 	hard, cancelHard := context.WithCancel(context.Background())
 	defer cancelHard()
 
+	// Membership and claims drive re-planning; offsets and intents, written
+	// with every block, are not watched.
 	wctx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
-	events := r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), r.coord.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	watch := func(prefix string) clientv3.WatchChan {
+		return r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	}
+	members, claims := watch(r.coord.Keys().MembersPrefix()), watch(r.coord.Keys().ClaimsPrefix())
 
 	var partitions []coordinator.Partition
 	metadata := time.NewTimer(0)
@@ -212,21 +217,19 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 				schedule()
 			}
 			metadata.Reset(r.cfg.MetadataInterval)
-		case wr, ok := <-events:
+		case wr, ok := <-members:
 			if !ok {
-				events = r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), r.coord.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+				members = watch(r.coord.Keys().MembersPrefix())
+			}
+			if !ok || len(wr.Events) > 0 {
 				schedule()
-				continue
 			}
-			if wr.Err() != nil {
-				continue
+		case wr, ok := <-claims:
+			if !ok {
+				claims = watch(r.coord.Keys().ClaimsPrefix())
 			}
-			for _, ev := range wr.Events {
-				k := string(ev.Kv.Key)
-				if hasPrefix(k, r.coord.Keys().MembersPrefix()) || hasPrefix(k, r.coord.Keys().ClaimsPrefix()) {
-					schedule()
-					break
-				}
+			if !ok || len(wr.Events) > 0 {
+				schedule()
 			}
 		case <-resync.C:
 			schedule()
@@ -240,8 +243,6 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 		}
 	}
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
