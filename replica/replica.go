@@ -213,8 +213,12 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 			if err != nil {
 				r.log.Warn("reading topic metadata failed", zap.Error(err))
 			} else if !slices.Equal(ps, partitions) {
+				if partitions == nil {
+					replan.Reset(0) // the first plan of a session waits for nothing
+				} else {
+					schedule()
+				}
 				partitions = ps
-				schedule()
 			}
 			metadata.Reset(r.cfg.MetadataInterval)
 		case wr, ok := <-members:

@@ -1,0 +1,114 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
+)
+
+// BenchmarkReplicaVsRawDrain loads the same records into kfake once, then
+// measures in the same run a raw kafka-go drain of them (one connection per
+// partition, DialLeader and ReadBatch, nothing else) and a replica delivering
+// them to discard: with a guard, an intent and an etcd commit per block. It
+// reports records/s for both and replica/raw.
+//
+//	go test -run '^$' -bench ReplicaVsRawDrain -benchtime 5x ./integration/
+func BenchmarkReplicaVsRawDrain(b *testing.B) {
+	const parts, perPart = 8, 62_500
+	etcd := harness.StartEtcd(b, 1)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	for p := 0; p < parts; p++ {
+		recs := make([]*kgo.Record, perPart)
+		for i := range recs {
+			recs[i] = &kgo.Record{
+				Key:   fmt.Appendf(nil, "key-%07d", i),
+				Value: fmt.Appendf(nil, "value-%07d-%s", i, strings.Repeat("v", 86)), // 100 bytes
+			}
+		}
+		k.Produce(b, "bench", p, recs...)
+	}
+	total := float64(parts * perPart)
+
+	var rawTime, replicaTime time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		start := time.Now()
+		rawDrain(b, k.Brokers()[0], "bench", parts, perPart)
+		rawTime += time.Since(start)
+
+		sink := discard.New()
+		cli := etcd.Client(b)
+		cfg := replica.Config{
+			Group:     fmt.Sprintf("bench-%d", round), // a new group starts from the earliest offset
+			ReplicaID: "r",
+			Topics:    []string{"bench"},
+			Fetch:     replica.FetchConfig{Brokers: k.Brokers()},
+			LeaseTTL:  10 * time.Second,
+		}
+		r, err := replica.New(cfg, cli, sink, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		start = time.Now()
+		go func() { defer close(done); _ = r.Run(ctx) }()
+		for r.Stats().Records.Load() < int64(parts*perPart) || r.Stats().Claims.Load() < parts {
+			time.Sleep(time.Millisecond)
+		}
+		replicaTime += time.Since(start)
+		cancel()
+		<-done
+		if sink.Records() != int64(parts*perPart) {
+			b.Fatalf("discard got %d records, want %d", sink.Records(), parts*perPart)
+		}
+	}
+	raw := total * float64(round) / rawTime.Seconds()
+	rep := total * float64(round) / replicaTime.Seconds()
+	b.ReportMetric(raw, "raw-records/s")
+	b.ReportMetric(rep, "replica-records/s")
+	b.ReportMetric(rep/raw, "ratio")
+}
+
+// rawDrain reads every partition to n records with kafka-go's connection
+// API, one goroutine per partition.
+func rawDrain(b *testing.B, broker, topic string, parts, n int) {
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := kafka.DialLeader(context.Background(), "tcp", broker, topic, p)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer conn.Close()
+			for got := 0; got < n; {
+				batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: replica.DefaultFetchMaxBytes, MaxWait: replica.DefaultFetchMaxWait})
+				for {
+					if _, err := batch.ReadMessage(); err != nil {
+						break
+					}
+					got++
+				}
+				if err := batch.Close(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
