@@ -263,11 +263,6 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if first.IsZero() {
 			first = time.Now()
 		}
-		if caughtUp(batch) {
-			// The broker says nothing more is there: that is the empty
-			// poll, without waiting MaxWait for it.
-			empties++
-		}
 	}
 }
 
@@ -363,14 +358,4 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, next int64) error {
 	return c.claim.Commit(ctx, next, c.rows)
-}
-
-// caughtUp reports whether a batch reached the end of what can be read now:
-// the last stable offset (read_committed) or the high watermark.
-func caughtUp(b PolledBatch) bool {
-	end := b.LastStable
-	if end < 0 {
-		end = b.HighWatermark
-	}
-	return end >= 0 && b.Next >= end
 }
