@@ -81,7 +81,9 @@ func (pt *partition) run(ctx context.Context) {
 	if ctx.Err() != nil && !pt.stopping() {
 		return // hard stop: the session owner revokes the lease
 	}
-	if pt.stopping() && !errors.Is(pt.err, coordinator.ErrFenced) {
+	// Whatever else ended the partition, a claim still held must go, or no
+	// one would consume the partition until this replica leaves.
+	if !errors.Is(pt.err, coordinator.ErrFenced) {
 		rctx, cancel := context.WithTimeout(context.Background(), pt.r.cfg.LeaseTTL/2)
 		defer cancel()
 		if err := pt.claim.Release(rctx); err != nil {
@@ -103,10 +105,16 @@ func (pt *partition) stopping() bool {
 }
 
 func (pt *partition) consume(fctx, wctx context.Context) error {
+	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	start, err := pt.resume(fctx)
-	if err != nil {
-		return err
+	for err != nil {
+		pt.log.Warn("finding the resume point failed; retrying", zap.Error(err))
+		if backoff.wait(fctx) != nil {
+			return errStopped
+		}
+		start, err = pt.resume(fctx)
 	}
+	backoff.reset()
 	pt.f.SeekTo(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 
@@ -124,7 +132,6 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		}
 	}
 
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	for {
 		b, perr := pt.poll(fctx)
 		var derr error
