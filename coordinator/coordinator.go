@@ -86,6 +86,7 @@ type Snapshot struct {
 	Claims   map[Partition]ClaimInfo
 	Offsets  map[Partition]Offsets
 	Intents  map[Partition]Intent
+	Releases map[Partition]ReleaseRequest
 }
 
 // Snapshot reads the group's members, claims, offsets and intents with one
@@ -100,6 +101,7 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 		Claims:   map[Partition]ClaimInfo{},
 		Offsets:  map[Partition]Offsets{},
 		Intents:  map[Partition]Intent{},
+		Releases: map[Partition]ReleaseRequest{},
 	}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
@@ -143,6 +145,15 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 				continue
 			}
 			s.Intents[p] = in
+		case strings.HasPrefix(key, c.keys.ReleasePrefix()):
+			p, err := partitionOf(key, c.keys.ReleasePrefix())
+			if err != nil {
+				continue
+			}
+			var rr ReleaseRequest
+			if err := json.Unmarshal(kv.Value, &rr); err == nil {
+				s.Releases[p] = rr
+			}
 		}
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Revision < s.Members[j].Revision })

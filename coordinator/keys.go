@@ -15,6 +15,9 @@ const (
 	claimsDir  = "claims/"
 	offsetsDir = "offsets/"
 	intentsDir = "intents/"
+	// releaseDir holds operators' release requests: an addition to the
+	// contract's four kinds of keys, which it leaves unchanged.
+	releaseDir = "release/"
 )
 
 // Keys builds the etcd keys of one group.
@@ -39,6 +42,12 @@ func (k Keys) Offsets(p Partition) string { return k.prefix + offsetsDir + p.pat
 
 // Intent is P/intents/<topic>/<partition>.
 func (k Keys) Intent(p Partition) string { return k.prefix + intentsDir + p.path() }
+
+// Release is P/release/<topic>/<partition>.
+func (k Keys) Release(p Partition) string { return k.prefix + releaseDir + p.path() }
+
+// ReleasePrefix is P/release/.
+func (k Keys) ReleasePrefix() string { return k.prefix + releaseDir }
 
 // MembersPrefix, ClaimsPrefix, OffsetsPrefix and IntentsPrefix list a kind.
 func (k Keys) MembersPrefix() string { return k.prefix + membersDir }

@@ -34,6 +34,10 @@ type Member struct {
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"started_at"`
 	HTTPAddr  string    `json:"http_address,omitempty"`
+	// Draining is set by an operator (`replicas drain`): the plan gives the
+	// member no partitions, so it hands its claims over at block
+	// boundaries. It lasts as long as the member key.
+	Draining bool `json:"draining,omitempty"`
 
 	// Revision is the member key's CreateRevision: the join order used by
 	// Plan. Not stored in the value.
@@ -65,3 +69,11 @@ type Intent struct {
 }
 
 func (i Intent) String() string { return fmt.Sprintf("[%d, %d)@%d", i.From, i.Next, i.Epoch) }
+
+// ReleaseRequest is the value of P/release/<topic>/<partition>: an
+// operator's request that the owner of the claim with Epoch finish its block
+// and release the partition, so that the planned replica takes it.
+type ReleaseRequest struct {
+	Epoch int64     `json:"epoch"`
+	At    time.Time `json:"at"`
+}

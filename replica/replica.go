@@ -175,6 +175,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 		return r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	}
 	members, claims := watch(r.coord.Keys().MembersPrefix()), watch(r.coord.Keys().ClaimsPrefix())
+	releases := watch(r.coord.Keys().ReleasePrefix())
 
 	var partitions []coordinator.Partition
 	metadata := time.NewTimer(0)
@@ -235,6 +236,13 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 			if !ok || len(wr.Events) > 0 {
 				schedule()
 			}
+		case wr, ok := <-releases:
+			if !ok {
+				releases = watch(r.coord.Keys().ReleasePrefix())
+			}
+			if !ok || len(wr.Events) > 0 {
+				schedule()
+			}
 		case <-resync.C:
 			schedule()
 		case pt := <-exited:
@@ -288,7 +296,8 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	}
 	var members []coordinator.Member
 	for _, m := range snap.Members {
-		if m.Lease != 0 {
+		// Only lease-bound members are live; draining ones get nothing.
+		if m.Lease != 0 && !m.Draining {
 			members = append(members, m)
 		}
 	}
@@ -307,6 +316,15 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	r.mu.Lock()
 	for _, p := range toRelease {
 		if pt, ok := r.owned[p]; ok && !pt.stopping() {
+			close(pt.stop)
+			changed = true
+		}
+	}
+	// An operator asked for these claims to be handed over: finish the
+	// block, release, and let the plan decide again.
+	for p, rr := range snap.Releases {
+		if pt, ok := r.owned[p]; ok && pt.claim.Epoch() == rr.Epoch && !pt.stopping() {
+			pt.log.Info("releasing on an operator's request")
 			close(pt.stop)
 			changed = true
 		}

@@ -88,7 +88,7 @@ Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed).`,
 		Version:       version,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
-	root.AddCommand(newRunCommand(), newDevCommand())
+	root.AddCommand(newRunCommand(), newDevCommand(), newClaimsCommand())
 	return root
 }
 

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+// claimsReleaseOptions is `offsetkeeper claims release`.
+type claimsReleaseOptions struct {
+	cluster   clusterFlags
+	topic     string
+	partition int
+	wait      bool
+	timeout   time.Duration
+	output    string
+}
+
+func newClaimsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "claims",
+		Short: "Move partitions between replicas",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newClaimsReleaseCommand())
+	return cmd
+}
+
+func newClaimsReleaseCommand() *cobra.Command {
+	o := &claimsReleaseOptions{}
+	cmd := &cobra.Command{
+		Use:   "release",
+		Short: "Ask a partition's owner to hand it over at its next block boundary",
+		Long: `Ask the replica that owns a partition to finish the block it is writing,
+commit it, and release its claim; the replica the plan names (possibly the
+same one, under a new epoch) claims it next and resumes from the committed
+offset, so nothing is lost or written twice. The request is a key under
+/offsetkeeper/v1/groups/<group>/release/ that names the claim's epoch, so it
+can never affect a later claim. With --wait (default) the command returns once
+the partition has been handed over, and prints who owns it now.`,
+		Example: `  offsetkeeper claims release --group orders --topic orders --partition 3
+  offsetkeeper claims release --group orders --topic orders --partition 3 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			if err := o.validate(cmd); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.cluster.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&o.topic, "topic", "", "the partition's topic")
+	fs.IntVar(&o.partition, "partition", -1, "the partition number")
+	fs.BoolVar(&o.wait, "wait", true, "wait until the partition has been handed over")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long --wait waits")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func (o *claimsReleaseOptions) validate(cmd *cobra.Command) error {
+	if err := o.cluster.validate(); err != nil {
+		return err
+	}
+	if o.topic == "" {
+		return usagef("--topic is required: the partition's topic")
+	}
+	if o.partition < 0 {
+		return usagef("--partition %d: want a partition number, 0 or more", o.partition)
+	}
+	if o.output != "table" && o.output != "json" {
+		return usagef("-o %q: want table or json", o.output)
+	}
+	if o.timeout <= 0 {
+		return usagef("--timeout %s: want a positive duration", o.timeout)
+	}
+	return nil
+}
+
+// handover is what `claims release` reports.
+type handover struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	From      string `json:"from"`
+	FromEpoch int64  `json:"from_epoch"`
+	To        string `json:"to,omitempty"`
+	ToEpoch   int64  `json:"to_epoch,omitempty"`
+	Done      bool   `json:"done"`
+}
+
+func (o *claimsReleaseOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	cli, err := o.cluster.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	coord, err := coordinator.New(cli, o.cluster.group)
+	if err != nil {
+		return usage(err)
+	}
+	p := coordinator.Partition{Topic: o.topic, Partition: o.partition}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	snap, err := coord.Snapshot(rctx)
+	if err != nil {
+		return err
+	}
+	if len(snap.Members) == 0 && len(snap.Offsets) == 0 && len(snap.Claims) == 0 {
+		return usagef("group %q: nothing in etcd under %s", o.cluster.group, coord.Keys().Prefix())
+	}
+	before, ok := snap.Claims[p]
+	if !ok {
+		return usagef("partition %s of group %q is not claimed by any replica: nothing to release", p, o.cluster.group)
+	}
+	epoch, err := coord.RequestRelease(rctx, p)
+	if errors.Is(err, coordinator.ErrNotClaimed) {
+		return usage(err)
+	}
+	if err != nil {
+		return err
+	}
+	h := handover{Topic: p.Topic, Partition: p.Partition, From: before.Replica, FromEpoch: epoch}
+	if o.wait {
+		wctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		err := poll(wctx, 50*time.Millisecond, func() (bool, error) {
+			s, err := coord.Snapshot(wctx)
+			if err != nil {
+				return false, nil // etcd may be briefly away; keep waiting
+			}
+			if c, ok := s.Claims[p]; ok && c.Epoch != epoch {
+				h.To, h.ToEpoch, h.Done = c.Replica, c.Epoch, true
+				return true, nil
+			}
+			return false, nil
+		})
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = coord.ClearRelease(cctx, p)
+		ccancel()
+		if err != nil {
+			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", p, o.timeout, h.From, epoch)
+		}
+	}
+	if o.output == "json" {
+		return json.NewEncoder(stdout).Encode(h)
+	}
+	if !h.Done {
+		fmt.Fprintf(stdout, "%s: release requested from %s (epoch %d)\n", p, h.From, h.FromEpoch)
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s: released by %s (epoch %d), now owned by %s (epoch %d)\n", p, h.From, h.FromEpoch, h.To, h.ToEpoch)
+	return nil
+}
+
+// poll calls check every interval until it reports done, returns an error,
+// or ctx ends.
+func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

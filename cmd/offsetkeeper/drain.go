@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+// drainOptions is `offsetkeeper replicas drain`.
+type drainOptions struct {
+	cluster clusterFlags
+	id      string
+	undo    bool
+	wait    bool
+	timeout time.Duration
+	output  string
+}
+
+func newReplicasDrainCommand() *cobra.Command {
+	o := &drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "drain REPLICA-ID",
+		Short: "Move every partition away from a replica before maintenance",
+		Long: `Mark a replica as draining: the plan gives it no partitions, so it finishes
+each block it is writing, commits it and releases the claim, and the other
+replicas take the partitions over from the committed offsets: nothing is
+lost or written twice. The replica keeps running and stays a member; stop it
+when it owns nothing (with --wait, the default, this command returns then).
+The mark lives in the replica's member key: a restarted replica is not
+draining. --undo clears the mark and the replica gets its share back.`,
+		Example: `  offsetkeeper replicas drain --group orders host-a-4242
+  offsetkeeper replicas drain --group orders host-a-4242 --undo`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("replicas drain takes one replica ID (see 'offsetkeeper replicas list'), got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.id = args[0]
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.cluster.register(cmd)
+	fs := cmd.Flags()
+	fs.BoolVar(&o.undo, "undo", false, "clear the draining mark")
+	fs.BoolVar(&o.wait, "wait", true, "wait until the replica owns no partition")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --wait waits")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func (o *drainOptions) validate() error {
+	if err := o.cluster.validate(); err != nil {
+		return err
+	}
+	if o.output != "table" && o.output != "json" {
+		return usagef("-o %q: want table or json", o.output)
+	}
+	if o.timeout <= 0 {
+		return usagef("--timeout %s: want a positive duration", o.timeout)
+	}
+	return nil
+}
+
+func (o *drainOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	cli, err := o.cluster.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	coord, err := coordinator.New(cli, o.cluster.group)
+	if err != nil {
+		return usage(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := coord.SetDraining(rctx, o.id, !o.undo); err != nil {
+		if errors.Is(err, coordinator.ErrNoMember) {
+			return usagef("replica %q is not a live member of group %q (see 'offsetkeeper replicas list')", o.id, o.cluster.group)
+		}
+		return err
+	}
+	owned := -1
+	if o.wait && !o.undo {
+		wctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		last := -1
+		err := poll(wctx, 100*time.Millisecond, func() (bool, error) {
+			s, err := coord.Snapshot(wctx)
+			if err != nil {
+				return false, nil
+			}
+			owned = 0
+			for _, c := range s.Claims {
+				if c.Replica == o.id {
+					owned++
+				}
+			}
+			if owned != last {
+				fmt.Fprintf(stderr, "%s: %d partitions left\n", o.id, owned)
+				last = owned
+			}
+			return owned == 0, nil
+		})
+		if err != nil {
+			return fmt.Errorf("drain %s: still owns %d partitions after --timeout %s", o.id, owned, o.timeout)
+		}
+	}
+	if o.output == "json" {
+		return json.NewEncoder(stdout).Encode(map[string]any{"replica": o.id, "draining": !o.undo, "partitions": max(owned, 0)})
+	}
+	switch {
+	case o.undo:
+		fmt.Fprintf(stdout, "%s: no longer draining\n", o.id)
+	case o.wait:
+		fmt.Fprintf(stdout, "%s: drained, owns no partition\n", o.id)
+	default:
+		fmt.Fprintf(stdout, "%s: draining\n", o.id)
+	}
+	return nil
+}

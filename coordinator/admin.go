@@ -1,0 +1,98 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	// ErrNotClaimed means no replica holds the partition.
+	ErrNotClaimed = errors.New("partition not claimed")
+	// ErrNoMember means no live member has the replica ID.
+	ErrNoMember = errors.New("no such replica")
+)
+
+// RequestRelease asks the owner of p to finish its block and release the
+// claim, so that the planned replica (possibly the same one, under a new
+// epoch) takes it with nothing replayed. It returns the epoch of the claim
+// the request is for.
+func (c *Coordinator) RequestRelease(ctx context.Context, p Partition) (int64, error) {
+	ck := c.keys.Claim(p)
+	resp, err := c.cli.Get(ctx, ck)
+	if err != nil {
+		return 0, fmt.Errorf("release %s: %w", p, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("release %s: %w", p, ErrNotClaimed)
+	}
+	epoch := resp.Kvs[0].CreateRevision
+	v, err := jsonString(ReleaseRequest{Epoch: epoch, At: time.Now().UTC()})
+	if err != nil {
+		return 0, err
+	}
+	tx, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(ck), "=", epoch)).
+		Then(clientv3.OpPut(c.keys.Release(p), v)).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("release %s: %w", p, err)
+	}
+	if !tx.Succeeded {
+		return 0, fmt.Errorf("release %s: the claim changed while asking; look again", p)
+	}
+	return epoch, nil
+}
+
+// ClearRelease deletes the release request of p, once it was served.
+func (c *Coordinator) ClearRelease(ctx context.Context, p Partition) error {
+	if _, err := c.cli.Delete(ctx, c.keys.Release(p)); err != nil {
+		return fmt.Errorf("clear release request of %s: %w", p, err)
+	}
+	return nil
+}
+
+// SetDraining marks the member id as draining (or not). A draining member is
+// planned no partitions: it hands over its claims at block boundaries and
+// stays a member. The mark lives in the member key, so a replica that
+// restarts joins undrained. The write keeps the member's lease and is
+// conditioned on the key not having changed since it was read.
+func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) error {
+	key := c.keys.Member(id)
+	resp, err := c.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("drain %s: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("drain %s: %w in group %s", id, ErrNoMember, c.group)
+	}
+	kv := resp.Kvs[0]
+	var m map[string]any
+	if err := json.Unmarshal(kv.Value, &m); err != nil {
+		return fmt.Errorf("drain %s: member value: %w", id, err)
+	}
+	if draining {
+		m["draining"] = true
+	} else {
+		delete(m, "draining")
+	}
+	v, err := jsonString(m)
+	if err != nil {
+		return err
+	}
+	tx, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, v, clientv3.WithIgnoreLease())).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("drain %s: %w", id, err)
+	}
+	if !tx.Succeeded {
+		return fmt.Errorf("drain %s: the member changed while marking it; try again", id)
+	}
+	return nil
+}
