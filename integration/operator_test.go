@@ -1,0 +1,88 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
+
+// cli runs the offsetkeeper command against the env and returns its exit
+// code and standard output (the process's combined output).
+func (e *env) cli(args ...string) (int, string) {
+	e.t.Helper()
+	all := append(args,
+		"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","),
+		"--brokers", strings.Join(e.kafka.Brokers(), ","),
+		"--group", e.group)
+	p := harness.StartProcess(e.t, "cli "+strings.Join(args, " "), bin, all...)
+	code := p.Wait(60 * time.Second)
+	return code, p.Output()
+}
+
+func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
+	e := newEnv(t, "orders", 4)
+	sink := newCountingSink()
+	e.start(e.config("a"), sink)
+	e.start(e.config("b"), sink)
+	l := e.startLoad(3000)
+	await(t, 20*time.Second, "2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2}) })
+	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 4 })
+
+	var part int
+	for p, owner := range e.claimMap() {
+		if owner == "a" {
+			part = p
+			break
+		}
+	}
+	code, out := e.cli("claims", "release", "--topic", "orders", "--partition", itoa(part), "-o", "json")
+	if code != 0 {
+		t.Fatalf("claims release exited %d: %s", code, out)
+	}
+	var h struct {
+		From      string `json:"from"`
+		FromEpoch int64  `json:"from_epoch"`
+		To        string `json:"to"`
+		ToEpoch   int64  `json:"to_epoch"`
+		Done      bool   `json:"done"`
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &h); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if !h.Done || h.From != "a" || h.ToEpoch <= h.FromEpoch {
+		t.Fatalf("handover %+v, want a's claim replaced by a newer one", h)
+	}
+	// The plan is sticky and balanced: a gets its partition back.
+	if h.To != "a" {
+		t.Errorf("partition %d went to %s, want the planned owner a", part, h.To)
+	}
+	produced := l.stop(t)
+	await(t, 30*time.Second, "everything committed", func() bool { return e.allCommitted(produced) })
+	sink.exactlyOnce(t, produced)
+}
+
+func TestReleaseOfUnclaimedPartitionIsUsageError(t *testing.T) {
+	e := newEnv(t, "orders", 1)
+	e.produce(1)
+	sink := newCountingSink()
+	rn := e.start(e.config("a"), sink)
+	await(t, 20*time.Second, "committed", func() bool { return e.allCommitted(perPartition(1, 1)) })
+	code, out := e.cli("claims", "release", "--topic", "orders", "--partition", "7")
+	if code != 2 || !strings.Contains(out, "orders/7") {
+		t.Fatalf("release of an unclaimed partition: exit %d, %q; want 2 naming orders/7", code, out)
+	}
+	rn.stop()
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
