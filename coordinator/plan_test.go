@@ -431,26 +431,16 @@ func planFormat(plan map[Partition]string) string {
 	return s + "}"
 }
 
+// TestPlanScale checks a plan of 1,000 partitions over 10 members for
+// correctness; its speed is BenchmarkPlan's business.
 func TestPlanScale(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	members := planRandMembers(r, 10)
 	parts := planRandPartitions(r, 1000)
 	claims := planRandClaims(r, members, parts)
-	// The best of a few runs, so a busy machine does not fail the test.
-	best := time.Hour
-	var plan map[Partition]string
-	for range 5 {
-		start := time.Now()
-		plan = Plan(members, parts, claims)
-		best = min(best, time.Since(start))
-	}
-	if err := planCheck(members, parts, claims, plan); err != nil {
+	if err := planCheck(members, parts, claims, Plan(members, parts, claims)); err != nil {
 		t.Fatal(err)
 	}
-	if best > 100*time.Millisecond {
-		t.Fatalf("Plan of 1000 partitions on 10 members took %v, want well under 100ms", best)
-	}
-	t.Logf("Plan of 1000 partitions on 10 members: %v", best)
 }
 
 func BenchmarkPlan(b *testing.B) {
