@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,6 +26,11 @@ type partition struct {
 
 	gen int64 // generation of the offsets the position came from
 
+	// Progress, read by Lag from other goroutines.
+	next    atomic.Int64 // committed offset
+	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
+	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
+
 	stop     chan struct{} // closed: finish the block, release, return
 	done     chan struct{} // closed when run has returned
 	released bool          // run released the claim
@@ -33,7 +39,7 @@ type partition struct {
 
 func newPartition(r *Replica, c *coordinator.Claim, f *Fetcher) *partition {
 	p := c.Partition()
-	return &partition{
+	pt := &partition{
 		r:     r,
 		claim: c,
 		p:     p,
@@ -42,6 +48,8 @@ func newPartition(r *Replica, c *coordinator.Claim, f *Fetcher) *partition {
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	pt.logEnd.Store(-1)
+	return pt
 }
 
 // block is a block being built: whole polled batches, [from, next).
@@ -116,6 +124,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 	}
 	backoff.reset()
 	pt.f.SeekTo(start)
+	pt.next.Store(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 
 	if in, ok := pt.claim.Intent(); ok && in.From == start && in.Next > in.From {
@@ -176,6 +185,8 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
 	case errors.Is(err, coordinator.ErrOffsetsChanged):
 		o := pt.claim.Offsets()
+		pt.next.Store(o.Next)
+		pt.pending.Store(0)
 		pt.r.stats.OffsetsChanged.Add(1)
 		pt.gen = o.Generation
 		pt.f.SeekTo(o.Next)
@@ -257,6 +268,11 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			}
 			continue
 		}
+		if end := batch.LastStable; end >= 0 {
+			pt.logEnd.Store(end)
+		} else if batch.HighWatermark >= 0 {
+			pt.logEnd.Store(batch.HighWatermark)
+		}
 		if batch.Next == batch.From {
 			empties++
 			continue
@@ -264,6 +280,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		empties = 0
 		if b.empty() && b.next != batch.From {
 			b.from = batch.From
+		}
+		if len(b.records) == 0 && len(batch.Records) > 0 {
+			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
 		}
 		b.records = append(b.records, batch.Records...)
 		b.next = batch.Next
@@ -346,6 +365,8 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 }
 
 func (pt *partition) committed(b *block) {
+	pt.next.Store(b.next)
+	pt.pending.Store(0)
 	pt.r.stats.Blocks.Add(1)
 	pt.r.stats.Commits.Add(1)
 	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
@@ -353,6 +374,7 @@ func (pt *partition) committed(b *block) {
 
 // Rewind is the guard's rollback: the next poll starts at the block again.
 func (pt *partition) Rewind(from int64) {
+	pt.pending.Store(0)
 	pt.r.stats.Rollbacks.Add(1)
 	pt.f.SeekTo(from)
 }

@@ -440,3 +440,39 @@ func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelFunc,
 		r.log.Warn("leaving the group failed; the lease expires by itself", zap.Error(err))
 	}
 }
+
+// PartitionLag is how far a partition this replica owns is behind.
+type PartitionLag struct {
+	Partition coordinator.Partition
+	Epoch     int64
+	Committed int64 // the committed offset
+	LogEnd    int64 // the log end last seen (last stable offset); -1 unknown
+	// Lag is LogEnd - Committed in records, 0 when LogEnd is unknown.
+	Lag int64
+	// LagSeconds is how old the oldest polled but uncommitted record is:
+	// the delay a record now sees before its offset is committed.
+	LagSeconds float64
+}
+
+// Lag reports every owned partition, for metrics.
+func (r *Replica) Lag() []PartitionLag {
+	r.mu.Lock()
+	pts := make([]*partition, 0, len(r.owned))
+	for _, pt := range r.owned {
+		pts = append(pts, pt)
+	}
+	r.mu.Unlock()
+	now := time.Now()
+	out := make([]PartitionLag, 0, len(pts))
+	for _, pt := range pts {
+		l := PartitionLag{Partition: pt.p, Epoch: pt.claim.Epoch(), Committed: pt.next.Load(), LogEnd: pt.logEnd.Load()}
+		if l.LogEnd >= 0 && l.LogEnd > l.Committed {
+			l.Lag = l.LogEnd - l.Committed
+		}
+		if ns := pt.pending.Load(); ns > 0 && l.Lag > 0 {
+			l.LagSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+		}
+		out = append(out, l)
+	}
+	return out
+}
