@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -305,9 +304,6 @@ type Fetcher struct {
 	stop context.CancelFunc // ends the transport's goroutines
 
 	offset int64 // next offset to fetch, or unset
-	// sizeHint is the number of records the last fetch returned: the next
-	// one likely returns about as many, so its slice is allocated once.
-	sizeHint int
 }
 
 const unset = -1
@@ -386,6 +382,17 @@ func (f *Fetcher) errorf(offset int64, err error) error {
 // out-of-range offset by the start policy, and returns ctx.Err() as soon as
 // ctx ends.
 func (f *Fetcher) Fetch(ctx context.Context) (PolledBatch, error) {
+	return f.fetch(ctx, f.cfg.MaxWait)
+}
+
+// FetchNow is Fetch without waiting on the broker: an empty answer comes at
+// once. A caller that knows it reached the log end uses it to learn that
+// nothing more came, without spending MaxWait on it.
+func (f *Fetcher) FetchNow(ctx context.Context) (PolledBatch, error) {
+	return f.fetch(ctx, 0)
+}
+
+func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch, error) {
 	if f.closed.Load() {
 		return PolledBatch{}, f.errorf(f.offset, errClosed)
 	}
@@ -403,7 +410,7 @@ func (f *Fetcher) Fetch(ctx context.Context) (PolledBatch, error) {
 	r := f.retrier()
 	for {
 		from := f.offset
-		b, err := f.fetchOnce(ctx, from)
+		b, err := f.fetchOnce(ctx, from, maxWait)
 		if err == nil {
 			f.offset = b.Next
 			return b, nil
@@ -520,8 +527,8 @@ func (f *Fetcher) boundsOnce(ctx context.Context, level IsolationLevel) (earlies
 }
 
 // fetchOnce sends one fetch request and decodes its answer.
-func (f *Fetcher) fetchOnce(ctx context.Context, from int64) (PolledBatch, error) {
-	p, err := f.request(ctx, from, f.cfg.MaxWait, f.cfg.MinBytes, f.cfg.MaxBytes)
+func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Duration) (PolledBatch, error) {
+	p, err := f.request(ctx, from, maxWait, f.cfg.MinBytes, f.cfg.MaxBytes)
 	if err != nil {
 		return PolledBatch{}, err
 	}
@@ -529,19 +536,15 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64) (PolledBatch, error
 	if p.LastStableOffset < 0 {
 		b.LastStable = p.HighWatermark // before fetch v4
 	}
-	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions, hint: f.sizeHint}
-	if err := d.decode(p.RecordSet.Records); err != nil {
+	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions}
+	if err := d.decode(p.Records); err != nil {
 		return PolledBatch{}, err
 	}
 	b.Records, b.Next = d.records, d.next
-	if len(b.Records) > 0 {
-		f.sizeHint = len(b.Records)
-	}
 	if d.next == from && d.stuckBase >= 0 {
 		// The batch holding from has no record at or after it: its tail
 		// was removed by compaction, and the broker does not move past
-		// it. kafka-go does not expose the batch's last offset, so find
-		// where the next batch starts.
+		// it: find where the next batch starts.
 		end := b.HighWatermark
 		if f.cfg.IsolationLevel == ReadCommitted {
 			end = b.LastStable
@@ -558,10 +561,10 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64) (PolledBatch, error
 
 // request sends one fetch of the partition at offset and returns its part of
 // the response, turning error codes into errors.
-func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Duration, minBytes, maxBytes int) (*fetchapi.ResponsePartition, error) {
+func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Duration, minBytes, maxBytes int) (*rawFetchPartition, error) {
 	rctx, cancel := context.WithTimeout(ctx, maxWait+f.cfg.RequestTimeout)
 	defer cancel()
-	m, err := f.transport.RoundTrip(rctx, f.addr, &fetchapi.Request{
+	m, err := f.transport.RoundTrip(rctx, f.addr, &rawFetchRequest{clientID: f.cfg.ClientID, Request: fetchapi.Request{
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(maxWait / time.Millisecond),
 		MinBytes:       int32(minBytes),
@@ -579,11 +582,11 @@ func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Durati
 				PartitionMaxBytes:  int32(maxBytes),
 			}},
 		}},
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
-	res, ok := m.(*fetchapi.Response)
+	res, ok := m.(*rawFetchResponse)
 	if !ok {
 		return nil, fmt.Errorf("unexpected response %T", m)
 	}
@@ -624,7 +627,7 @@ func (f *Fetcher) skipGap(ctx context.Context, from, gapBase, end int64) (int64,
 		if err != nil {
 			return false, err
 		}
-		base, ok, err := firstBatchBase(p.RecordSet.Records)
+		base, ok, err := firstBatchBase(p.Records)
 		if err != nil {
 			return false, err
 		}
@@ -659,216 +662,6 @@ func (f *Fetcher) skipGap(ctx context.Context, from, gapBase, end int64) (int64,
 		}
 	}
 	return hi, nil
-}
-
-func firstBatchBase(rr protocol.RecordReader) (int64, bool, error) {
-	s, ok := rr.(*protocol.RecordStream)
-	if !ok || len(s.Records) == 0 {
-		return 0, false, nil
-	}
-	switch b := s.Records[0].(type) {
-	case *protocol.RecordBatch:
-		return b.BaseOffset, true, nil
-	case *protocol.ControlBatch:
-		return b.BaseOffset, true, nil
-	case *protocol.MessageSet:
-		return b.BaseOffset, true, nil
-	}
-	return 0, false, fmt.Errorf("unexpected record batch %T", s.Records[0])
-}
-
-// decoder turns the record batches of one fetch response into records,
-// dropping records before from, control records and, under read_committed,
-// aborted records; next ends up past every offset it saw.
-type decoder struct {
-	from      int64
-	committed bool
-	aborted   []fetchapi.ResponseTransaction
-
-	records []sinks.Record
-	hint    int // expected number of records, to allocate records once
-	next    int64
-	// stuckBase is the base offset of the last batch seen that started at
-	// or before from, or -1: when nothing moves next, that batch has a
-	// compacted tail covering from.
-	stuckBase int64
-	arena     []byte
-	// abortedPIDs are producers whose current transaction is aborted.
-	abortedPIDs map[int64]struct{}
-}
-
-// controlAbort is the type of an abort marker, in the key of a control record.
-const controlAbort = 0
-
-func (d *decoder) decode(rr protocol.RecordReader) error {
-	d.next = d.from
-	d.stuckBase = -1
-	if rr == nil {
-		return nil
-	}
-	s, ok := rr.(*protocol.RecordStream)
-	if !ok {
-		// Not a decoded fetch response; read it as plain records.
-		return d.readRecords(rr, true)
-	}
-	if d.committed && len(d.aborted) > 0 {
-		d.aborted = slices.Clone(d.aborted)
-		slices.SortFunc(d.aborted, func(a, b fetchapi.ResponseTransaction) int {
-			return cmpInt64(a.FirstOffset, b.FirstOffset)
-		})
-	}
-	for _, batch := range s.Records {
-		switch b := batch.(type) {
-		case *protocol.RecordBatch:
-			d.batchStart(b.BaseOffset)
-			deliver := true
-			if d.committed && b.Attributes.Transactional() {
-				d.activateAborts(b.BaseOffset)
-				_, isAborted := d.abortedPIDs[b.ProducerID]
-				deliver = !isAborted
-			}
-			if err := d.readRecords(b.Records, deliver); err != nil {
-				return err
-			}
-		case *protocol.ControlBatch:
-			d.batchStart(b.BaseOffset)
-			if err := d.readControl(b); err != nil {
-				return err
-			}
-		case *protocol.MessageSet:
-			d.batchStart(b.BaseOffset)
-			if err := d.readRecords(b.Records, true); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("unexpected record batch %T", batch)
-		}
-	}
-	return nil
-}
-
-// batchStart accounts for a batch beginning at base. Batches are contiguous
-// and the broker returns them from the one holding from onward, so offsets
-// between from and a later batch's base are absent from the log.
-func (d *decoder) batchStart(base int64) {
-	if base > d.next {
-		d.next = base
-	}
-	if base <= d.from {
-		d.stuckBase = base
-	}
-}
-
-// activateAborts marks as aborted the producers of the aborted transactions
-// that start at or before offset. A transaction starts with a batch of its
-// own, so comparing with the base offset of the current batch is enough.
-func (d *decoder) activateAborts(offset int64) {
-	for len(d.aborted) > 0 && d.aborted[0].FirstOffset <= offset {
-		if d.abortedPIDs == nil {
-			d.abortedPIDs = make(map[int64]struct{})
-		}
-		d.abortedPIDs[d.aborted[0].ProducerID] = struct{}{}
-		d.aborted = d.aborted[1:]
-	}
-}
-
-func (d *decoder) readControl(b *protocol.ControlBatch) error {
-	for {
-		r, err := b.Records.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read control record: %w", err)
-		}
-		if r.Offset >= d.next {
-			d.next = r.Offset + 1
-		}
-		if d.committed && r.Key != nil && r.Key.Len() == 4 {
-			var k [4]byte
-			if _, err := io.ReadFull(r.Key, k[:]); err == nil &&
-				int16(binary.BigEndian.Uint16(k[2:])) == controlAbort {
-				delete(d.abortedPIDs, b.ProducerID)
-			}
-		}
-		closeBytes(r.Key)
-		closeBytes(r.Value)
-	}
-}
-
-func (d *decoder) readRecords(rr protocol.RecordReader, deliver bool) error {
-	for {
-		r, err := rr.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read record: %w", err)
-		}
-		if r.Offset >= d.from {
-			if deliver {
-				rec := sinks.Record{Offset: r.Offset, Time: r.Time}
-				if rec.Key, err = d.copyBytes(r.Key); err != nil {
-					return fmt.Errorf("read key at %d: %w", r.Offset, err)
-				}
-				if rec.Value, err = d.copyBytes(r.Value); err != nil {
-					return fmt.Errorf("read value at %d: %w", r.Offset, err)
-				}
-				if len(r.Headers) > 0 {
-					rec.Headers = make([]sinks.Header, len(r.Headers))
-					for i, h := range r.Headers {
-						rec.Headers[i] = sinks.Header{Key: h.Key, Value: h.Value}
-					}
-				}
-				if d.records == nil && d.hint > 0 {
-					d.records = make([]sinks.Record, 0, d.hint+d.hint/8)
-				}
-				d.records = append(d.records, rec)
-			}
-			d.next = max(d.next, r.Offset+1)
-		}
-		closeBytes(r.Key)
-		closeBytes(r.Value)
-	}
-}
-
-// copyBytes copies b into the decoder's arena: the records of one fetch share
-// a few large allocations instead of two each. A nil b (a null key or value)
-// stays nil.
-func (d *decoder) copyBytes(b protocol.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
-	}
-	n := b.Len()
-	if n == 0 {
-		return []byte{}, nil
-	}
-	if n > cap(d.arena)-len(d.arena) {
-		d.arena = make([]byte, 0, max(n, 256<<10))
-	}
-	start := len(d.arena)
-	d.arena = d.arena[:start+n]
-	s := d.arena[start : start+n : start+n]
-	if _, err := io.ReadFull(b, s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func closeBytes(b protocol.Bytes) {
-	if b != nil {
-		b.Close()
-	}
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // retrier spaces the retries of one operation.

@@ -242,6 +242,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	b := &block{from: pt.f.Offset(), next: pt.f.Offset()}
 	var first time.Time
 	empties := 0
+	caught := false
 	for {
 		if len(b.records) >= cfg.MaxBlockRows ||
 			(!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
@@ -252,13 +253,21 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if ctx.Err() != nil {
 			return b, errStopped
 		}
-		batch, err := pt.f.Fetch(ctx)
+		fetch := pt.f.Fetch
+		if caught && !b.empty() {
+			// The last batch reached the log end: ask again without
+			// waiting, so a caught-up block ends after a real but
+			// instant empty poll instead of one that waits MaxWait.
+			fetch = pt.f.FetchNow
+		}
+		batch, err := fetch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return b, errStopped
 			}
 			return b, err
 		}
+		caught = batch.Next > batch.From && caughtUp(batch)
 		if batch.Reset != nil {
 			pt.r.stats.OffsetResets.Add(1)
 			pt.log.Warn("offset out of range; reset by the start policy",
@@ -387,4 +396,14 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, next int64) error {
 	return c.claim.Commit(ctx, next, c.rows)
+}
+
+// caughtUp reports whether a batch reached what can be read now: the last
+// stable offset (read_committed) or the high watermark.
+func caughtUp(b PolledBatch) bool {
+	end := b.LastStable
+	if end < 0 {
+		end = b.HighWatermark
+	}
+	return end >= 0 && b.Next >= end
 }

@@ -1,0 +1,572 @@
+package replica
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/segmentio/kafka-go/compress"
+	"github.com/segmentio/kafka-go/protocol"
+	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// Record batches (message format v2, "magic 2") are parsed here straight
+// from the bytes of the fetch response: keys, values and header values of
+// the records returned sub-slice that buffer (or, for a compressed batch, the
+// batch's decompressed buffer), which is never written again. Record sets in
+// the older formats, magic 0 and 1, are handed to kafka-go's decoder.
+//
+// The layout of a v2 batch, offsets from its start:
+//
+//	 0 base offset      int64
+//	 8 batch length     int32   (bytes after this field)
+//	12 leader epoch     int32
+//	16 magic            int8    (2)
+//	17 crc              uint32  (CRC-32C of bytes 21 to the end)
+//	21 attributes       int16
+//	23 last offset delta int32
+//	27 first timestamp  int64
+//	35 max timestamp    int64
+//	43 producer id      int64
+//	51 producer epoch   int16
+//	53 base sequence    int32
+//	57 record count     int32
+//	61 records
+const (
+	batchLengthEnd    = 12 // the base offset and the batch length
+	batchMagicOffset  = 16
+	batchCRCOffset    = 17
+	batchAttrOffset   = 21
+	batchHeaderLength = 61
+)
+
+// Batch attribute bits.
+const (
+	attrCompression   = 0x07
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+// controlAbort is the type of an abort marker, in the key of a control record.
+const controlAbort = 0
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// recordBatch is the header of one v2 batch and its records, still encoded
+// and possibly compressed.
+type recordBatch struct {
+	baseOffset     int64
+	attributes     int16
+	firstTimestamp int64
+	producerID     int64
+	numRecords     int32
+	records        []byte
+}
+
+// nextBatch splits the first batch off raw. ok is false when raw does not
+// hold a whole batch: a broker may end a response with a truncated one,
+// which is ignored (it is fetched again). The batch must be of format v2.
+func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
+	if len(raw) < batchLengthEnd {
+		return b, nil, false, nil
+	}
+	length := int32(binary.BigEndian.Uint32(raw[8:]))
+	if length < 0 || int64(len(raw)-batchLengthEnd) < int64(length) {
+		return b, nil, false, nil
+	}
+	end := batchLengthEnd + int(length)
+	b.baseOffset = int64(binary.BigEndian.Uint64(raw))
+	if end < batchHeaderLength {
+		return b, nil, false, fmt.Errorf("record batch at %d: length %d shorter than its header", b.baseOffset, length)
+	}
+	if magic := raw[batchMagicOffset]; magic != 2 {
+		return b, nil, false, fmt.Errorf("record batch at %d: unexpected message format v%d", b.baseOffset, magic)
+	}
+	want := binary.BigEndian.Uint32(raw[batchCRCOffset:])
+	if got := crc32.Checksum(raw[batchAttrOffset:end], castagnoli); got != want {
+		return b, nil, false, fmt.Errorf("record batch at %d: crc32c checksum mismatch (computed %08x, stored %08x)", b.baseOffset, got, want)
+	}
+	b.attributes = int16(binary.BigEndian.Uint16(raw[21:]))
+	b.firstTimestamp = int64(binary.BigEndian.Uint64(raw[27:]))
+	b.producerID = int64(binary.BigEndian.Uint64(raw[43:]))
+	b.numRecords = int32(binary.BigEndian.Uint32(raw[57:]))
+	if b.numRecords < 0 {
+		return b, nil, false, fmt.Errorf("record batch at %d: negative record count %d", b.baseOffset, b.numRecords)
+	}
+	b.records = raw[batchHeaderLength:end:end]
+	return b, raw[end:], true, nil
+}
+
+// scanBatches walks the whole batches of raw without checking them and
+// returns the number of records they claim, to size the records slice.
+func scanBatches(raw []byte) (records int) {
+	for len(raw) >= batchLengthEnd {
+		length := int32(binary.BigEndian.Uint32(raw[8:]))
+		if length < 0 || int64(len(raw)-batchLengthEnd) < int64(length) {
+			break
+		}
+		end := batchLengthEnd + int(length)
+		if end >= batchHeaderLength && raw[batchMagicOffset] == 2 {
+			if n := int32(binary.BigEndian.Uint32(raw[57:])); n > 0 {
+				records += int(n)
+			}
+		}
+		raw = raw[end:]
+	}
+	return records
+}
+
+// legacyEntry returns the length of the message of format v0 or v1 that
+// raw starts with, or 0 when raw starts otherwise. These messages are
+// framed like batches: an offset, then the length of the rest.
+func legacyEntry(raw []byte) int {
+	if len(raw) <= batchMagicOffset || raw[batchMagicOffset] >= 2 {
+		return 0
+	}
+	length := int32(binary.BigEndian.Uint32(raw[8:]))
+	if length < 0 || int64(len(raw)-batchLengthEnd) < int64(length) {
+		return 0
+	}
+	if end := batchLengthEnd + int(length); end > batchMagicOffset {
+		return end
+	}
+	return 0
+}
+
+func (b *recordBatch) compression() compress.Compression {
+	return compress.Compression(b.attributes & attrCompression)
+}
+
+// payload returns the encoded records of b, decompressed.
+func (b *recordBatch) payload() ([]byte, error) {
+	c := b.compression()
+	if c == compress.None {
+		return b.records, nil
+	}
+	codec := c.Codec()
+	if codec == nil {
+		return nil, fmt.Errorf("record batch at %d: unsupported compression codec %d", b.baseOffset, c)
+	}
+	r := codec.NewReader(bytes.NewReader(b.records))
+	defer r.Close()
+	out, err := readAll(r, max(4*len(b.records), 4<<10))
+	if err != nil {
+		return nil, fmt.Errorf("record batch at %d: decompress %s: %w", b.baseOffset, c, err)
+	}
+	return out, nil
+}
+
+// readAll is io.ReadAll with a first buffer of size hint.
+func readAll(r io.Reader, hint int) ([]byte, error) {
+	b := make([]byte, 0, hint)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return nil, err
+		}
+		if len(b) == cap(b) {
+			b = slices.Grow(b, cap(b))
+		}
+	}
+}
+
+// decoder turns the record batches of one fetch response into records,
+// dropping records before from, control records and, under read_committed,
+// aborted records; next ends up past every offset it saw.
+type decoder struct {
+	from      int64
+	committed bool
+	aborted   []fetchapi.ResponseTransaction
+
+	records []sinks.Record
+	next    int64
+	// stuckBase is the base offset of the last batch seen that started at
+	// or before from, or -1: when nothing moves next, that batch has a
+	// compacted tail covering from.
+	stuckBase int64
+	// abortedPIDs are producers whose current transaction is aborted.
+	abortedPIDs map[int64]struct{}
+	// headerKeys interns header keys, which repeat from record to record.
+	headerKeys map[string]string
+	// arena holds the keys and values copied out of kafka-go's buffers by
+	// the legacy path.
+	arena []byte
+}
+
+// decode decodes the record sets of one partition, as the fetch response
+// holds them.
+func (d *decoder) decode(raw []byte) error {
+	d.next = d.from
+	d.stuckBase = -1
+	if len(raw) == 0 {
+		return nil
+	}
+	if d.committed && len(d.aborted) > 0 {
+		d.sortAborted()
+	}
+	if n := scanBatches(raw); n > 0 {
+		d.records = make([]sinks.Record, 0, min(n, len(raw)))
+	}
+	for {
+		if n := legacyEntry(raw); n > 0 {
+			if err := d.decodeLegacy(raw[:n]); err != nil {
+				return err
+			}
+			raw = raw[n:]
+			continue
+		}
+		b, rest, ok, err := nextBatch(raw)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		raw = rest
+		d.batchStart(b.baseOffset)
+		data, err := b.payload()
+		if err != nil {
+			return err
+		}
+		if b.attributes&attrControl != 0 {
+			err = d.readControl(&b, data)
+		} else {
+			deliver := true
+			if d.committed && b.attributes&attrTransactional != 0 {
+				d.activateAborts(b.baseOffset)
+				_, isAborted := d.abortedPIDs[b.producerID]
+				deliver = !isAborted
+			}
+			err = d.readRecords(&b, data, deliver)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (d *decoder) sortAborted() {
+	d.aborted = slices.Clone(d.aborted)
+	slices.SortFunc(d.aborted, func(a, b fetchapi.ResponseTransaction) int {
+		return cmpInt64(a.FirstOffset, b.FirstOffset)
+	})
+}
+
+// batchStart accounts for a batch beginning at base. Batches are contiguous
+// and the broker returns them from the one holding from onward, so offsets
+// between from and a later batch's base are absent from the log.
+func (d *decoder) batchStart(base int64) {
+	if base > d.next {
+		d.next = base
+	}
+	if base <= d.from {
+		d.stuckBase = base
+	}
+}
+
+// activateAborts marks as aborted the producers of the aborted transactions
+// that start at or before offset. A transaction starts with a batch of its
+// own, so comparing with the base offset of the current batch is enough.
+func (d *decoder) activateAborts(offset int64) {
+	for len(d.aborted) > 0 && d.aborted[0].FirstOffset <= offset {
+		if d.abortedPIDs == nil {
+			d.abortedPIDs = make(map[int64]struct{})
+		}
+		d.abortedPIDs[d.aborted[0].ProducerID] = struct{}{}
+		d.aborted = d.aborted[1:]
+	}
+}
+
+// rawRecord is one v2 record; its byte slices alias the batch payload.
+type rawRecord struct {
+	offset    int64
+	timestamp int64
+	key       []byte
+	value     []byte
+	headers   []byte // the header count and the headers, still encoded
+}
+
+// recordReader walks the records of a decompressed v2 batch.
+type recordReader struct {
+	b    *recordBatch
+	data []byte
+	left int32
+}
+
+var errNoRecord = errors.New("no more records")
+
+// next decodes the next record: every field but the headers, which are
+// only decoded when the record is delivered.
+func (rr *recordReader) next() (rawRecord, error) {
+	var r rawRecord
+	if rr.left == 0 || len(rr.data) == 0 {
+		// A batch holding fewer records than it claims ends with its
+		// bytes, as kafka-go's decoder ends it.
+		return r, errNoRecord
+	}
+	rr.left--
+	length, n := varint(rr.data)
+	if n <= 0 || length < 0 || length > int64(len(rr.data)-n) {
+		return r, rr.corrupt("record length")
+	}
+	rec := rr.data[n : n+int(length) : n+int(length)]
+	rr.data = rr.data[n+int(length):]
+	if len(rec) == 0 {
+		return r, rr.corrupt("empty record")
+	}
+	p := 1 // record attributes, unused
+	tsDelta, n := varint(rec[p:])
+	if n <= 0 {
+		return r, rr.corrupt("timestamp delta")
+	}
+	p += n
+	offDelta, n := varint(rec[p:])
+	if n <= 0 {
+		return r, rr.corrupt("offset delta")
+	}
+	p += n
+	r.offset = rr.b.baseOffset + offDelta
+	r.timestamp = rr.b.firstTimestamp + tsDelta
+	var ok bool
+	if r.key, p, ok = nullableBytes(rec, p); !ok {
+		return r, rr.corrupt("key")
+	}
+	if r.value, p, ok = nullableBytes(rec, p); !ok {
+		return r, rr.corrupt("value")
+	}
+	r.headers = rec[p:]
+	return r, nil
+}
+
+func (rr *recordReader) corrupt(what string) error {
+	return fmt.Errorf("record batch at %d: corrupt record %d: invalid %s", rr.b.baseOffset, rr.b.numRecords-rr.left-1, what)
+}
+
+// varint reads a zigzag varint, as binary.Varint, fast for one byte.
+func varint(b []byte) (int64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return int64(b[0]>>1) ^ -int64(b[0]&1), 1
+	}
+	return binary.Varint(b)
+}
+
+// nullableBytes reads varint-length bytes at b[p:]: nil for length -1, else
+// a sub-slice capped at its length. It returns the position after them.
+func nullableBytes(b []byte, p int) ([]byte, int, bool) {
+	n, w := varint(b[p:])
+	if w <= 0 || n < -1 {
+		return nil, p, false
+	}
+	p += w
+	if n == -1 {
+		return nil, p, true
+	}
+	if n > int64(len(b)-p) {
+		return nil, p, false
+	}
+	end := p + int(n)
+	return b[p:end:end], end, true
+}
+
+// readHeaders decodes the encoded headers of a record.
+func (d *decoder) readHeaders(b []byte) ([]sinks.Header, bool) {
+	count, p := varint(b)
+	if p <= 0 || count < 0 || count > int64(len(b)) {
+		return nil, false
+	}
+	if count == 0 {
+		return nil, true
+	}
+	hs := make([]sinks.Header, count)
+	for i := range hs {
+		var key, value []byte
+		var ok bool
+		if key, p, ok = nullableBytes(b, p); !ok || key == nil {
+			return nil, false
+		}
+		if value, p, ok = nullableBytes(b, p); !ok {
+			return nil, false
+		}
+		hs[i] = sinks.Header{Key: d.headerKey(key), Value: value}
+	}
+	return hs, true
+}
+
+func (d *decoder) headerKey(b []byte) string {
+	if s, ok := d.headerKeys[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if d.headerKeys == nil {
+		d.headerKeys = make(map[string]string)
+	}
+	if len(d.headerKeys) < 64 {
+		d.headerKeys[s] = s
+	}
+	return s
+}
+
+func (d *decoder) readRecords(b *recordBatch, data []byte, deliver bool) error {
+	rr := recordReader{b: b, data: data, left: b.numRecords}
+	for {
+		r, err := rr.next()
+		if err == errNoRecord {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.offset < d.next {
+			// Before from (next starts there), or out of order,
+			// which no broker sends.
+			continue
+		}
+		if deliver {
+			rec := sinks.Record{Offset: r.offset, Key: r.key, Value: r.value, Time: time.UnixMilli(r.timestamp)}
+			if len(r.headers) > 0 && r.headers[0] != 0 {
+				var ok bool
+				if rec.Headers, ok = d.readHeaders(r.headers); !ok {
+					return rr.corrupt("headers")
+				}
+			}
+			d.records = append(d.records, rec)
+		}
+		d.next = max(d.next, r.offset+1)
+	}
+}
+
+func (d *decoder) readControl(b *recordBatch, data []byte) error {
+	rr := recordReader{b: b, data: data, left: b.numRecords}
+	for {
+		r, err := rr.next()
+		if err == errNoRecord {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.offset >= d.next {
+			d.next = r.offset + 1
+		}
+		// The key of a control record is its version and its type.
+		if d.committed && len(r.key) >= 4 && int16(binary.BigEndian.Uint16(r.key[2:])) == controlAbort {
+			delete(d.abortedPIDs, b.producerID)
+		}
+	}
+}
+
+// firstBatchBase returns the base offset of the first whole batch of raw.
+func firstBatchBase(raw []byte) (int64, bool, error) {
+	if n := legacyEntry(raw); n > 0 {
+		rr, err := readLegacy(raw[:n])
+		if err != nil || rr == nil {
+			return 0, false, err
+		}
+		r, err := rr.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("read record: %w", err)
+		}
+		return r.Offset, true, nil
+	}
+	b, _, ok, err := nextBatch(raw)
+	return b.baseOffset, ok, err
+}
+
+// Messages of format v0 or v1, written by brokers and clients older than
+// Kafka 0.11, are decoded by kafka-go, one (possibly compressed) message at
+// a time. These formats have no transactions and no control records.
+
+// readLegacy decodes one message of format v0 or v1 with kafka-go.
+func readLegacy(raw []byte) (protocol.RecordReader, error) {
+	framed := make([]byte, 4+len(raw))
+	binary.BigEndian.PutUint32(framed, uint32(len(raw)))
+	copy(framed[4:], raw)
+	var rs protocol.RecordSet
+	if _, err := rs.ReadFrom(bufio.NewReader(bytes.NewReader(framed))); err != nil {
+		return nil, fmt.Errorf("read message of format v%d: %w", raw[batchMagicOffset], err)
+	}
+	return rs.Records, nil
+}
+
+func (d *decoder) decodeLegacy(raw []byte) error {
+	rr, err := readLegacy(raw)
+	if err != nil || rr == nil {
+		return err
+	}
+	for {
+		r, err := rr.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read record: %w", err)
+		}
+		if r.Offset >= d.next {
+			rec := sinks.Record{Offset: r.Offset, Time: r.Time}
+			if rec.Key, err = d.copyBytes(r.Key); err != nil {
+				return fmt.Errorf("read key at %d: %w", r.Offset, err)
+			}
+			if rec.Value, err = d.copyBytes(r.Value); err != nil {
+				return fmt.Errorf("read value at %d: %w", r.Offset, err)
+			}
+			d.records = append(d.records, rec)
+			d.next = max(d.next, r.Offset+1)
+		}
+		closeBytes(r.Key)
+		closeBytes(r.Value)
+	}
+}
+
+// copyBytes copies b into the decoder's arena: the records of one fetch share
+// a few large allocations instead of two each. A nil b (a null key or value)
+// stays nil.
+func (d *decoder) copyBytes(b protocol.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	n := b.Len()
+	if n == 0 {
+		return []byte{}, nil
+	}
+	if n > cap(d.arena)-len(d.arena) {
+		d.arena = make([]byte, 0, max(n, 256<<10))
+	}
+	start := len(d.arena)
+	d.arena = d.arena[:start+n]
+	s := d.arena[start : start+n : start+n]
+	if _, err := io.ReadFull(b, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func closeBytes(b protocol.Bytes) {
+	if b != nil {
+		b.Close()
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

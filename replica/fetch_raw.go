@@ -1,0 +1,235 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/segmentio/kafka-go/protocol"
+	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
+)
+
+// The fetch requests go through kafka-go's Transport, which picks the
+// partition leader, dials (TLS, SASL), negotiates versions and pools the
+// connections. kafka-go's own decoding of a fetch response reads the record
+// batches byte by byte, though, and dominates the cost of a drain. So the
+// request is wrapped in a rawFetchRequest: kafka-go's protocol.RawExchanger
+// hook hands it the connection, it writes itself with kafka-go's encoder and
+// reads the response whole into one buffer, which fetch_batch.go parses in
+// place.
+
+// maxRawFetchVersion is the newest Fetch version parsed here: v12 and later
+// are flexible versions, with another encoding. kafka-go v0.4.51 supports up
+// to v11 anyway.
+const maxRawFetchVersion = 11
+
+// maxFetchResponseSize bounds the size a broker may announce for a fetch
+// response: anything larger is a protocol error, not an allocation.
+const maxFetchResponseSize = 1 << 30
+
+var rawCorrelationID atomic.Int32
+
+// rawFetchRequest is a fetch request that reads its response itself.
+type rawFetchRequest struct {
+	fetchapi.Request
+	clientID string
+	version  int16 // negotiated on the connection, set by Required
+}
+
+// Required implements protocol.RawExchanger: it always takes over, and
+// notes the Fetch version the connection negotiated.
+func (r *rawFetchRequest) Required(versions map[protocol.ApiKey]int16) bool {
+	r.version = min(versions[protocol.Fetch], maxRawFetchVersion)
+	return true
+}
+
+// RawExchange implements protocol.RawExchanger. It runs on the connection's
+// goroutine; an error makes the Transport drop the connection.
+func (r *rawFetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
+	id := rawCorrelationID.Add(1)
+	if err := protocol.WriteRequest(rw, r.version, id, r.clientID, &r.Request); err != nil {
+		return nil, err
+	}
+	var head [8]byte
+	if _, err := io.ReadFull(rw, head[:]); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	size := int32(binary.BigEndian.Uint32(head[:4]))
+	if size < 4 || size > maxFetchResponseSize {
+		return nil, fmt.Errorf("fetch response of invalid size %d", size)
+	}
+	if got := int32(binary.BigEndian.Uint32(head[4:])); got != id {
+		return nil, fmt.Errorf("fetch response: correlation id mismatch (expected=%d, found=%d)", id, got)
+	}
+	body := make([]byte, size-4)
+	if _, err := io.ReadFull(rw, body); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return parseFetchResponse(body, r.version)
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// rawFetchResponse is a fetch response whose record sets are left encoded:
+// each partition's Records sub-slices the response buffer.
+type rawFetchResponse struct {
+	ErrorCode int16
+	Topics    []rawFetchTopic
+}
+
+// ApiKey implements protocol.Message.
+func (*rawFetchResponse) ApiKey() protocol.ApiKey { return protocol.Fetch }
+
+type rawFetchTopic struct {
+	Topic      string
+	Partitions []rawFetchPartition
+}
+
+type rawFetchPartition struct {
+	Partition           int32
+	ErrorCode           int16
+	HighWatermark       int64
+	LastStableOffset    int64 // -1 before v4
+	AbortedTransactions []fetchapi.ResponseTransaction
+	// Records holds the partition's record batches as the broker sent
+	// them, the last one possibly truncated; nil when there are none.
+	Records []byte
+}
+
+// parseFetchResponse parses the body of a fetch response (after the
+// correlation id) of a non-flexible version, v0 to v11.
+func parseFetchResponse(b []byte, version int16) (*rawFetchResponse, error) {
+	r := wireReader{b: b}
+	res := &rawFetchResponse{}
+	if version >= 1 {
+		r.int32() // throttle time
+	}
+	if version >= 7 {
+		res.ErrorCode = r.int16()
+		r.int32() // session id
+	}
+	nt := r.arrayLen()
+	if nt > 0 {
+		res.Topics = make([]rawFetchTopic, nt)
+	}
+	for i := 0; i < nt && r.err == nil; i++ {
+		t := &res.Topics[i]
+		t.Topic = r.string()
+		np := r.arrayLen()
+		if np > 0 {
+			t.Partitions = make([]rawFetchPartition, np)
+		}
+		for j := 0; j < np && r.err == nil; j++ {
+			p := &t.Partitions[j]
+			p.Partition = r.int32()
+			p.ErrorCode = r.int16()
+			p.HighWatermark = r.int64()
+			p.LastStableOffset = -1
+			if version >= 4 {
+				p.LastStableOffset = r.int64()
+			}
+			if version >= 5 {
+				r.int64() // log start offset
+			}
+			if version >= 4 {
+				na := r.arrayLen()
+				if na > 0 {
+					p.AbortedTransactions = make([]fetchapi.ResponseTransaction, na)
+				}
+				for k := 0; k < na && r.err == nil; k++ {
+					p.AbortedTransactions[k] = fetchapi.ResponseTransaction{ProducerID: r.int64(), FirstOffset: r.int64()}
+				}
+			}
+			if version >= 11 {
+				r.int32() // preferred read replica
+			}
+			p.Records = r.bytes()
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("fetch response v%d: %w", version, r.err)
+	}
+	return res, nil
+}
+
+var errShortResponse = errors.New("truncated")
+
+// wireReader reads the big-endian fields of a non-flexible Kafka message.
+// After an error every read returns zero.
+type wireReader struct {
+	b   []byte
+	err error
+}
+
+func (r *wireReader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b) {
+		r.err = errShortResponse
+		return nil
+	}
+	s := r.b[:n:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *wireReader) int16() int16 {
+	if s := r.take(2); s != nil {
+		return int16(binary.BigEndian.Uint16(s))
+	}
+	return 0
+}
+
+func (r *wireReader) int32() int32 {
+	if s := r.take(4); s != nil {
+		return int32(binary.BigEndian.Uint32(s))
+	}
+	return 0
+}
+
+func (r *wireReader) int64() int64 {
+	if s := r.take(8); s != nil {
+		return int64(binary.BigEndian.Uint64(s))
+	}
+	return 0
+}
+
+func (r *wireReader) string() string {
+	n := r.int16()
+	if n < 0 {
+		return ""
+	}
+	return string(r.take(int(n)))
+}
+
+// bytes returns nullable bytes: nil for null (and after an error).
+func (r *wireReader) bytes() []byte {
+	n := r.int32()
+	if n < 0 {
+		return nil
+	}
+	return r.take(int(n))
+}
+
+// arrayLen returns the length of a nullable array, 0 for null. A length
+// that the remaining bytes cannot hold is an error (each element takes at
+// least one byte), so that it is never allocated.
+func (r *wireReader) arrayLen() int {
+	n := r.int32()
+	if n < 0 || r.err != nil {
+		return 0
+	}
+	if int(n) > len(r.b) {
+		r.err = errShortResponse
+		return 0
+	}
+	return int(n)
+}
