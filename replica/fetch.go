@@ -165,6 +165,11 @@ type FetchConfig struct {
 	// once regardless.
 	MetadataTTL time.Duration
 
+	// Transport, when set, is shared by every fetcher made with this
+	// config (see SharedTransport); nil gives each its own. The fields above
+	// are then the shared transport's business.
+	Transport *kafka.Transport
+
 	// MinBytes is how many bytes a fetch waits for, up to MaxWait
 	// (default DefaultFetchMinBytes).
 	MinBytes int
@@ -241,6 +246,14 @@ func (c FetchConfig) validate() error {
 		return fmt.Errorf("invalid start policy %d", int(c.StartPolicy))
 	}
 	return nil
+}
+
+// SharedTransport returns a Transport for fetchers of topics to share (set
+// it as FetchConfig.Transport): one metadata cache and connection pool per
+// replica instead of one per partition. The caller closes its idle
+// connections when done.
+func (c FetchConfig) SharedTransport(topics ...string) *kafka.Transport {
+	return c.withDefaults().transport(topics...)
 }
 
 func (c FetchConfig) transport(topics ...string) *kafka.Transport {
@@ -325,9 +338,13 @@ func NewFetcher(cfg FetchConfig, topic string, partition int, log *zap.Logger) (
 		log = zap.NewNop()
 	}
 	cfg = cfg.withDefaults()
-	t := cfg.transport(topic)
-	bg, stop := context.WithCancel(context.Background())
-	t.Context = bg
+	t, stop := cfg.Transport, context.CancelFunc(func() {})
+	if t == nil {
+		var bg context.Context
+		t = cfg.transport(topic)
+		bg, stop = context.WithCancel(context.Background())
+		t.Context = bg
+	}
 	return &Fetcher{
 		cfg:       cfg,
 		topic:     topic,
@@ -363,7 +380,7 @@ func (f *Fetcher) Offset() int64 { return f.offset }
 // already waiting on the broker returns after at most MaxWait (cancel its
 // context to end it at once).
 func (f *Fetcher) Close() error {
-	if !f.closed.Swap(true) {
+	if !f.closed.Swap(true) && f.cfg.Transport == nil {
 		f.stop()
 		f.transport.CloseIdleConnections()
 	}

@@ -113,6 +113,18 @@ func (r *Replica) Alive() bool {
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
+	if r.cfg.Fetch.Transport == nil {
+		// One metadata cache and connection pool for all partitions.
+		t := r.cfg.Fetch.SharedTransport(r.cfg.Topics...)
+		bg, stop := context.WithCancel(context.Background())
+		t.Context = bg // ends the transport's goroutines
+		r.cfg.Fetch.Transport = t
+		defer func() {
+			stop()
+			t.CloseIdleConnections()
+			r.cfg.Fetch.Transport = nil
+		}()
+	}
 	b := newBackoff(200*time.Millisecond, r.cfg.LeaseTTL/2)
 	for {
 		s, err := r.join(ctx)
