@@ -27,7 +27,7 @@ func newClaimsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "claims",
 		Short: "Move partitions between replicas",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newClaimsReleaseCommand())
@@ -48,7 +48,7 @@ can never affect a later claim. With --wait (default) the command returns once
 the partition has been handed over, and prints who owns it now.`,
 		Example: `  offsetkeeper claims release --group orders --topic orders --partition 3
   offsetkeeper claims release --group orders --topic orders --partition 3 -o json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd); err != nil {
 				return err

@@ -67,7 +67,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
   offsetkeeper dev --chaos --messages 50000
   offsetkeeper dev --sink stdout: --messages 10 --replicas 1
   offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the printed endpoints`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd); err != nil {
 				return err

@@ -33,7 +33,7 @@ func (f logFlags) newLogger(w io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, usagef("--log-format %q: want json or console", f.format)
 	}
-	core := zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
 	return zap.New(core), nil
 }
 

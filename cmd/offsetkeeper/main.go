@@ -86,9 +86,16 @@ Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q: see 'offsetkeeper --help'", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
-	root.AddCommand(newRunCommand(), newDevCommand(), newClaimsCommand())
+	root.AddCommand(newRunCommand(), newDevCommand(), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand())
 	return root
 }
 

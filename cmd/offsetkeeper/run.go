@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -106,7 +107,7 @@ once. Exit status 0.`,
 
   # The same from the environment, as in a container:
   OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(cmd); err != nil {
 				return err
@@ -186,6 +187,17 @@ func (o *runOptions) validate() error {
 		// is a mistake.
 		return usagef("--lease-ttl, --max-block-rows, --flush-interval and --max-empty-polls must be positive (got %s, %d, %s, %d)",
 			o.leaseTTL, o.maxBlockRows, o.flushInterval, o.maxEmptyPolls)
+	}
+	if len(o.topics) == 0 {
+		return usagef("--topics is required: name at least one topic, e.g. --topics orders,refunds")
+	}
+	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
+		return usage(fmt.Errorf("--lease-ttl: %w", err))
+	}
+	for _, b := range o.cluster.brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return usagef("--brokers %q: want host:port", b)
+		}
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return usage(err)

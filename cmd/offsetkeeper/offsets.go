@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+func newOffsetsCommand() *cobra.Command {
+	cmd := groupCommand(&cobra.Command{
+		Use:   "offsets",
+		Short: "See where every partition of a group stands, and move its offsets",
+		Long: `A group's committed offsets live in etcd, one key per partition:
+/offsetkeeper/v1/groups/<group>/offsets/<topic>/<partition>. The committed
+offset is the next offset to read (Kafka's convention).
+
+  describe   one row per partition: committed offset, log end, lag, owner
+  reset      move the committed offsets, while the group runs`,
+	})
+	cmd.AddCommand(newOffsetsDescribeCommand(), newOffsetsResetCommand())
+	return cmd
+}
+
+// describeOptions is `offsetkeeper offsets describe`.
+type describeOptions struct {
+	admin  adminFlags
+	topics []string
+}
+
+func newOffsetsDescribeCommand() *cobra.Command {
+	o := &describeOptions{}
+	cmd := &cobra.Command{
+		Use:     "describe",
+		Aliases: []string{"list"},
+		Short:   "One row per partition: committed offset, log end, lag, owner, block in flight",
+		Long: `Show where every partition of a group stands, one row per partition, as
+kafka-consumer-groups.sh --describe does for Kafka's own groups:
+
+  TOPIC, PARTITION  the partition
+  COMMITTED         the committed offset: the next offset the group reads
+  LOG-END           where the partition's log ends for a read_committed
+                    reader (the last stable offset), from Kafka
+  LAG               LOG-END - COMMITTED: records not yet in the sink
+  OWNER, EPOCH      the replica that holds the claim and the claim's epoch
+                    (its fencing token)
+  LAST-COMMIT       how long ago the offset was last committed (or reset)
+  IN-FLIGHT         the block being written now, [from, next), if any
+
+The partitions shown are those with an offset, a claim or an intent in etcd,
+and every other partition of their topics and of --topics that Kafka knows,
+so a partition nothing has read yet shows too ("-" where nothing is known).
+
+Kafka is asked for the log ends only. When it does not answer within
+--kafka-timeout the command still prints what etcd knows, with LOG-END and
+LAG as "-" (null in JSON), and says on stderr that Kafka was unreachable.
+
+An unknown --group exits with status 2 and names the groups there are.`,
+		Example: `  offsetkeeper offsets describe --etcd-endpoints etcd1:2379 --brokers kafka:9092 --group orders
+  TOPIC   PARTITION  COMMITTED  LOG-END  LAG  OWNER  EPOCH  LAST-COMMIT  IN-FLIGHT
+  orders  0          1200       1250     50   r1     812    1s           [1200, 1250)
+  orders  1          980        980      0    r2     815    4s           -
+
+  # Total lag, for a script or an alert:
+  offsetkeeper offsets describe --group orders -o json | jq '[.partitions[].lag // 0] | add'
+
+  # Include the partitions of a topic the group has not read yet:
+  offsetkeeper offsets list --group orders --topics orders,refunds`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.complete(cmd); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd)
+		},
+	}
+	o.admin.register(cmd, true)
+	cmd.Flags().StringSliceVar(&o.topics, "topics", nil,
+		"topics of the group to show even where etcd has nothing yet, comma-separated (default: the topics found in etcd)")
+	return cmd
+}
+
+func (o *describeOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+
+func (o *describeOptions) validate() error {
+	if err := o.admin.validate(true); err != nil {
+		return err
+	}
+	for _, t := range o.topics {
+		if err := validTopic(t); err != nil {
+			return usage(fmt.Errorf("--topics: %w", err))
+		}
+	}
+	return nil
+}
+
+// inFlight is an intent: the block [from, next) being written by the owner
+// of epoch.
+type inFlight struct {
+	From  int64 `json:"from"`
+	Next  int64 `json:"next"`
+	Epoch int64 `json:"epoch"`
+}
+
+// partitionRow is one row of describe; its JSON fields are stable. Null
+// means not known (log_end, lag when Kafka was unreachable) or not there
+// (committed, owner, epoch, last_commit, in_flight).
+type partitionRow struct {
+	Topic      string     `json:"topic"`
+	Partition  int        `json:"partition"`
+	Committed  *int64     `json:"committed"`
+	LogEnd     *int64     `json:"log_end"`
+	Lag        *int64     `json:"lag"`
+	Owner      *string    `json:"owner"`
+	Epoch      *int64     `json:"epoch"`
+	LastCommit *time.Time `json:"last_commit"`
+	// CommittedBy is the replica that wrote the offset, or "operator"
+	// after a reset; Generation counts the resets.
+	CommittedBy *string   `json:"committed_by"`
+	Generation  int64     `json:"generation"`
+	InFlight    *inFlight `json:"in_flight"`
+}
+
+// describeView is describe's output. JSON: an object with the group, the
+// etcd revision read, whether Kafka answered, and the partitions.
+type describeView struct {
+	Group          string         `json:"group"`
+	Revision       int64          `json:"revision"`
+	KafkaReachable bool           `json:"kafka_reachable"`
+	Partitions     []partitionRow `json:"partitions"`
+
+	now time.Time
+}
+
+func (v *describeView) columns() []string {
+	return []string{"TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER", "EPOCH", "LAST-COMMIT", "IN-FLIGHT"}
+}
+
+func (v *describeView) rows() [][]string {
+	out := make([][]string, len(v.Partitions))
+	for i, r := range v.Partitions {
+		owner, last, flight := dash, dash, dash
+		if r.Owner != nil {
+			owner = *r.Owner
+		}
+		if r.LastCommit != nil {
+			last = age(v.now, *r.LastCommit)
+		}
+		if r.InFlight != nil {
+			flight = fmt.Sprintf("[%d, %d)", r.InFlight.From, r.InFlight.Next)
+		}
+		out[i] = []string{r.Topic, strconv.Itoa(r.Partition), intCell(r.Committed), intCell(r.LogEnd), intCell(r.Lag),
+			owner, intCell(r.Epoch), last, flight}
+	}
+	return out
+}
+
+func (v *describeView) jsonValue() any { return v }
+
+func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	cli, err := o.admin.etcd()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	_, snap, err := o.admin.loadGroup(ctx, cli)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+
+	parts := groupPartitions(snap)
+	topics := groupTopics(snap)
+	for _, t := range o.topics {
+		if !slices.Contains(topics, t) {
+			topics = append(topics, t)
+		}
+	}
+	slices.Sort(topics)
+
+	// Kafka adds the partitions with nothing in etcd and the log ends.
+	ends, missing, kafkaErr := o.kafkaView(ctx, topics, &parts)
+	if kafkaErr != nil {
+		if errors.Is(kafkaErr, context.DeadlineExceeded) {
+			kafkaErr = fmt.Errorf("%w (waited --kafka-timeout %s)", kafkaErr, o.admin.kafkaTimeout)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; LOG-END and LAG are unknown (-)\n", kafkaErr)
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: topics not found in Kafka at %s: %s; their LOG-END and LAG are unknown (-)\n",
+			strings.Join(o.admin.cluster.brokers, ","), strings.Join(missing, ", "))
+	}
+
+	v := &describeView{Group: o.admin.cluster.group, Revision: snap.Revision, KafkaReachable: kafkaErr == nil, now: now}
+	for _, p := range parts {
+		r := partitionRow{Topic: p.Topic, Partition: p.Partition}
+		if off, ok := snap.Offsets[p]; ok {
+			r.Committed = ptr(off.Next)
+			r.LastCommit = ptr(off.At)
+			r.CommittedBy = ptr(off.Replica)
+			r.Generation = off.Generation
+		}
+		if end, ok := ends[p]; ok {
+			r.LogEnd = ptr(end)
+			if r.Committed != nil {
+				r.Lag = ptr(max(end-*r.Committed, 0))
+			}
+		}
+		if c, ok := snap.Claims[p]; ok {
+			r.Owner = ptr(c.Replica)
+			r.Epoch = ptr(c.Epoch)
+		}
+		if in, ok := snap.Intents[p]; ok {
+			r.InFlight = &inFlight{From: in.From, Next: in.Next, Epoch: in.Epoch}
+		}
+		v.Partitions = append(v.Partitions, r)
+	}
+	if v.Partitions == nil {
+		v.Partitions = []partitionRow{}
+	}
+	return o.admin.output.print(cmd.OutOrStdout(), v)
+}
+
+// kafkaView adds to parts the partitions of topics that Kafka knows and
+// returns the log end of each, and the topics Kafka does not know. An error
+// means Kafka could not be asked: only etcd's view is shown.
+func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts *[]coordinator.Partition) (map[coordinator.Partition]int64, []string, error) {
+	if len(topics) == 0 {
+		return nil, nil, nil
+	}
+	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
+	defer cancel()
+	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics)
+	defer k.Close()
+	known, missing, err := k.partitions(kctx, topics)
+	if err != nil {
+		return nil, nil, err
+	}
+	have := map[coordinator.Partition]bool{}
+	for _, p := range *parts {
+		have[p] = true
+	}
+	var ask []coordinator.Partition
+	for _, t := range topics {
+		for _, id := range known[t] {
+			p := coordinator.Partition{Topic: t, Partition: id}
+			ask = append(ask, p)
+			if !have[p] {
+				*parts = append(*parts, p)
+			}
+		}
+	}
+	sortPartitions(*parts)
+	b, err := k.bounds(kctx, ask)
+	if err != nil {
+		return nil, missing, err
+	}
+	ends := make(map[coordinator.Partition]int64, len(b))
+	for p, lb := range b {
+		ends[p] = lb.end
+	}
+	return ends, missing, nil
+}
+
+// validTopic checks a topic name as Kafka does.
+func validTopic(t string) error {
+	if t == "" || len(t) > 249 || t == "." || t == ".." || strings.IndexFunc(t, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) >= 0 {
+		return fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t)
+	}
+	return nil
+}
