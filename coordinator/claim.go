@@ -299,6 +299,29 @@ func (c *Claim) judge(what string, want Offsets, claimKVs, offKVs []*mvccKV) err
 	return fmt.Errorf("%s: %w (now next=%d generation=%d)", what, ErrOffsetsChanged, cur.Next, cur.Generation)
 }
 
+// Refresh reads the offsets again and reports whether someone else (an
+// operator's reset) wrote them since they were last seen; Offsets then holds
+// what they wrote, and the next commit is conditioned on it.
+func (c *Claim) Refresh(ctx context.Context) (Offsets, bool, error) {
+	resp, err := c.s.c.cli.Get(ctx, c.keys.offsets)
+	if err != nil {
+		return Offsets{}, false, fmt.Errorf("refresh offsets of %s: %w", c.p, err)
+	}
+	var cur Offsets
+	if len(resp.Kvs) > 0 {
+		if cur, err = decodeOffsets(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); err != nil {
+			return Offsets{}, false, fmt.Errorf("refresh offsets of %s: %w", c.p, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur.ModRevision == c.offsets.ModRevision {
+		return c.offsets, false, nil
+	}
+	c.offsets = cur
+	return cur, true, nil
+}
+
 func (c *Claim) setOffsets(o Offsets) {
 	c.mu.Lock()
 	c.offsets = o

@@ -18,6 +18,9 @@ const (
 	// releaseDir holds operators' release requests: an addition to the
 	// contract's four kinds of keys, which it leaves unchanged.
 	releaseDir = "release/"
+	// resetsDir tells owners of an operator's reset at once, so an idle
+	// partition seeks without waiting for its next commit to be refused.
+	resetsDir = "resets/"
 )
 
 // Keys builds the etcd keys of one group.
@@ -48,6 +51,15 @@ func (k Keys) Release(p Partition) string { return k.prefix + releaseDir + p.pat
 
 // ReleasePrefix is P/release/.
 func (k Keys) ReleasePrefix() string { return k.prefix + releaseDir }
+
+// Reset is P/resets/<topic>/<partition>: the generation of the last reset.
+func (k Keys) Reset(p Partition) string { return k.prefix + resetsDir + p.path() }
+
+// ResetsPrefix is P/resets/.
+func (k Keys) ResetsPrefix() string { return k.prefix + resetsDir }
+
+// PartitionOf parses the partition out of a key below dirPrefix.
+func PartitionOf(key, dirPrefix string) (Partition, error) { return partitionOf(key, dirPrefix) }
 
 // MembersPrefix, ClaimsPrefix, OffsetsPrefix and IntentsPrefix list a kind.
 func (k Keys) MembersPrefix() string { return k.prefix + membersDir }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,7 +19,8 @@ const OperatorID = "operator"
 // ResetOffsets is the operator's write of p's offsets: next, with the
 // generation bumped, in one Txn conditioned on the offsets key's ModRevision
 // still being seen (0: the key must not exist). The partition's owner then
-// fails its next commit with ErrOffsetsChanged, rolls back and seeks to next.
+// fails its next commit with ErrOffsetsChanged, rolls back and seeks to next;
+// the P/resets/ key written alongside makes an idle owner seek at once.
 // It returns ErrConflict when someone wrote in between.
 func (c *Coordinator) ResetOffsets(ctx context.Context, p Partition, next int64, seen Offsets) (Offsets, error) {
 	if next < 0 {
@@ -39,7 +41,8 @@ func (c *Coordinator) ResetOffsets(ctx context.Context, p Partition, next int64,
 	key := c.keys.Offsets(p)
 	resp, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", seen.ModRevision)).
-		Then(clientv3.OpPut(key, v), clientv3.OpDelete(c.keys.Intent(p))).
+		Then(clientv3.OpPut(key, v), clientv3.OpDelete(c.keys.Intent(p)),
+			clientv3.OpPut(c.keys.Reset(p), strconv.FormatInt(o.Generation, 10))).
 		Commit()
 	if err != nil {
 		return Offsets{}, fmt.Errorf("reset %s to %d: %w", p, next, err)

@@ -3,6 +3,8 @@ package integration_test
 import (
 	"net"
 	"syscall"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
 type (
@@ -11,3 +13,7 @@ type (
 )
 
 const sigterm = syscall.SIGTERM
+
+func coordinatorPartition(topic string, p int) coordinator.Partition {
+	return coordinator.Partition{Topic: topic, Partition: p}
+}

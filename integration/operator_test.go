@@ -86,3 +86,28 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+func TestResetOfIdlePartitionRedeliversWithoutNewRecords(t *testing.T) {
+	e := newEnv(t, "orders", 1)
+	e.produce(100)
+	sink := newCountingSink()
+	rn := e.start(e.config("a"), sink)
+	await(t, 20*time.Second, "first delivery", func() bool { return e.allCommitted(perPartition(1, 100)) })
+
+	ctx := t.Context()
+	p := coordinatorPartition("orders", 0)
+	snap, err := e.coord.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.coord.ResetOffsets(ctx, p, 0, snap.Offsets[p]); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing new is produced: the idle owner must notice the reset by
+	// itself and deliver everything again.
+	await(t, 20*time.Second, "every offset delivered twice", func() bool { return sink.total.Load() == 200 })
+	await(t, 20*time.Second, "the offset back at the log end", func() bool { return e.allCommitted(perPartition(1, 100)) })
+	if n := rn.r.Stats().Sessions.Load(); n != 1 {
+		t.Fatalf("%d sessions: the replica restarted, want the reset applied live", n)
+	}
+}

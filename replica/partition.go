@@ -30,6 +30,9 @@ type partition struct {
 	next    atomic.Int64 // committed offset
 	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
 	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
+	// resetSeen is set when an operator reset this partition's offsets:
+	// the poll loop reads them again between batches and seeks.
+	resetSeen atomic.Bool
 
 	stop     chan struct{} // closed: finish the block, release, return
 	done     chan struct{} // closed when run has returned
@@ -252,6 +255,23 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if ctx.Err() != nil {
 			return b, errStopped
+		}
+		if pt.resetSeen.Swap(false) {
+			if o, changed, err := pt.claim.Refresh(ctx); err != nil {
+				pt.resetSeen.Store(true) // try again after the next batch
+			} else if changed {
+				// Nothing of the block is written yet: drop it and start
+				// over where the operator said.
+				pt.r.stats.OffsetsChanged.Add(1)
+				pt.gen = o.Generation
+				pt.next.Store(o.Next)
+				pt.pending.Store(0)
+				pt.f.SeekTo(o.Next)
+				pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
+				*b = block{from: o.Next, next: o.Next}
+				first, empties, caught = time.Time{}, 0, false
+				continue
+			}
 		}
 		fetch := pt.f.Fetch
 		if caught && !b.empty() {

@@ -188,6 +188,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 	}
 	members, claims := watch(r.coord.Keys().MembersPrefix()), watch(r.coord.Keys().ClaimsPrefix())
 	releases := watch(r.coord.Keys().ReleasePrefix())
+	resets := watch(r.coord.Keys().ResetsPrefix())
 
 	var partitions []coordinator.Partition
 	metadata := time.NewTimer(0)
@@ -248,6 +249,12 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 			if !ok || len(wr.Events) > 0 {
 				schedule()
 			}
+		case wr, ok := <-resets:
+			if !ok {
+				resets = watch(r.coord.Keys().ResetsPrefix())
+				continue
+			}
+			r.resetsSeen(wr.Events)
 		case wr, ok := <-releases:
 			if !ok {
 				releases = watch(r.coord.Keys().ReleasePrefix())
@@ -389,6 +396,22 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	}
 	if changed {
 		r.stats.Rebalances.Add(1)
+	}
+}
+
+// resetsSeen tells the partitions an operator reset that their offsets
+// changed: an idle one would otherwise learn it only at its next commit.
+func (r *Replica) resetsSeen(events []*clientv3.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range events {
+		p, err := coordinator.PartitionOf(string(ev.Kv.Key), r.coord.Keys().ResetsPrefix())
+		if err != nil {
+			continue
+		}
+		if pt, ok := r.owned[p]; ok {
+			pt.resetSeen.Store(true)
+		}
 	}
 }
 
