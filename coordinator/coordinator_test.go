@@ -291,6 +291,27 @@ func TestOperatorResetMakesOwnerReload(t *testing.T) {
 	if _, err := op.ResetOffsets(ctx, p, 7, seen); !errors.Is(err, coordinator.ErrConflict) {
 		t.Fatalf("second reset: got %v, want ErrConflict", err)
 	}
+	// The owner reloads and commits again.
+	if err := cl.Commit(ctx, 50, 8); !errors.Is(err, coordinator.ErrOffsetsChanged) {
+		t.Fatalf("owner commit after the reset: got %v, want ErrOffsetsChanged", err)
+	}
+	if err := cl.Commit(ctx, 50, 8); err != nil {
+		t.Fatal(err)
+	}
+	// The owner committing after an operator's read is no conflict: the
+	// reset is retried from the owner's commit, so a live group can be
+	// reset.
+	seen = stored(t, ctx, op, p)
+	if err := cl.Commit(ctx, 60, 10); err != nil {
+		t.Fatal(err)
+	}
+	reset, err = op.ResetOffsets(ctx, p, 42, seen)
+	if err != nil {
+		t.Fatalf("reset after an owner commit: %v", err)
+	}
+	if reset.Generation != seen.Generation+1 {
+		t.Fatalf("generation %d, want %d", reset.Generation, seen.Generation+1)
+	}
 
 	err = cl.Commit(ctx, 600, 100)
 	if !errors.Is(err, coordinator.ErrOffsetsChanged) {

@@ -344,7 +344,11 @@ func TestOffsetsResetConflict(t *testing.T) {
 		e.baseline()
 		testHookBeforeApply = func() {
 			testHookBeforeApply = nil
-			e.commit(p1, 16) // the owner commits in between
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.coord.ResetOffsets(ctx, p1, 16, e.snapshot().Offsets[p1]); err != nil {
+				t.Errorf("the other reset: %v", err)
+			}
 		}
 		t.Cleanup(func() { testHookBeforeApply = nil })
 		r := e.run("offsets", "reset", "--topic", "orders:1", "--to-earliest", "--execute", "-o", "json")
@@ -360,8 +364,26 @@ func TestOffsetsResetConflict(t *testing.T) {
 		if !strings.Contains(r.stderr, "nothing was reset") {
 			t.Errorf("stderr %q, want it to say nothing was reset", r.stderr)
 		}
-		if o := e.snapshot().Offsets[p1]; o.Next != 16 || o.Generation != 0 {
-			t.Errorf("orders/1 %+v, want the commit's 16", o)
+		if o := e.snapshot().Offsets[p1]; o.Next != 16 || o.Generation != 1 {
+			t.Errorf("orders/1 %+v, want the other reset's 16", o)
+		}
+	})
+
+	// The owner committing between the plan and the write is no conflict:
+	// a live group is reset all the same.
+	t.Run("owner commit in between", func(t *testing.T) {
+		e.baseline()
+		testHookBeforeApply = func() {
+			testHookBeforeApply = nil
+			e.commit(p1, 16)
+		}
+		t.Cleanup(func() { testHookBeforeApply = nil })
+		r := e.run("offsets", "reset", "--topic", "orders:1", "--to-earliest", "--execute")
+		if r.code != exitOK {
+			t.Fatalf("exit %d, want 0: %s", r.code, r)
+		}
+		if o := e.snapshot().Offsets[p1]; o.Next != 0 || o.Generation != 1 || o.Replica != coordinator.OperatorID {
+			t.Errorf("orders/1 %+v, want the reset to 0 at generation 1", o)
 		}
 	})
 }
