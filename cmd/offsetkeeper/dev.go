@@ -247,7 +247,9 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 			if !done {
 				continue
 			}
-			fleet.stopAll()
+			if !o.hold {
+				fleet.stopAll()
+			}
 			delivered, lost, dups, err := o.readBack(prod.counts(), rec)
 			if err != nil {
 				return err
@@ -259,7 +261,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%d records lost", lost)
 			}
 			if o.hold {
-				fmt.Fprintln(stderr, "holding: the cluster stays up until SIGINT or SIGTERM")
+				fmt.Fprintln(stderr, "holding: etcd, Kafka and the replicas stay up until SIGINT or SIGTERM")
 				<-ctx.Done()
 			}
 			return nil
