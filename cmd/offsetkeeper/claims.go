@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,15 +48,7 @@ the partition has been handed over, and prints who owns it now.`,
 		Example: `  offsetkeeper claims release --group orders --topic orders --partition 3
   offsetkeeper claims release --group orders --topic orders --partition 3 -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bindEnv(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(cmd); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: runE(o),
 	}
 	o.cluster.register(cmd)
 	fs := cmd.Flags()
@@ -69,7 +60,9 @@ the partition has been handed over, and prints who owns it now.`,
 	return cmd
 }
 
-func (o *claimsReleaseOptions) validate(cmd *cobra.Command) error {
+func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+
+func (o *claimsReleaseOptions) validate() error {
 	if err := o.cluster.validate(); err != nil {
 		return err
 	}
@@ -99,7 +92,8 @@ type handover struct {
 	Done      bool   `json:"done"`
 }
 
-func (o *claimsReleaseOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	stdout := cmd.OutOrStdout()
 	cli, err := o.cluster.etcdClient()
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,13 +44,7 @@ draining. --undo clears the mark and the replica gets its share back.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.id = args[0]
-			if err := bindEnv(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runE(o)(cmd, args)
 		},
 	}
 	o.cluster.register(cmd)
@@ -62,6 +55,8 @@ draining. --undo clears the mark and the replica gets its share back.`,
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
+
+func (o *drainOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
 
 func (o *drainOptions) validate() error {
 	if err := o.cluster.validate(); err != nil {
@@ -76,7 +71,8 @@ func (o *drainOptions) validate() error {
 	return nil
 }
 
-func (o *drainOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cli, err := o.cluster.etcdClient()
 	if err != nil {
 		return err

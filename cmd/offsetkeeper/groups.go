@@ -46,15 +46,7 @@ only.`,
   # For scripts:
   offsetkeeper groups list -o json | jq -r '.[] | select(.replicas == 0) | .group'`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd)
-		},
+		RunE: runE(o),
 	}
 	o.admin.register(cmd, false)
 	return cmd

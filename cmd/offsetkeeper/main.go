@@ -3,11 +3,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -97,6 +100,30 @@ Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
 	root.AddCommand(newRunCommand(), newDevCommand(), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand())
 	return root
+}
+
+// options is the shape of every command's options, after kubectl's:
+// complete from the environment, validate (bad input is a usage error, exit
+// 2, before anything is touched), then run.
+type options interface {
+	complete(cmd *cobra.Command) error
+	validate() error
+	run(ctx context.Context, cmd *cobra.Command) error
+}
+
+// runE runs o's three steps; SIGINT and SIGTERM cancel the context.
+func runE(o options) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.complete(cmd); err != nil {
+			return err
+		}
+		if err := o.validate(); err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return o.run(ctx, cmd)
+	}
 }
 
 // bindEnv sets every flag of cmd not given on the command line from its

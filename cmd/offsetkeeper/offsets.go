@@ -74,15 +74,7 @@ An unknown --group exits with status 2 and names the groups there are.`,
   # Include the partitions of a topic the group has not read yet:
   offsetkeeper offsets list --group orders --topics orders,refunds`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd)
-		},
+		RunE: runE(o),
 	}
 	o.admin.register(cmd, true)
 	cmd.Flags().StringSliceVar(&o.topics, "topics", nil,

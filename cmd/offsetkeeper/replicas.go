@@ -55,15 +55,7 @@ show in 'offsets describe' until it is gone.`,
 
   offsetkeeper replicas list --group orders -o json | jq -r '.[] | "\(.id) \(.claims | length)"'`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd)
-		},
+		RunE: runE(o),
 	}
 	o.admin.register(cmd, false)
 	return cmd

@@ -153,15 +153,7 @@ needs the log bounds.`,
   offsetkeeper offsets reset --group orders --all-topics --to-latest --export > plan.csv
   offsetkeeper offsets reset --group orders --from-file plan.csv --execute`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd)
-		},
+		RunE: runE(o),
 	}
 	o.admin.register(cmd, true)
 	fs := cmd.Flags()
