@@ -59,6 +59,19 @@ func claim(t *testing.T, ctx context.Context, s *coordinator.Session, p coordina
 	return c
 }
 
+// proxied returns a proxy in front of etcd's first member and a client
+// that talks to etcd only through it.
+func proxied(t *testing.T, etcd *harness.Etcd) (*harness.Proxy, *clientv3.Client) {
+	t.Helper()
+	proxy := harness.NewProxy(t, etcd.Addr(0))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return proxy, cli
+}
+
 // stored reads p's offsets straight from etcd.
 func stored(t *testing.T, ctx context.Context, c *coordinator.Coordinator, p coordinator.Partition) coordinator.Offsets {
 	t.Helper()
@@ -188,12 +201,7 @@ func TestCommitFencing(t *testing.T) {
 func TestZombieCutOffByProxy(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
-	proxy := harness.NewProxy(t, etcd.Addr(0))
-	zcli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = zcli.Close() })
+	proxy, zcli := proxied(t, etcd)
 	ttl := 2 * time.Second
 	a := join(t, ctx, newCoordinator(t, zcli, "zombie"), "a", ttl)
 	cb := newCoordinator(t, etcd.Client(t), "zombie")
@@ -337,12 +345,7 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
-	proxy := harness.NewProxy(t, etcd.Addr(0))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "ambiguous")
 	s := join(t, ctx, c, "a", 10*time.Second)
 	p := coordinator.Partition{Topic: "t", Partition: 0}
@@ -391,18 +394,13 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 func TestCommitFailsAfterRetriesWithClearError(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
-	proxy := harness.NewProxy(t, etcd.Addr(0))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "retries")
 	s := join(t, ctx, c, "a", 10*time.Second)
 	p := coordinator.Partition{Topic: "t", Partition: 0}
 	cl := claim(t, ctx, s, p)
 	proxy.Blackhole()
-	err = cl.Commit(ctx, 20, 10)
+	err := cl.Commit(ctx, 20, 10)
 	var ce *coordinator.CommitError
 	if !errors.As(err, &ce) {
 		t.Fatalf("got %v, want *CommitError", err)
@@ -429,12 +427,7 @@ func TestLivenessLostBeforeLeaseExpires(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
-	proxy := harness.NewProxy(t, etcd.Addr(0))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr()}, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	proxy, cli := proxied(t, etcd)
 	ttl := 4 * time.Second
 	s := join(t, ctx, newCoordinator(t, cli, "live"), "a", ttl)
 	cl := claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 0})
