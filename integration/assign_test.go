@@ -160,7 +160,7 @@ func TestCutOffFromEtcdStopsWriting(t *testing.T) {
 		"--group", e.group, "--topics", e.topic,
 		"--sink", "file://" + da, "--replica-id", "a",
 		"--lease-ttl", ttl.String(), "--flush-interval", "50ms", "--fetch-max-wait", "50ms",
-		"--log-format", "console",
+		"--log-format", "console", "--http-addr", "127.0.0.1:0",
 	}
 	a := harness.StartProcess(t, "a", bin, args...)
 	l := e.startLoad(2000)

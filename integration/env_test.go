@@ -241,6 +241,7 @@ func (e *env) process(id, dir string, extra ...string) *harness.Process {
 		"--flush-interval", "100ms",
 		"--fetch-max-wait", "100ms",
 		"--log-format", "console",
+		"--http-addr", "127.0.0.1:0", // processes share the host
 	}
 	return harness.StartProcess(e.t, id, bin, append(args, extra...)...)
 }

@@ -360,17 +360,21 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 
 	if pt.r.cfg.CommitMode == EveryBatch {
 		// At-most-once: the offset moves before the write.
+		start := time.Now()
 		if err := g.Commit(ctx); err != nil {
 			return err
 		}
+		pt.r.observeCommit(time.Since(start))
 		pt.committed(b)
 		if len(b.records) > 0 {
+			start = time.Now()
 			if err := pt.r.sink.Write(ctx, blk); err != nil {
 				pt.r.stats.SinkErrors.Add(1)
 				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
 					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
 				return nil
 			}
+			pt.r.observeWrite(len(b.records), time.Since(start))
 			pt.r.stats.Records.Add(int64(len(b.records)))
 		}
 		return nil
@@ -380,15 +384,19 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		if err := pt.claim.PutIntent(ctx, b.from, b.next); err != nil {
 			return err
 		}
+		start := time.Now()
 		if err := pt.r.sink.Write(ctx, blk); err != nil {
 			pt.r.stats.SinkErrors.Add(1)
 			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
 		}
+		pt.r.observeWrite(len(b.records), time.Since(start))
 		pt.r.stats.Records.Add(int64(len(b.records)))
 	}
+	start := time.Now()
 	if err := g.Commit(ctx); err != nil {
 		return err
 	}
+	pt.r.observeCommit(time.Since(start))
 	pt.committed(b)
 	return nil
 }

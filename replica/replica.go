@@ -29,6 +29,7 @@ type Replica struct {
 	sink  sinks.Sink
 	log   *zap.Logger
 	stats Stats
+	hist  *timings // block rows, sink write and commit latencies
 
 	mu      sync.Mutex
 	session *coordinator.Session
@@ -70,7 +71,8 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	return &Replica{cfg: cfg, coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{})}, nil
+	return &Replica{cfg: cfg, coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
+		hist: newTimings(cfg.Group)}, nil
 }
 
 // ID is the replica ID.
@@ -371,13 +373,13 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		c, err := s.Claim(ctx, p)
 		if err != nil {
 			if !errors.Is(err, coordinator.ErrClaimed) {
-				r.log.Warn("claim failed", zap.Stringer("partition", p), zap.Error(err))
+				r.log.Warn("claim failed", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
 			}
 			continue
 		}
 		f, err := NewFetcher(r.cfg.Fetch, p.Topic, p.Partition, r.log)
 		if err != nil {
-			r.log.Error("cannot read partition", zap.Stringer("partition", p), zap.Error(err))
+			r.log.Error("cannot read partition", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
 			_ = c.Release(ctx)
 			continue
 		}

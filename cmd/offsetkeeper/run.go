@@ -57,7 +57,7 @@ func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(f.etcdEndpoints, ","), err)
+		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redactURLs(f.etcdEndpoints), ","), err)
 	}
 	return cli, nil
 }
@@ -66,6 +66,7 @@ func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
 type runOptions struct {
 	cluster clusterFlags
 	logs    logFlags
+	ops     runOpsFlags
 
 	topics        []string
 	sink          string
@@ -134,6 +135,7 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight")
 	o.logs.register(fs, "json")
+	o.ops.register(fs)
 	return cmd
 }
 
@@ -202,6 +204,9 @@ func (o *runOptions) validate() error {
 	if err := o.cfg.Validate(); err != nil {
 		return usage(err)
 	}
+	if err := o.ops.validate(); err != nil {
+		return err
+	}
 	if _, err := o.logs.newLogger(os.Stderr); err != nil {
 		return err
 	}
@@ -216,6 +221,12 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer cli.Close()
+	ops, err := o.ops.listen(log)
+	if err != nil {
+		return err
+	}
+	defer ops.stop() // after Run, before cli.Close: the last offsets are mirrored
+	o.cfg.HTTPAddr = ops.advertised()
 	sink, err := o.target.open(cmd.OutOrStdout())
 	if err != nil {
 		return err
@@ -227,6 +238,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	log.Info("replica starting", zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
 		zap.Stringer("commit_mode", o.cfg.CommitMode))
+	ops.start(ctx, r)
 	runErr := r.Run(ctx)
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close sink: %w", err)

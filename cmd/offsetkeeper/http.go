@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/replica"
+)
+
+const (
+	// defaultHTTPAddr is where `run` serves /metrics, /healthz and
+	// /readyz: every interface, so Prometheus and Kubernetes probes reach
+	// it at the pod's address. 9464 is the port commonly used for
+	// Prometheus exporters of applications.
+	defaultHTTPAddr = ":9464"
+	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
+	httpShutdownTimeout = 5 * time.Second
+	// mirrorFlushTimeout bounds the last copy of the offsets to Kafka at
+	// shutdown.
+	mirrorFlushTimeout = 5 * time.Second
+)
+
+// runOpsFlags are the operational flags of `run`: the HTTP endpoints and the
+// offset mirror.
+type runOpsFlags struct {
+	httpAddr       string
+	mirrorOffsets  bool
+	mirrorInterval time.Duration
+}
+
+func (f *runOpsFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr,
+		"serve /metrics, /healthz and /readyz on this host:port (port 0 picks a free one; empty disables); the bound address is advertised in the member key")
+	fs.BoolVar(&f.mirrorOffsets, "mirror-offsets", true,
+		"also commit the group's offsets to Kafka, for kafka-consumer-groups.sh, Burrow and lag exporters (informational: etcd stays the truth)")
+	fs.DurationVar(&f.mirrorInterval, "mirror-interval", replica.DefaultMirrorInterval,
+		"how often --mirror-offsets copies the offsets to Kafka")
+}
+
+func (f *runOpsFlags) validate() error {
+	if f.httpAddr != "" {
+		host, port, err := net.SplitHostPort(f.httpAddr)
+		if err != nil || strings.ContainsAny(host, " /") {
+			return usagef("--http-addr %q: want host:port or :port, e.g. %s, or empty to disable", f.httpAddr, defaultHTTPAddr)
+		}
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return usagef("--http-addr %q: bad port %q: want 0 to 65535", f.httpAddr, port)
+		}
+	}
+	if f.mirrorInterval <= 0 {
+		return usagef("--mirror-interval %s: want a positive duration, e.g. %s", f.mirrorInterval, replica.DefaultMirrorInterval)
+	}
+	return nil
+}
+
+// runOps runs the HTTP endpoints and the offset mirror of one replica. Its
+// zero parts are disabled ones; every method is safe on them.
+type runOps struct {
+	flags runOpsFlags
+	log   *zap.Logger
+
+	ln     net.Listener // nil: HTTP disabled
+	srv    *http.Server
+	served chan struct{} // closed when Serve has returned
+
+	mirror     *replica.Mirror
+	stopMirror context.CancelFunc
+	mirrored   sync.WaitGroup
+}
+
+// listen binds the HTTP address, before the replica is made, so that the
+// member key can carry the bound address.
+func (f runOpsFlags) listen(log *zap.Logger) (*runOps, error) {
+	o := &runOps{flags: f, log: log}
+	if f.httpAddr == "" {
+		return o, nil
+	}
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
+	}
+	o.ln = ln
+	return o, nil
+}
+
+// advertised is the address other hosts reach the endpoints at: the bound
+// address, with this host's name when bound to every interface. Empty when
+// HTTP is disabled.
+func (o *runOps) advertised() string {
+	if o.ln == nil {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(o.ln.Addr().String())
+	if err != nil {
+		return o.ln.Addr().String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// start serves the endpoints of r and starts the mirror, until stop. ctx is
+// the replica's: when it ends the mirror's periodic copy stops, and stop
+// copies the final offsets.
+func (o *runOps) start(ctx context.Context, r *replica.Replica) {
+	if o.flags.mirrorOffsets {
+		o.mirror = replica.NewMirror(r, replica.WithMirrorInterval(o.flags.mirrorInterval))
+		mctx, cancel := context.WithCancel(ctx)
+		o.stopMirror = cancel
+		o.mirrored.Add(1)
+		go func() {
+			defer o.mirrored.Done()
+			o.mirror.Run(mctx)
+		}()
+	}
+	if o.ln == nil {
+		return
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		replica.NewCollector(r, replica.WithMirror(o.mirror)),
+	)
+	o.srv = &http.Server{
+		Handler:           replica.Handler(r, reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          zap.NewStdLog(o.log.Named("http")),
+	}
+	o.served = make(chan struct{})
+	go func() {
+		defer close(o.served)
+		if err := o.srv.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.log.Error("serving http stopped", zap.String("address", o.ln.Addr().String()), zap.Error(err))
+		}
+	}()
+	o.log.Info("serving http", zap.String("address", o.ln.Addr().String()), zap.Bool("mirror_offsets", o.flags.mirrorOffsets))
+}
+
+// stop runs after the replica's Run returned: it copies the final offsets
+// to Kafka, then shuts the HTTP server down gracefully (requests in flight
+// finish, within httpShutdownTimeout).
+func (o *runOps) stop() {
+	if o.mirror != nil {
+		o.stopMirror()
+		o.mirrored.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), mirrorFlushTimeout)
+		_ = o.mirror.Flush(ctx) // counted and logged by the mirror
+		cancel()
+		_ = o.mirror.Close()
+	}
+	if o.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		if err := o.srv.Shutdown(ctx); err != nil {
+			o.log.Warn("http shutdown cut requests short", zap.Error(err))
+		}
+		cancel()
+		<-o.served
+	} else if o.ln != nil {
+		_ = o.ln.Close()
+	}
+}
+
+// redactURL hides the secrets of a URL, for logs and errors: its user
+// info, and the values of query parameters that name a password, secret,
+// token or key (postgres://u:pw@h/db?password=pw). A host:port with user
+// info but no scheme loses the user info; anything else that does not parse
+// as a URL with a scheme is returned as is.
+func redactURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "xxxxx" + raw[i:]
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return raw
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	if q := u.Query(); len(q) > 0 {
+		changed := false
+		for k := range q {
+			lk := strings.ToLower(k)
+			if strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || strings.Contains(lk, "key") {
+				q.Set(k, "xxxxx")
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
+	return u.String()
+}
+
+// redactURLs is redactURL of each.
+func redactURLs(raws []string) []string {
+	out := make([]string, len(raws))
+	for i, r := range raws {
+		out[i] = redactURL(r)
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
+)
+
+// deadLetterSink is a sink with the optional DeadLetters and Ping.
+type deadLetterSink struct {
+	sinks.Sink
+	n    int64
+	ping error
+}
+
+func (s *deadLetterSink) DeadLetters() int64             { return s.n }
+func (s *deadLetterSink) Ping(ctx context.Context) error { return s.ping }
+
+// offlineReplica is a replica that never ran: no etcd is needed to read its
+// metrics.
+func offlineReplica(t *testing.T, sink sinks.Sink) *Replica {
+	t.Helper()
+	r, err := New(Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Version: "v1.2.3",
+		Fetch: FetchConfig{Brokers: []string{"127.0.0.1:1"}}}, nil, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+func scalar(t *testing.T, fams map[string]*dto.MetricFamily, name string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	if !ok || len(f.Metric) != 1 {
+		t.Fatalf("%s: not exported as one series", name)
+	}
+	m := f.Metric[0]
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("%s: neither counter nor gauge", name)
+	return 0
+}
+
+func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
+	sink := &deadLetterSink{Sink: discard.New(), n: 7}
+	r := offlineReplica(t, sink)
+	c := NewCollector(r)
+
+	s := r.Stats()
+	s.Records.Store(1000)
+	s.Blocks.Store(12)
+	s.Commits.Store(12)
+	s.Fenced.Store(1)
+	s.Rollbacks.Store(3)
+	s.OffsetsChanged.Store(1)
+	s.OffsetResets.Store(2)
+	s.SinkErrors.Store(1)
+	s.Claims.Store(4)
+	s.Rebalances.Store(5)
+	s.Sessions.Store(1)
+	r.observeWrite(100, 20*time.Millisecond)
+	r.observeWrite(300, 40*time.Millisecond)
+	r.observeCommit(5 * time.Millisecond)
+
+	fams := gather(t, c)
+	want := map[string]float64{
+		"offsetkeeper_records_written_total":   1000,
+		"offsetkeeper_blocks_written_total":    12,
+		"offsetkeeper_commits_total":           12,
+		"offsetkeeper_commit_failures_total":   0,
+		"offsetkeeper_fenced_total":            1,
+		"offsetkeeper_rollbacks_total":         3,
+		"offsetkeeper_offsets_changed_total":   1,
+		"offsetkeeper_offset_resets_total":     2,
+		"offsetkeeper_sink_write_errors_total": 1,
+		"offsetkeeper_claims":                  4,
+		"offsetkeeper_rebalances_total":        5,
+		"offsetkeeper_sessions_total":          1,
+		"offsetkeeper_session_alive":           0,
+		"offsetkeeper_dead_letters_total":      7,
+		"offsetkeeper_build_info":              1,
+		"kafka_consumergroup_group_max_lag":    0,
+		"kafka_consumergroup_group_sum_lag":    0,
+	}
+	for name, v := range want {
+		if got := scalar(t, fams, name); got != v {
+			t.Errorf("%s = %v, want %v", name, got, v)
+		}
+	}
+	for name, f := range fams {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no help text", name)
+		}
+		if strings.HasPrefix(name, "offsetkeeper_") {
+			for _, m := range f.Metric {
+				if !hasLabel(m, "group", "orders") {
+					t.Errorf("%s has no group=\"orders\" label", name)
+				}
+			}
+		}
+	}
+	if _, ok := fams["offsetkeeper_mirror_failures_total"]; ok {
+		t.Errorf("mirror metrics exported without a mirror")
+	}
+	if !hasLabel(fams["offsetkeeper_build_info"].Metric[0], "version", "v1.2.3") {
+		t.Errorf("build info without the version")
+	}
+
+	h := fams["offsetkeeper_block_rows"].Metric[0].Histogram
+	if h.GetSampleCount() != 2 || h.GetSampleSum() != 400 {
+		t.Errorf("block rows: count %d sum %v, want 2 and 400", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if n := fams["offsetkeeper_sink_write_duration_seconds"].Metric[0].Histogram.GetSampleCount(); n != 2 {
+		t.Errorf("sink write durations: %d observed, want 2", n)
+	}
+	if n := fams["offsetkeeper_commit_duration_seconds"].Metric[0].Histogram.GetSampleCount(); n != 1 {
+		t.Errorf("commit durations: %d observed, want 1", n)
+	}
+
+	// The values are read at scrape time, not when the collector was made.
+	s.Records.Add(24)
+	if got := scalar(t, gather(t, NewCollector(r)), "offsetkeeper_records_written_total"); got != 1024 {
+		t.Errorf("records after 24 more: %v, want 1024", got)
+	}
+}
+
+func TestCollectorWithMirror(t *testing.T) {
+	r := offlineReplica(t, discard.New())
+	m := NewMirror(r)
+	defer m.Close()
+	m.failures.Store(2)
+	m.commits.Store(5)
+	fams := gather(t, NewCollector(r, WithMirror(m)))
+	if got := scalar(t, fams, "offsetkeeper_mirror_failures_total"); got != 2 {
+		t.Errorf("mirror failures %v, want 2", got)
+	}
+	if got := scalar(t, fams, "offsetkeeper_mirror_commits_total"); got != 5 {
+		t.Errorf("mirror commits %v, want 5", got)
+	}
+}
+
+func TestMetricsPassPromlint(t *testing.T) {
+	r := offlineReplica(t, discard.New())
+	m := NewMirror(r)
+	defer m.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(r, WithMirror(m)))
+	srv := httptest.NewServer(Handler(r, reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	problems, err := promlint.New(resp.Body).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.Label {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+func TestHandlerProbes(t *testing.T) {
+	r := offlineReplica(t, discard.New())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(r))
+	srv := httptest.NewServer(Handler(r, reg))
+	defer srv.Close()
+
+	tests := []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{"/healthz", http.StatusOK, "ok"},
+		{"/readyz", http.StatusServiceUnavailable, "no live session"},
+		{"/metrics", http.StatusOK, "offsetkeeper_records_written_total"},
+		{"/nope", http.StatusNotFound, ""},
+	}
+	for _, tc := range tests {
+		resp, err := http.Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.body) {
+			t.Errorf("GET %s: %d %q, want %d and %q", tc.path, resp.StatusCode, b, tc.status, tc.body)
+		}
+	}
+}
+
+func TestReadyWithoutSession(t *testing.T) {
+	r := offlineReplica(t, discard.New())
+	err := r.Ready(context.Background())
+	if !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Ready of a replica that never joined: %v, want ErrNotReady", err)
+	}
+}
