@@ -34,10 +34,9 @@ type partition struct {
 	// the poll loop reads them again between batches and seeks.
 	resetSeen atomic.Bool
 
-	stop     chan struct{} // closed: finish the block, release, return
-	done     chan struct{} // closed when run has returned
-	released bool          // run released the claim
-	err      error         // why run returned, when not stopped
+	stop chan struct{} // closed: finish the block, release, return
+	done chan struct{} // closed when run has returned
+	err  error         // why run returned, when not stopped
 }
 
 func newPartition(r *Replica, c *coordinator.Claim, f *Fetcher) *partition {
@@ -93,17 +92,17 @@ func (pt *partition) run(ctx context.Context) {
 		return // hard stop: the session owner revokes the lease
 	}
 	// Whatever else ended the partition, a claim still held must go, or no
-	// one would consume the partition until this replica leaves.
-	if !errors.Is(pt.err, coordinator.ErrFenced) {
-		rctx, cancel := context.WithTimeout(context.Background(), pt.r.cfg.LeaseTTL/2)
-		defer cancel()
-		if err := pt.claim.Release(rctx); err != nil {
-			pt.log.Warn("release failed; the claim expires with the lease", zap.Error(err))
-			return
-		}
-		pt.released = true
-		pt.log.Debug("released at a block boundary")
+	// one would consume the partition until this replica leaves. The
+	// release is conditioned on the claim's epoch: after an etcd fence it
+	// changes nothing; after a sink's fence (a newer epoch wrote there) it
+	// frees a claim etcd may still show as ours.
+	rctx, cancel := context.WithTimeout(context.Background(), pt.r.cfg.LeaseTTL/2)
+	defer cancel()
+	if err := pt.claim.Release(rctx); err != nil {
+		pt.log.Warn("release failed; the claim expires with the lease", zap.Error(err))
+		return
 	}
+	pt.log.Debug("released", zap.NamedError("cause", pt.err))
 }
 
 func (pt *partition) stopping() bool {
