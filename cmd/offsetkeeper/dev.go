@@ -84,7 +84,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas to run")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the topic")
 	fs.IntVar(&o.messages, "messages", 100000, "records to produce")
-	fs.IntVar(&o.rate, "rate", 0, "records produced per second (0: as fast as the broker takes them)")
+	fs.IntVar(&o.rate, "rate", 0, "records produced per second (0: as fast as the broker takes them; with --chaos, spread over about 15s)")
 	fs.StringVar(&o.topic, "topic", "events", "topic name")
 	fs.StringVar(&o.group, "group", "dev", "group name")
 	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp+" (default: file:// in a new temporary folder)")
@@ -203,7 +203,13 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 
 	prod := newDevProducer(brokers, o.topic, o.partitions)
 	prodDone := make(chan error, 1)
-	go func() { prodDone <- prod.run(deadline, o.messages, o.rate) }()
+	rate := o.rate
+	if o.chaos && rate == 0 {
+		// Crashes need records in flight: spread them over ~15 s.
+		rate = max(1000, o.messages/15)
+		fmt.Fprintf(stderr, "chaos: producing %d records/s, a crash every %s\n", rate, o.chaosEvery)
+	}
+	go func() { prodDone <- prod.run(deadline, o.messages, rate) }()
 	producing := true
 
 	seed := o.seed
