@@ -1,30 +1,40 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 	"github.com/offsetkeeper/offsetkeeper/sinks/stdout"
 )
 
-const sinkURLHelp = `file:///DIR (JSON lines, one file per block), stdout: (JSON lines) or discard: (count only)`
+const sinkURLHelp = `file:///DIR (JSON lines, one file per block), ` +
+	`postgres://USER@HOST/DB?group=GROUP[&table=T&mode=raw|columns] (exactly-once), stdout: (JSON lines) or discard: (count only)`
+
+// postgresOpenTimeout bounds connecting to PostgreSQL and creating the
+// sink's tables when a command starts.
+const postgresOpenTimeout = 30 * time.Second
 
 // sinkTarget is a parsed --sink URL; open makes the sink.
 type sinkTarget struct {
 	scheme string
 	dir    string
+	url    string // postgres: the whole URL, which may hold a password
 }
 
 // parseSink checks a sink URL without touching anything.
 func parseSink(raw string) (sinkTarget, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return sinkTarget{}, usagef("--sink %q: want %s", raw, sinkURLHelp)
+		return sinkTarget{}, usagef("--sink %q: want %s", shownSink(raw), sinkURLHelp)
 	}
 	switch u.Scheme {
 	case "file":
@@ -38,9 +48,26 @@ func parseSink(raw string) (sinkTarget, error) {
 		return sinkTarget{scheme: "file", dir: filepath.Clean(dir)}, nil
 	case "stdout", "discard":
 		return sinkTarget{scheme: u.Scheme}, nil
+	case "postgres", "postgresql":
+		// The group must be in the URL: the offsets table is keyed by it,
+		// and open does not know --group.
+		if err := postgres.ValidateURL(raw, true); err != nil {
+			return sinkTarget{}, usagef("--sink: %v", err)
+		}
+		return sinkTarget{scheme: "postgres", url: raw}, nil
 	default:
-		return sinkTarget{}, usagef("--sink %q: unknown scheme %q; want %s", raw, u.Scheme, sinkURLHelp)
+		return sinkTarget{}, usagef("--sink %q: unknown scheme %q; want %s", shownSink(raw), u.Scheme, sinkURLHelp)
 	}
+}
+
+// shownSink is a --sink value fit for a message: a postgres:// URL may hold
+// a password, even one that does not parse.
+func shownSink(raw string) string {
+	shown := redactURL(raw)
+	if i, j := strings.Index(shown, "://"), strings.LastIndex(shown, "@"); shown == raw && i >= 0 && j > i {
+		return raw[:i+3] + "xxxxx" + raw[j:]
+	}
+	return shown
 }
 
 // open creates the sink; out is where stdout: writes.
@@ -54,6 +81,14 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 		return s, nil
 	case "stdout":
 		return stdout.New(out), nil
+	case "postgres":
+		ctx, cancel := context.WithTimeout(context.Background(), postgresOpenTimeout)
+		defer cancel()
+		s, err := postgres.New(ctx, t.url)
+		if err != nil {
+			return nil, fmt.Errorf("open sink postgres: %w", err)
+		}
+		return s, nil
 	default:
 		return discard.New(), nil
 	}

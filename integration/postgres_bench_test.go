@@ -1,0 +1,135 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+)
+
+// benchRawTable is the raw sink's table layout, for the plain COPY to load
+// the same rows into the same kind of table.
+const benchRawTable = `CREATE TABLE %s (
+	topic text NOT NULL,
+	partition integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	value jsonb,
+	value_bytes bytea,
+	"timestamp" timestamptz NOT NULL,
+	headers jsonb NOT NULL,
+	PRIMARY KEY (topic, partition, "offset")
+)`
+
+// BenchmarkPostgresReplicaVsCopy loads the same records into kfake once,
+// then measures in the same run a plain pgx COPY of those rows into an
+// empty table of the raw sink's layout (one COPY per partition, in
+// parallel, nothing else) and a replica delivering them from Kafka through
+// the postgres sink in raw mode: a guard, an intent, one transaction with
+// the offsets row and an etcd commit per block. It reports rows/s for both
+// and replica/copy.
+//
+//	go test -run '^$' -bench PostgresReplicaVsCopy -benchtime 3x ./integration/
+func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
+	const parts, perPart = 8, 50_000
+	const total = parts * perPart
+	pg := harness.StartPostgres(b)
+	etcd := harness.StartEtcd(b, 1)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	rows := make([][][]any, parts)
+	for p := range parts {
+		recs := make([]*kgo.Record, perPart)
+		rows[p] = make([][]any, perPart)
+		for i := range recs {
+			key := fmt.Appendf(nil, "key-%07d", i)
+			value := fmt.Appendf(nil, `{"id":%d,"partition":%d,"name":"customer-%07d","pad":"%s"}`, i, p, i, strings.Repeat("v", 40)) // 100 bytes
+			recs[i] = &kgo.Record{Key: key, Value: value, Timestamp: at}
+			rows[p][i] = []any{"bench", int32(p), int64(i), key, value, value, at, []byte("[]")}
+		}
+		k.Produce(b, "bench", p, recs...)
+	}
+	columns := []string{"topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
+	ctx := context.Background()
+
+	var copyTime, replicaTime time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		table := fmt.Sprintf("copy_%d", round)
+		pg.Exec(b, fmt.Sprintf(benchRawTable, table))
+		conns := make([]*pgx.Conn, parts)
+		for p := range conns {
+			c, err := pgx.Connect(ctx, pg.URL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns[p] = c
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for p := range parts {
+			wg.Go(func() {
+				n, err := conns[p].CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromRows(rows[p]))
+				if err != nil || n != perPart {
+					b.Errorf("copy partition %d: %d rows, %v", p, n, err)
+				}
+			})
+		}
+		wg.Wait()
+		copyTime += time.Since(start)
+		for _, c := range conns {
+			_ = c.Close(ctx)
+		}
+
+		group := fmt.Sprintf("bench-%d", round) // a new group starts from the earliest offset
+		url := fmt.Sprintf("%s&group=%s&table=rows_%d&offsets_table=offsets_%d&dead_letter_table=dead_%d", pg.URL(), group, round, round, round)
+		sink, err := postgres.New(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cli := etcd.Client(b)
+		cfg := replica.Config{
+			Group:     group,
+			ReplicaID: "r",
+			Topics:    []string{"bench"},
+			Fetch:     replica.FetchConfig{Brokers: k.Brokers()},
+			LeaseTTL:  10 * time.Second,
+		}
+		r, err := replica.New(cfg, cli, sink, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		start = time.Now()
+		go func() { defer close(done); _ = r.Run(rctx) }()
+		// A Write that returned has committed its transaction: the rows are
+		// in PostgreSQL.
+		for r.Stats().Records.Load() < total {
+			time.Sleep(time.Millisecond)
+		}
+		replicaTime += time.Since(start)
+		cancel()
+		<-done
+		_ = sink.Close()
+		recs, err := postgres.ReadAll(ctx, url, "bench", parts-1)
+		if err != nil || len(recs) != perPart {
+			b.Fatalf("partition %d: %d rows in the sink (%v), want %d", parts-1, len(recs), err, perPart)
+		}
+	}
+	cp := float64(total*round) / copyTime.Seconds()
+	rep := float64(total*round) / replicaTime.Seconds()
+	b.ReportMetric(cp, "copy-rows/s")
+	b.ReportMetric(rep, "replica-rows/s")
+	b.ReportMetric(rep/cp, "ratio")
+}

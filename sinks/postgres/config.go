@@ -1,0 +1,248 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Defaults of the sink options. Every one can be changed by a query
+// parameter of the URL (see the package documentation).
+const (
+	// DefaultTable is the table rows go to (table=). In raw mode it is
+	// created if missing; in columns mode it must exist.
+	DefaultTable = "offsetkeeper_records"
+	// DefaultOffsetsTable holds each partition's next offset, epoch and
+	// generation (offsets_table=). Created if missing.
+	DefaultOffsetsTable = "offsetkeeper_offsets"
+	// DefaultDeadLetterTable holds the records the table refused
+	// (dead_letter_table=). Created if missing.
+	DefaultDeadLetterTable = "offsetkeeper_dead_letters"
+	// DefaultRetryTimeout is how long a Write keeps retrying after losing
+	// its connection (retry_timeout=). Longer rides out a slower restart
+	// of PostgreSQL; shorter hands the failure to the replica sooner, which
+	// rolls the block back and writes it again after its own backoff.
+	DefaultRetryTimeout = 30 * time.Second
+	// MaxRetryTimeout bounds retry_timeout: a write blocked longer than
+	// this is better failed and seen.
+	MaxRetryTimeout = 10 * time.Minute
+)
+
+// Mode is how records become rows.
+type Mode int
+
+const (
+	// Raw stores each record whole in a table of the sink's own layout,
+	// keyed by (topic, partition, offset). The default.
+	Raw Mode = iota
+	// Columns fills the columns of an existing table from the fields of
+	// the record's JSON value.
+	Columns
+)
+
+func (m Mode) String() string {
+	if m == Columns {
+		return "columns"
+	}
+	return "raw"
+}
+
+// Sink options carried as query parameters of the URL; they are removed
+// before the rest of the URL goes to pgx.
+const (
+	paramGroup        = "group"
+	paramTable        = "table"
+	paramMode         = "mode"
+	paramOffsets      = "offsets_table"
+	paramDeadLetters  = "dead_letter_table"
+	paramRetryTimeout = "retry_timeout"
+)
+
+var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout}
+
+// ErrURL is wrapped by every error about the URL or an option.
+var ErrURL = errors.New("bad postgres sink URL")
+
+// Option changes the configuration New builds from the URL.
+type Option func(*config)
+
+// WithGroup sets the offsetkeeper group the offsets table is keyed by, for
+// callers that know it already (a program that runs the replica itself). A
+// group= in the URL must then be the same: two names for one thing is a
+// mistake.
+func WithGroup(group string) Option { return func(c *config) { c.optGroup = group } }
+
+// WithLogger makes the sink log retries and dead letters (default: no logs).
+func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log } }
+
+// config is the parsed URL and options.
+type config struct {
+	connString   string // the URL without the sink's own parameters
+	group        string
+	optGroup     string
+	table        pgx.Identifier
+	mode         Mode
+	offsets      pgx.Identifier
+	deadLetters  pgx.Identifier
+	retryTimeout time.Duration
+	log          *zap.Logger
+}
+
+// ValidateURL checks a sink URL without connecting: the scheme, the sink
+// options and the connection parameters as pgx reads them. The command line
+// calls it so that a bad --sink is a usage error before anything starts.
+// A group is required unless it will be given with WithGroup (needGroup
+// false).
+func ValidateURL(raw string, needGroup bool) error {
+	c, err := parseURL(raw)
+	if err != nil {
+		return err
+	}
+	if needGroup && c.group == "" {
+		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, the offsets table's key)", ErrURL, paramGroup)
+	}
+	if _, err := pgxpool.ParseConfig(c.connString); err != nil {
+		return fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	return nil
+}
+
+// parseURL splits the URL into the sink's options and the connection
+// string, and checks the options.
+func parseURL(raw string) (config, error) {
+	c := config{
+		table:        pgx.Identifier{DefaultTable},
+		offsets:      pgx.Identifier{DefaultOffsetsTable},
+		deadLetters:  pgx.Identifier{DefaultDeadLetterTable},
+		retryTimeout: DefaultRetryTimeout,
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not url.Error's message: it quotes the URL, password and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return c, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return c, fmt.Errorf("%w: scheme %q: want postgres:// or postgresql://", ErrURL, u.Scheme)
+	}
+	// The query is split by hand, so that every parameter that is not the
+	// sink's reaches pgx exactly as written.
+	var keep []string
+	seen := map[string]bool{}
+	if u.RawQuery != "" {
+		for _, kv := range strings.Split(u.RawQuery, "&") {
+			k, v, _ := strings.Cut(kv, "=")
+			key, err := url.QueryUnescape(k)
+			if err != nil {
+				return c, fmt.Errorf("%w: query parameter %q: %w", ErrURL, k, err)
+			}
+			if !isSinkParam(key) {
+				keep = append(keep, kv)
+				continue
+			}
+			if seen[key] {
+				return c, fmt.Errorf("%w: %s= given twice", ErrURL, key)
+			}
+			seen[key] = true
+			val, err := url.QueryUnescape(v)
+			if err != nil {
+				return c, fmt.Errorf("%w: %s=%q: %w", ErrURL, key, v, err)
+			}
+			if err := c.set(key, val); err != nil {
+				return c, err
+			}
+		}
+	}
+	u.RawQuery = strings.Join(keep, "&")
+	c.connString = u.String()
+	return c, nil
+}
+
+func isSinkParam(k string) bool {
+	for _, p := range sinkParams {
+		if k == p {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *config) set(key, val string) error {
+	var err error
+	switch key {
+	case paramGroup:
+		if val == "" {
+			return fmt.Errorf("%w: %s= is empty", ErrURL, key)
+		}
+		c.group = val
+	case paramTable:
+		c.table, err = parseTable(key, val)
+	case paramOffsets:
+		c.offsets, err = parseTable(key, val)
+	case paramDeadLetters:
+		c.deadLetters, err = parseTable(key, val)
+	case paramMode:
+		switch val {
+		case "raw":
+			c.mode = Raw
+		case "columns":
+			c.mode = Columns
+		default:
+			return fmt.Errorf("%w: %s=%q: want raw or columns", ErrURL, key, val)
+		}
+	case paramRetryTimeout:
+		d, perr := time.ParseDuration(val)
+		if perr != nil || d < 0 || d > MaxRetryTimeout {
+			return fmt.Errorf("%w: %s=%q: want a duration from 0 (no retry) to %s", ErrURL, key, val, MaxRetryTimeout)
+		}
+		c.retryTimeout = d
+	}
+	return err
+}
+
+// parseTable reads table or schema.table. Names are taken as written
+// (case kept) and quoted in SQL, so any name PostgreSQL allows works, but
+// a name with a dot cannot be given.
+func parseTable(key, val string) (pgx.Identifier, error) {
+	parts := strings.Split(val, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("%w: %s=%q: want table or schema.table", ErrURL, key, val)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 || strings.ContainsRune(p, 0) {
+			return nil, fmt.Errorf("%w: %s=%q: want table or schema.table, each name 1 to 63 bytes", ErrURL, key, val)
+		}
+	}
+	return pgx.Identifier(parts), nil
+}
+
+// finish applies the options and checks what needs both.
+func (c *config) finish(opts []Option) error {
+	for _, o := range opts {
+		o(c)
+	}
+	switch {
+	case c.optGroup != "" && c.group != "" && c.optGroup != c.group:
+		return fmt.Errorf("%w: %s=%q but the sink is opened for group %q", ErrURL, paramGroup, c.group, c.optGroup)
+	case c.optGroup != "":
+		c.group = c.optGroup
+	case c.group == "":
+		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, the offsets table's key)", ErrURL, paramGroup)
+	}
+	if c.table.Sanitize() == c.offsets.Sanitize() || c.table.Sanitize() == c.deadLetters.Sanitize() || c.offsets.Sanitize() == c.deadLetters.Sanitize() {
+		return fmt.Errorf("%w: %s, %s and %s must be three different tables", ErrURL, paramTable, paramOffsets, paramDeadLetters)
+	}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		conn    string // the connection string pgx gets
+		table   string
+		offsets string
+		dead    string
+		mode    Mode
+		group   string
+		retry   time.Duration
+	}{
+		{
+			url:  "postgres://u:p%40ss@db:5432/app?group=orders",
+			conn: "postgres://u:p%40ss@db:5432/app", table: `"offsetkeeper_records"`, offsets: `"offsetkeeper_offsets"`,
+			dead: `"offsetkeeper_dead_letters"`, group: "orders", retry: DefaultRetryTimeout,
+		},
+		{
+			url:  "postgresql://db/app?sslmode=disable&table=sales.Events&mode=columns&application_name=ok&offsets_table=o&dead_letter_table=x.d&retry_timeout=5s&group=g%2F1",
+			conn: "postgresql://db/app?sslmode=disable&application_name=ok", table: `"sales"."Events"`, offsets: `"o"`,
+			dead: `"x"."d"`, mode: Columns, group: "g/1", retry: 5 * time.Second,
+		},
+		{
+			url:  "postgres://db/app?retry_timeout=0s&mode=raw",
+			conn: "postgres://db/app", table: `"offsetkeeper_records"`, offsets: `"offsetkeeper_offsets"`,
+			dead: `"offsetkeeper_dead_letters"`, retry: 0,
+		},
+	} {
+		c, err := parseURL(tc.url)
+		if err != nil {
+			t.Errorf("parseURL(%q): %v", tc.url, err)
+			continue
+		}
+		got := []any{c.connString, c.table.Sanitize(), c.offsets.Sanitize(), c.deadLetters.Sanitize(), c.mode, c.group, c.retryTimeout}
+		want := []any{tc.conn, tc.table, tc.offsets, tc.dead, tc.mode, tc.group, tc.retry}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("parseURL(%q): got %v, want %v", tc.url, got, want)
+				break
+			}
+		}
+	}
+}
+
+func TestParseURLErrors(t *testing.T) {
+	for _, tc := range []struct{ url, says string }{
+		{"mysql://db/app?group=g", "want postgres://"},
+		{"postgres://db/app?group=g&mode=wide", "want raw or columns"},
+		{"postgres://db/app?group=g&table=a.b.c", "schema.table"},
+		{"postgres://db/app?group=g&table=", "schema.table"},
+		{"postgres://db/app?group=g&table=" + strings.Repeat("x", 64), "1 to 63"},
+		{"postgres://db/app?group=g&retry_timeout=forever", "duration"},
+		{"postgres://db/app?group=g&retry_timeout=-1s", "duration"},
+		{"postgres://db/app?group=g&retry_timeout=1h", "duration"},
+		{"postgres://db/app?group=", "empty"},
+		{"postgres://db/app?group=a&group=b", "twice"},
+		{"postgres://db/app?group=a&table=%zz", "table"},
+		{"postgres://u:secret@db:port/app?group=a", "port"},
+	} {
+		_, err := parseURL(tc.url)
+		if !errors.Is(err, ErrURL) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("parseURL(%q): %v, want ErrURL saying %q", tc.url, err, tc.says)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseURL(%q): the error shows the password: %v", tc.url, err)
+		}
+	}
+}
+
+func TestValidateURL(t *testing.T) {
+	if err := ValidateURL("postgres://db/app?sslmode=disable", true); err == nil || !strings.Contains(err.Error(), "group") {
+		t.Errorf("no group: %v, want an error naming group=", err)
+	}
+	if err := ValidateURL("postgres://db/app?sslmode=disable", false); err != nil {
+		t.Errorf("no group, not needed: %v", err)
+	}
+	if err := ValidateURL("postgres://db/app?sslmode=sometimes&group=g", true); err == nil {
+		t.Error("a bad sslmode: nil; pgx's own parameters are checked too")
+	}
+}
+
+func TestFinish(t *testing.T) {
+	c, _ := parseURL("postgres://db/app?table=t&offsets_table=t")
+	if err := c.finish([]Option{WithGroup("g")}); err == nil || !strings.Contains(err.Error(), "different") {
+		t.Errorf("rows and offsets in one table: %v", err)
+	}
+	c, _ = parseURL("postgres://db/app")
+	if err := c.finish([]Option{WithGroup("g")}); err != nil || c.group != "g" || c.log == nil {
+		t.Errorf("WithGroup: %v, group %q", err, c.group)
+	}
+}

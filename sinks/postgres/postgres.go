@@ -1,0 +1,344 @@
+// Package postgres is the sink for URLs postgres://...: blocks become rows
+// of a PostgreSQL table, written in one transaction together with the
+// partition's next offset. That makes delivery exactly-once: a block is in
+// the table exactly when its offset is in the offsets table, a replica that
+// crashed between its write and its etcd commit is resumed from here
+// (Resume), and a zombie replica, whose epoch is older than the one stored,
+// is refused.
+//
+// # URL
+//
+//	postgres://user:secret@db.example:5432/app?sslmode=require&group=orders&table=orders_raw
+//
+// Everything pgx accepts in a URL works (libpq's connection parameters such
+// as sslmode, connect_timeout or application_name, and pgxpool's
+// pool_max_conns and the like; PGPASSWORD and the other PG* variables fill
+// what is missing). The sink's own options are query parameters too, and
+// are removed before connecting:
+//
+//	group=NAME                  the offsetkeeper group: the offsets table's key; required
+//	                            unless the caller passes WithGroup (offsetkeeper run does not yet)
+//	mode=raw|columns            how records become rows (default raw)
+//	table=[SCHEMA.]NAME         the rows' table (default offsetkeeper_records)
+//	offsets_table=[SCHEMA.]NAME (default offsetkeeper_offsets)
+//	dead_letter_table=[SCHEMA.]NAME (default offsetkeeper_dead_letters)
+//	retry_timeout=DURATION      how long a write retries after losing its
+//	                            connection (default 30s; 0 never retries)
+//
+// The sink keeps temporary staging tables on its connections, so it needs
+// session-level connections: not a pooler in transaction mode. Table names
+// are used as written, case included, and quoted in SQL. The
+// offsets and dead-letter tables, and the raw table, are created if missing
+// (under an advisory lock, so replicas starting together do not collide).
+//
+// # Raw mode
+//
+// Each record is one row of
+//
+//	topic       text        NOT NULL
+//	partition   integer     NOT NULL
+//	"offset"    bigint      NOT NULL
+//	key         bytea                  NULL for a null key
+//	value       jsonb                  the value, when it is JSON that jsonb takes; else NULL
+//	value_bytes bytea                  the value's bytes exactly; NULL for a tombstone
+//	"timestamp" timestamptz NOT NULL   the record's time
+//	headers     jsonb       NOT NULL   [{"key": "...", "value": "..."}, ...] in order, [] for none
+//	PRIMARY KEY (topic, partition, "offset")
+//
+// value_bytes is the record; value is there to be queried (value->>'id'),
+// and is NULL for anything jsonb would not take as it is: not JSON, not
+// UTF-8, \u0000 or a lone surrogate in a string, a number beyond numeric's
+// range. So a JSON value costs its size twice, and no value is ever refused
+// or altered: a tombstone is value_bytes NULL, an empty value is
+// an empty value_bytes (both with value NULL), and the JSON text null is
+// value 'null'::jsonb. A header's key or value that is not valid UTF-8 or holds a
+// NUL byte is stored base64 in "key_base64" or "value_base64" instead, and
+// a nil header value is "value": null. ReadAll reads the table back as
+// records.
+//
+// Rows go in with one COPY. A block that brings offsets the table holds
+// already (re-delivery after an operator reset) goes through a staging
+// table and INSERT ... ON CONFLICT DO NOTHING instead: the rows held are
+// kept as they are.
+//
+// # Columns mode
+//
+// An existing table is filled from the JSON object that is each record's
+// value: a column takes the field of the same name, converted to the
+// column's type by PostgreSQL (jsonb_populate_record, so by the type's own
+// input: "2024-05-01" fills a date, 12 a text, [1,2] an integer[]). A field
+// the object lacks leaves its column the default, or NULL; fields without a
+// column are ignored; generated columns and GENERATED ALWAYS identities are
+// left to PostgreSQL. Columns named kafka_topic, kafka_partition,
+// kafka_offset, kafka_key (bytea: a text column would get the hex form)
+// and kafka_timestamp, when the table has them, are filled from the record
+// instead of its value: they tie each row to its offset. The rows are copied into a
+// staging table and inserted with one INSERT ... SELECT.
+//
+// # Dead letters
+//
+// A record the table cannot take goes to the dead-letter table, in the same
+// transaction, and the block goes on without it:
+//
+//	topic, partition, "offset", key, value (bytea, the raw value), "timestamp",
+//	error text (why), failed_at timestamptz; PRIMARY KEY (topic, partition, "offset")
+//
+// In columns mode that is a value that is not a JSON object (a tombstone
+// included), and any row the insert refuses: a type the column refuses, a
+// NOT NULL, CHECK, UNIQUE or foreign-key violation, a trigger's exception.
+// In raw mode only a row refused by a constraint or trigger added to the
+// table. When the insert of a block fails on its rows' data, the rows are
+// halved under savepoints until each refused row is alone, so a few bad
+// records cost a few statements each and never hold back their neighbours.
+// DeadLetters counts them.
+//
+// # Offsets, fencing and exactly-once
+//
+// The offsets table (created if missing):
+//
+//	"group" text, topic text, partition integer, next bigint, epoch bigint,
+//	generation bigint, updated_at timestamptz; PRIMARY KEY ("group", topic, partition)
+//
+// A Write is one transaction: it first takes the partition's offsets row
+// with a row lock (creating it if missing), refuses the block with an error
+// wrapping sinks.ErrFenced if the stored epoch is higher than the block's,
+// writes the rows, then sets next, epoch and generation to the block's and
+// commits. The lock is held to the end, so a zombie writing at the same
+// time waits and is then refused. Records below the stored next of the same
+// generation are in the table already and are skipped: a block written
+// again after a crash, or after its etcd commit failed, adds nothing. After
+// an operator reset (a new generation) the block is written whole, and the
+// stored next follows it back.
+//
+// Resume returns the stored next and generation; the replica starts from it
+// when it is ahead of etcd's and of the same generation, so a crash between
+// this commit and the etcd commit replays nothing.
+//
+// In columns mode the table has no key the sink knows, so a re-delivery
+// after an operator reset inserts the rows again (give the table a UNIQUE
+// key over kafka_topic, kafka_partition, kafka_offset to send them to the
+// dead-letter table instead). A Kafka partition whose offsets restart
+// within one generation (a topic deleted and created again) looks like
+// offsets already held: reset the group's offsets after doing that.
+//
+// # Lost connections
+//
+// A Write that loses its connection (PostgreSQL restarted, failed over or
+// unreachable) is retried as a whole with backoff for up to retry_timeout.
+// Whether a lost commit happened is read from the offsets row by the next
+// attempt, as above, so nothing is applied twice. Retries counts them.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// ErrClosed is returned by Write and Resume after Close.
+var ErrClosed = errors.New("postgres sink is closed")
+
+// Sink writes blocks to PostgreSQL. It is safe for concurrent use; writes
+// to different partitions run in parallel, each on a connection of its own
+// from the pool.
+type Sink struct {
+	cfg  config
+	pool *pgxpool.Pool
+	sql  statements
+
+	// life is held shared by Write and Resume and exclusively by Close, so
+	// that Close waits for the writes in flight and none starts after it.
+	life   sync.RWMutex
+	closed bool
+
+	deadLetters atomic.Int64
+	retries     atomic.Int64
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.Resumer = (*Sink)(nil)
+
+// New connects to the database of url, creates the tables that are missing
+// and, in columns mode, reads the table's columns. ctx bounds only this;
+// the sink's lifetime is the caller's, until Close.
+func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
+	c, err := parseURL(url)
+	if err == nil {
+		err = c.finish(opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(c.connString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	stage := createStageRaw
+	if c.mode == Columns {
+		stage = createStageCols
+	}
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, stage); err != nil {
+			return fmt.Errorf("create the staging table: %w", err)
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres sink: %w", err)
+	}
+	s := &Sink{cfg: c, pool: pool}
+	if err := s.setup(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
+	}
+	return s, nil
+}
+
+func (s *Sink) setup(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
+		return err
+	}
+	var cols string
+	if s.cfg.mode == Columns {
+		var err error
+		if cols, err = planColumns(ctx, s.pool, s.cfg.table); err != nil {
+			return err
+		}
+	}
+	s.sql = buildStatements(&s.cfg, cols)
+	return nil
+}
+
+// Group is the group the offsets are stored under.
+func (s *Sink) Group() string { return s.cfg.group }
+
+// Mode is the table mode.
+func (s *Sink) Mode() Mode { return s.cfg.mode }
+
+// DeadLetters counts the records this sink moved to the dead-letter table,
+// in writes that committed.
+func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
+
+// Retries counts the attempts that Write made again after losing its
+// connection.
+func (s *Sink) Retries() int64 { return s.retries.Load() }
+
+// Write stores b and the partition's (next, epoch, generation) in one
+// transaction; see the package documentation. An error wrapping
+// sinks.ErrFenced means a newer owner wrote to the partition: nothing was
+// stored, and writing again cannot succeed. A cancelled ctx fails the write
+// with an error wrapping ctx's, unless the commit went through already.
+func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
+	if b == nil {
+		return errors.New("write: nil block")
+	}
+	if err := checkBlock(b); err != nil {
+		return fmt.Errorf("write %s: %w", blockName(b), err)
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+	}
+	var giveUp time.Time
+	wait := retryFirst
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("write %s: %w", blockName(b), err)
+		}
+		dead, err := s.writeOnce(ctx, b)
+		switch {
+		case err == nil:
+			s.deadLetters.Add(int64(dead))
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("write %s: %w: %w", blockName(b), ctx.Err(), err)
+		case errors.Is(err, sinks.ErrFenced), !transient(err):
+			return fmt.Errorf("write %s: %w", blockName(b), err)
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(s.cfg.retryTimeout)
+		}
+		if time.Now().Add(wait).After(giveUp) {
+			return fmt.Errorf("write %s: still failing after %d attempts in %s: %w", blockName(b), attempt, s.cfg.retryTimeout, err)
+		}
+		s.retries.Add(1)
+		s.cfg.log.Warn("write lost its connection; retrying",
+			zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next),
+			zap.Int("attempt", attempt), zap.Error(err))
+		if err := sleep(ctx, wait); err != nil {
+			return fmt.Errorf("write %s: %w", blockName(b), err)
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// Resume returns the next offset stored for a partition and the generation
+// it was written under; ok is false for a partition never written.
+func (s *Sink) Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return 0, 0, false, fmt.Errorf("resume %s/%d: %w", topic, partition, ErrClosed)
+	}
+	err = s.pool.QueryRow(ctx, s.sql.resume, s.cfg.group, topic, partition).Scan(&next, &generation)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, 0, false, nil
+	case err != nil:
+		return 0, 0, false, fmt.Errorf("resume %s/%d from %s: %w", topic, partition, s.cfg.offsets.Sanitize(), err)
+	}
+	return next, generation, true, nil
+}
+
+// Close waits for the writes in flight, then closes the connections; later
+// writes fail with ErrClosed. A second Close returns nil.
+func (s *Sink) Close() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.pool.Close()
+	}
+	return nil
+}
+
+// checkBlock refuses a block that breaks the contract, before it could
+// store offsets that are not what the rows say.
+func checkBlock(b *sinks.Block) error {
+	if b.Partition < 0 || b.Partition > 1<<31-1 {
+		return fmt.Errorf("partition %d out of range", b.Partition)
+	}
+	if b.From < 0 || b.Next < b.From {
+		return fmt.Errorf("bad range [%d, %d)", b.From, b.Next)
+	}
+	prev := int64(-1)
+	for _, r := range b.Records {
+		if r.Offset < b.From || r.Offset >= b.Next {
+			return fmt.Errorf("record offset %d outside the block", r.Offset)
+		}
+		if r.Offset <= prev {
+			return fmt.Errorf("record offset %d after %d: offsets must rise", r.Offset, prev)
+		}
+		prev = r.Offset
+	}
+	return nil
+}
+
+// blockName names a block in errors, the house way: orders/3 [120, 180).
+func blockName(b *sinks.Block) string {
+	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
+}

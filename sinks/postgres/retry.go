@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Backoff between attempts of one Write after a lost connection.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = time.Second
+)
+
+// transient reports whether err is the connection's fault rather than the
+// statement's: the server went away, restarted, is starting up or shutting
+// down, or could not be reached; or the transaction lost a serialization
+// race or a deadlock. A Write that failed so is retried as a whole.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			pe.Code == "57P01", // admin_shutdown
+			pe.Code == "57P02", // crash_shutdown
+			pe.Code == "57P03", // cannot_connect_now: starting up or recovering
+			pe.Code == "53300", // too_many_connections
+			pe.Code == "40001", // serialization_failure
+			pe.Code == "40P01": // deadlock_detected
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err)
+}
+
+// recordFault reports whether a statement failed because of the data of
+// the rows it inserted, so that splitting the rows finds the culprit: a
+// data exception (a value the column's type refuses), an integrity
+// violation (NOT NULL, CHECK, UNIQUE, a foreign key), a trigger's RAISE, a
+// row over a size limit, or a type mismatch. Anything else (a missing
+// table, no permission, a lost connection) is the sink's problem, not the
+// record's, and fails the whole write.
+func recordFault(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "P0", "54":
+		return true
+	}
+	return pe.Code == "42804" || pe.Code == "42846" // datatype_mismatch, cannot_coerce
+}
+
+// reason is what the dead-letter table says about a refused record.
+func reason(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	s := pe.Message
+	if pe.ColumnName != "" {
+		s += " (column " + pe.ColumnName + ")"
+	}
+	if pe.Detail != "" {
+		s += ": " + pe.Detail
+	}
+	return fmt.Sprintf("%s (SQLSTATE %s)", s, pe.Code)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

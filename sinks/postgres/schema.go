@@ -1,0 +1,201 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// schemaLock is the advisory lock key under which replicas create the
+// tables: CREATE TABLE IF NOT EXISTS run by two sessions at once can still
+// fail on the catalog's unique index.
+const schemaLock = 0x6f6b5f736368656d // "ok_schem"
+
+// rawColumns are the raw table's columns in COPY order.
+var rawColumns = []string{"topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
+
+func createRawTable(t pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
+	topic text NOT NULL,
+	partition integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	value jsonb,
+	value_bytes bytea,
+	"timestamp" timestamptz NOT NULL,
+	headers jsonb NOT NULL,
+	PRIMARY KEY (topic, partition, "offset")
+)`
+}
+
+func createOffsetsTable(t pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
+	"group" text NOT NULL,
+	topic text NOT NULL,
+	partition integer NOT NULL,
+	next bigint NOT NULL,
+	epoch bigint NOT NULL,
+	generation bigint NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY ("group", topic, partition)
+)`
+}
+
+func createDeadLetterTable(t pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
+	topic text NOT NULL,
+	partition integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	value bytea,
+	"timestamp" timestamptz NOT NULL,
+	error text NOT NULL,
+	failed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (topic, partition, "offset")
+)`
+}
+
+// Staging tables, one set per connection (temporary tables are private to
+// a session), made when the pool opens the connection. Rows are staged
+// only on the slow path, and ON COMMIT DELETE ROWS empties them at the end
+// of a transaction that used them; transactions that did not touch them
+// skip that truncation.
+const (
+	stageRaw  = "offsetkeeper_stage_raw"
+	stageCols = "offsetkeeper_stage_columns"
+)
+
+const createStageRaw = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageRaw + ` (
+	ord integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	value text,
+	value_bytes bytea,
+	"timestamp" timestamptz NOT NULL,
+	headers jsonb NOT NULL
+) ON COMMIT DELETE ROWS`
+
+const createStageCols = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageCols + ` (
+	ord integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	"timestamp" timestamptz NOT NULL,
+	value text NOT NULL
+) ON COMMIT DELETE ROWS`
+
+var stageRawColumns = []string{"ord", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
+var stageColsColumns = []string{"ord", "offset", "key", "timestamp", "value"}
+
+// ensureTables creates the tables the mode needs, under the advisory lock.
+func ensureTables(ctx context.Context, pool *pgxpool.Pool, c *config) error {
+	ddl := []string{createOffsetsTable(c.offsets), createDeadLetterTable(c.deadLetters)}
+	if c.mode == Raw {
+		ddl = append(ddl, createRawTable(c.table))
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
+			return fmt.Errorf("lock the schema: %w", err)
+		}
+		for _, q := range ddl {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("create table: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Columns of a columns-mode table that come from the record rather than
+// from its value; a field of the value with one of these names is ignored.
+var metaColumns = map[string]string{
+	"kafka_topic":     "m.topic",
+	"kafka_partition": "m.partition",
+	"kafka_offset":    `s."offset"`,
+	"kafka_key":       "s.key",
+	"kafka_timestamp": `s."timestamp"`,
+}
+
+// column is one column of a columns-mode table as the insert fills it.
+type column struct {
+	name string
+	expr string
+}
+
+// planColumns reads the table's columns and builds the INSERT that fills
+// them from the staged values. A column whose name is a field of the value
+// takes the field, converted to the column's type by jsonb_populate_record
+// (so by the type's input function: "2024-05-01" fills a date, 42 a text);
+// a field that is absent leaves the column its default, or NULL; generated
+// columns and GENERATED ALWAYS identities are left to PostgreSQL.
+func planColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier) (string, error) {
+	var oid *uint32
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, t.Sanitize()).Scan(&oid); err != nil {
+		return "", fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
+	}
+	if oid == nil {
+		return "", fmt.Errorf("table %s does not exist: columns mode fills an existing table", t.Sanitize())
+	}
+	rows, err := pool.Query(ctx, `
+SELECT a.attname, a.attidentity::text, a.attgenerated::text,
+       coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
+       coalesce(pg_get_serial_sequence($2, a.attname), '')
+FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`, *oid, t.Sanitize())
+	if err != nil {
+		return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+	}
+	var cols []column
+	for rows.Next() {
+		var name, identity, generated, def, seq string
+		if err := rows.Scan(&name, &identity, &generated, &def, &seq); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		}
+		if generated != "" || identity == "a" {
+			continue
+		}
+		if identity == "d" && seq != "" {
+			def = "nextval(" + quoteLiteral(seq) + "::regclass)"
+		}
+		q := pgx.Identifier{name}.Sanitize()
+		expr := "r." + q
+		switch {
+		case metaColumns[name] != "":
+			expr = metaColumns[name]
+		case def != "":
+			expr = "CASE WHEN j.v ? " + quoteLiteral(name) + " THEN r." + q + " ELSE " + def + " END"
+		}
+		cols = append(cols, column{name: q, expr: expr})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+	}
+	if len(cols) == 0 {
+		return "", errors.New("table " + t.Sanitize() + " has no column the sink can fill")
+	}
+	names := make([]string, len(cols))
+	exprs := make([]string, len(cols))
+	for i, c := range cols {
+		names[i], exprs[i] = c.name, c.expr
+	}
+	// $1 topic, $2 partition, $3 and $4 the staged rows [lo, hi).
+	return `INSERT INTO ` + t.Sanitize() + ` (` + strings.Join(names, ", ") + `)
+SELECT ` + strings.Join(exprs, ", ") + `
+FROM (SELECT $1::text AS topic, $2::integer AS partition) m
+CROSS JOIN ` + stageCols + ` s
+CROSS JOIN LATERAL (SELECT s.value::jsonb AS v) j
+CROSS JOIN LATERAL jsonb_populate_record(NULL::` + t.Sanitize() + `, j.v) r
+WHERE s.ord >= $3 AND s.ord < $4
+ORDER BY s.ord`, nil
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
