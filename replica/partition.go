@@ -25,6 +25,8 @@ type partition struct {
 	log   *zap.Logger
 
 	gen int64 // generation of the offsets the position came from
+	// etcdBehind: the resume point came from the sink, ahead of etcd.
+	etcdBehind bool
 
 	// Progress, read by Lag from other goroutines.
 	next    atomic.Int64 // committed offset
@@ -126,8 +128,16 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 	}
 	backoff.reset()
 	pt.f.SeekTo(start)
-	pt.next.Store(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
+	pt.next.Store(start)
+	if pt.etcdBehind {
+		// The sink holds more than etcd: commit its offset now, without a
+		// write, so lag and the intent are right before any new record.
+		from := pt.claim.Offsets().Next
+		if err := pt.handle(wctx, pt.deliver(wctx, &block{from: min(from, start), next: start})); err != nil {
+			return err
+		}
+	}
 
 	if in, ok := pt.claim.Intent(); ok && in.From == start && in.Next > in.From {
 		// The previous owner was writing [From, Next) when it stopped:
@@ -219,6 +229,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 		}
 		if sok && sgen == o.Generation && (!have || sn > next) {
 			pt.log.Info("resuming from the sink's offset", zap.Int64("next", sn), zap.Int64("etcd_next", next))
+			pt.etcdBehind = true
 			next, have = sn, true
 		}
 	}
