@@ -155,6 +155,7 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	o.target = t
+	o.target.group = o.cluster.group
 	mode, err := replica.ParseCommitMode(o.commitMode)
 	if err != nil {
 		return usage(fmt.Errorf("--commit-mode: %w", err))

@@ -17,7 +17,7 @@ import (
 )
 
 const sinkURLHelp = `file:///DIR (JSON lines, one file per block), ` +
-	`postgres://USER@HOST/DB?group=GROUP[&table=T&mode=raw|columns] (exactly-once), stdout: (JSON lines) or discard: (count only)`
+	`postgres://USER@HOST/DB[?table=T&mode=raw|columns] (exactly-once), stdout: (JSON lines) or discard: (count only)`
 
 // postgresOpenTimeout bounds connecting to PostgreSQL and creating the
 // sink's tables when a command starts.
@@ -28,6 +28,9 @@ type sinkTarget struct {
 	scheme string
 	dir    string
 	url    string // postgres: the whole URL, which may hold a password
+	// group keys the postgres sink's offsets table; the commands set it
+	// from --group (a group= in the URL must then agree).
+	group string
 }
 
 // parseSink checks a sink URL without touching anything.
@@ -49,9 +52,7 @@ func parseSink(raw string) (sinkTarget, error) {
 	case "stdout", "discard":
 		return sinkTarget{scheme: u.Scheme}, nil
 	case "postgres", "postgresql":
-		// The group must be in the URL: the offsets table is keyed by it,
-		// and open does not know --group.
-		if err := postgres.ValidateURL(raw, true); err != nil {
+		if err := postgres.ValidateURL(raw, false); err != nil {
 			return sinkTarget{}, usagef("--sink: %v", err)
 		}
 		return sinkTarget{scheme: "postgres", url: raw}, nil
@@ -84,7 +85,11 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 	case "postgres":
 		ctx, cancel := context.WithTimeout(context.Background(), postgresOpenTimeout)
 		defer cancel()
-		s, err := postgres.New(ctx, t.url)
+		var opts []postgres.Option
+		if t.group != "" {
+			opts = append(opts, postgres.WithGroup(t.group))
+		}
+		s, err := postgres.New(ctx, t.url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open sink postgres: %w", err)
 		}
