@@ -24,7 +24,7 @@ import (
 //
 //	go test -run '^$' -bench ReplicaVsRawDrain -benchtime 5x ./integration/
 func BenchmarkReplicaVsRawDrain(b *testing.B) {
-	const parts, perPart = 8, 62_500
+	const parts, perPart = 8, 250_000
 	etcd := harness.StartEtcd(b, 1)
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
 	for p := 0; p < parts; p++ {

@@ -57,6 +57,8 @@ func (f *adminFlags) validate(needGroup bool) error {
 		}
 	} else if err := (&clusterFlags{etcdEndpoints: f.cluster.etcdEndpoints, group: "any"}).validate(); err != nil {
 		return err
+	} else if err := f.cluster.security.validate(f.cluster.etcdEndpoints); err != nil {
+		return err
 	}
 	if f.etcdTimeout <= 0 {
 		return usagef("--etcd-timeout %s: want a positive duration such as 10s", f.etcdTimeout)
@@ -177,7 +179,7 @@ type kafkaAdmin struct {
 	stop      context.CancelFunc
 }
 
-func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string) *kafkaAdmin {
+func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string, auth kafkaAuth) *kafkaAdmin {
 	bg, stop := context.WithCancel(context.Background())
 	t := &kafka.Transport{
 		DialTimeout:    timeout,
@@ -185,6 +187,7 @@ func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string) *ka
 		MetadataTopics: topics,
 		Context:        bg,
 	}
+	auth.apply(t) // TLS and SASL (security.go)
 	return &kafkaAdmin{
 		brokers:   brokers,
 		addr:      kafka.TCP(brokers...),

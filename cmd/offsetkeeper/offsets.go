@@ -232,7 +232,7 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 	}
 	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
 	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics)
+	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
 	defer k.Close()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {

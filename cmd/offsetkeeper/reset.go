@@ -544,7 +544,7 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 
 	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
 	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics)
+	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
 	defer k.Close()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {

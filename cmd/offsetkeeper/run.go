@@ -23,6 +23,7 @@ type clusterFlags struct {
 	etcdEndpoints []string
 	brokers       []string
 	group         string
+	security      securityFlags // TLS and credentials of etcd and Kafka (security.go)
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -30,6 +31,7 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 	fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", []string{"127.0.0.1:2379"}, "etcd client endpoints, comma-separated host:port or URL")
 	fs.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers, comma-separated host:port")
 	fs.StringVar(&f.group, "group", "", "the group (pipeline) name; its state is in etcd under /offsetkeeper/v1/groups/<group>/")
+	f.security.register(cmd)
 }
 
 func (f *clusterFlags) validate() error {
@@ -47,16 +49,21 @@ func (f *clusterFlags) validate() error {
 			return usagef("--etcd-endpoints %q: want host:port or http(s)://host:port", e)
 		}
 	}
-	return nil
+	return f.security.validate(f.etcdEndpoints)
 }
 
 func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   f.etcdEndpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if err := f.security.applyEtcd(&cfg); err != nil { // TLS and credentials; errDryRun in a dry run
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
+		err = f.security.explainEtcd(err, f.etcdEndpoints) // a TLS refusal, not a timeout
 		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redactURLs(f.etcdEndpoints), ","), err)
 	}
 	return cli, nil
@@ -181,6 +188,7 @@ func (o *runOptions) validate() error {
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
 	}
+	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Fetch) // TLS and SASL (security.go)
 	if o.cfg.ReplicaID == "" {
 		host, _ := os.Hostname()
 		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -222,6 +230,9 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer cli.Close()
+	if err := o.cluster.checkAccess(ctx, cli, o.cfg.Fetch, o.cfg.Topics); err != nil {
+		return err // credentials refused: fail now rather than retry forever
+	}
 	ops, err := o.ops.listen(log)
 	if err != nil {
 		return err

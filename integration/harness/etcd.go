@@ -50,6 +50,8 @@ type Etcd struct {
 
 	mu      sync.Mutex
 	members []*etcdMember
+
+	tls *EtcdTLS // nil: plain HTTP; see StartEtcdTLS
 }
 
 type etcdMember struct {
@@ -70,10 +72,15 @@ type etcdMember struct {
 // Methods of Etcd that can fail report to t, so call them from t's goroutine.
 func StartEtcd(t testing.TB, members int) *Etcd {
 	t.Helper()
+	return startEtcd(t, members, nil)
+}
+
+func startEtcd(t testing.TB, members int, tls *EtcdTLS) *Etcd {
+	t.Helper()
 	if members != 1 && members != 3 {
 		t.Fatalf("etcd: members must be 1 or 3, got %d", members)
 	}
-	e := &Etcd{t: t, logOut: &tbWriter{t: t}}
+	e := &Etcd{t: t, logOut: &tbWriter{t: t}, tls: tls}
 	t.Cleanup(e.stopAll)
 
 	// Free ports are picked by binding :0 and closing, so another process can
@@ -115,7 +122,7 @@ func (e *Etcd) Endpoints() []string {
 
 // Endpoint is the client URL of member i; it stays the same across
 // StopMember and RestartMember.
-func (e *Etcd) Endpoint(i int) string { return "http://" + e.Addr(i) }
+func (e *Etcd) Endpoint(i int) string { return e.clientScheme() + "://" + e.Addr(i) }
 
 // Addr is member i's client address as host:port, the target for a Proxy.
 func (e *Etcd) Addr(i int) string { return e.members[i].front.Addr() }
@@ -132,6 +139,7 @@ func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 		Endpoints:   eps,
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
+		TLS:         e.tls.rootConfig(), // nil without TLS
 	})
 	if err != nil {
 		t.Fatalf("etcd: new client: %v", err)
@@ -289,7 +297,7 @@ func (e *Etcd) startFresh(n int) error {
 		m := &etcdMember{
 			name:    fmt.Sprintf("m%d", i),
 			dir:     e.t.TempDir(),
-			listen:  url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			listen:  url.URL{Scheme: e.clientScheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			peerURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 			token:   token,
 		}
@@ -332,7 +340,7 @@ func (e *Etcd) memberConfig(m *etcdMember, state string) *embed.Config {
 	cfg.Name = m.name
 	cfg.Dir = m.dir
 	cfg.ListenClientUrls = []url.URL{m.listen}
-	cfg.AdvertiseClientUrls = []url.URL{{Scheme: "http", Host: m.front.Addr()}}
+	cfg.AdvertiseClientUrls = []url.URL{{Scheme: e.clientScheme(), Host: m.front.Addr()}}
 	cfg.ListenPeerUrls = []url.URL{m.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: m.peer.Addr()}}
 	cfg.InitialCluster = m.initial
@@ -347,6 +355,7 @@ func (e *Etcd) memberConfig(m *etcdMember, state string) *embed.Config {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.logger(m.name))
+	e.tls.configure(cfg) // no-op without TLS
 	return cfg
 }
 
