@@ -7,6 +7,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -72,4 +73,32 @@ type Sink interface {
 // nothing of it.
 type Resumer interface {
 	Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error)
+}
+
+// String names the block in errors, the house way: orders/3 [120, 180).
+func (b *Block) String() string {
+	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
+}
+
+// Check refuses a block that breaks the contract: a negative partition, a
+// range that runs backwards, records outside the range or out of order.
+// Sinks call it before storing anything.
+func (b *Block) Check() error {
+	if b.Partition < 0 || b.Partition > 1<<31-1 {
+		return fmt.Errorf("partition %d out of range", b.Partition)
+	}
+	if b.From < 0 || b.Next < b.From {
+		return fmt.Errorf("bad range [%d, %d)", b.From, b.Next)
+	}
+	prev := int64(-1)
+	for _, r := range b.Records {
+		if r.Offset < b.From || r.Offset >= b.Next {
+			return fmt.Errorf("record offset %d outside the block", r.Offset)
+		}
+		if r.Offset <= prev {
+			return fmt.Errorf("record offset %d after %d: offsets must rise", r.Offset, prev)
+		}
+		prev = r.Offset
+	}
+	return nil
 }

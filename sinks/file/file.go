@@ -309,29 +309,13 @@ func (s *Sink) Close() error {
 }
 
 // checkBlock refuses what the layout cannot hold or would misfile: a bad
-// topic or partition, a range that runs backwards, records outside the range
-// or out of order (the reader relies on offsets rising within a file).
+// topic, or a block that breaks the contract (the reader relies on offsets
+// rising within a file).
 func checkBlock(b *sinks.Block) error {
 	if err := checkTopic(b.Topic); err != nil {
 		return err
 	}
-	if b.Partition < 0 {
-		return fmt.Errorf("negative partition %d", b.Partition)
-	}
-	if b.From < 0 || b.Next < b.From {
-		return fmt.Errorf("bad range [%d, %d)", b.From, b.Next)
-	}
-	prev := int64(-1)
-	for _, r := range b.Records {
-		if r.Offset < b.From || r.Offset >= b.Next {
-			return fmt.Errorf("record offset %d outside the block", r.Offset)
-		}
-		if r.Offset <= prev {
-			return fmt.Errorf("record offset %d after %d: offsets must rise", r.Offset, prev)
-		}
-		prev = r.Offset
-	}
-	return nil
+	return b.Check()
 }
 
 // checkTopic accepts Kafka's legal topic names, which are also safe as

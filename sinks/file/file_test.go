@@ -277,7 +277,7 @@ func TestBadBlocks(t *testing.T) {
 	}{
 		{"backwards", block("orders", 3, 180, 120, "a"), "write orders/3 [180, 120): bad range"},
 		{"negative", block("orders", 3, -1, 5, "a"), "write orders/3 [-1, 5): bad range"},
-		{"partition", block("orders", -3, 0, 5, "a"), "write orders/-3 [0, 5): negative partition"},
+		{"partition", block("orders", -3, 0, 5, "a"), "write orders/-3 [0, 5): partition -3 out of range"},
 		{"before", block("orders", 3, 120, 180, "a", 119), "write orders/3 [120, 180): record offset 119 outside the block"},
 		{"after", block("orders", 3, 120, 180, "a", 180), "write orders/3 [120, 180): record offset 180 outside the block"},
 		{"order", block("orders", 3, 120, 180, "a", 121, 120), "write orders/3 [120, 180): record offset 120 after 121"},

@@ -245,19 +245,19 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	if b == nil {
 		return errors.New("write: nil block")
 	}
-	if err := checkBlock(b); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+	if err := b.Check(); err != nil {
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed {
-		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
 	var giveUp time.Time
 	wait := retryFirst
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("write %s: %w", blockName(b), err)
+			return fmt.Errorf("write %s: %w", b, err)
 		}
 		dead, err := s.writeOnce(ctx, b)
 		switch {
@@ -265,22 +265,22 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 			s.deadLetters.Add(int64(dead))
 			return nil
 		case ctx.Err() != nil:
-			return fmt.Errorf("write %s: %w: %w", blockName(b), ctx.Err(), err)
+			return fmt.Errorf("write %s: %w: %w", b, ctx.Err(), err)
 		case errors.Is(err, sinks.ErrFenced), !transient(err):
-			return fmt.Errorf("write %s: %w", blockName(b), err)
+			return fmt.Errorf("write %s: %w", b, err)
 		}
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
 		if time.Now().Add(wait).After(giveUp) {
-			return fmt.Errorf("write %s: still failing after %d attempts in %s: %w", blockName(b), attempt, s.cfg.retryTimeout, err)
+			return fmt.Errorf("write %s: still failing after %d attempts in %s: %w", b, attempt, s.cfg.retryTimeout, err)
 		}
 		s.retries.Add(1)
 		s.cfg.log.Warn("write lost its connection; retrying",
 			zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next),
 			zap.Int("attempt", attempt), zap.Error(err))
 		if err := sleep(ctx, wait); err != nil {
-			return fmt.Errorf("write %s: %w", blockName(b), err)
+			return fmt.Errorf("write %s: %w", b, err)
 		}
 		wait = min(2*wait, retryMax)
 	}
@@ -314,31 +314,4 @@ func (s *Sink) Close() error {
 		s.pool.Close()
 	}
 	return nil
-}
-
-// checkBlock refuses a block that breaks the contract, before it could
-// store offsets that are not what the rows say.
-func checkBlock(b *sinks.Block) error {
-	if b.Partition < 0 || b.Partition > 1<<31-1 {
-		return fmt.Errorf("partition %d out of range", b.Partition)
-	}
-	if b.From < 0 || b.Next < b.From {
-		return fmt.Errorf("bad range [%d, %d)", b.From, b.Next)
-	}
-	prev := int64(-1)
-	for _, r := range b.Records {
-		if r.Offset < b.From || r.Offset >= b.Next {
-			return fmt.Errorf("record offset %d outside the block", r.Offset)
-		}
-		if r.Offset <= prev {
-			return fmt.Errorf("record offset %d after %d: offsets must rise", r.Offset, prev)
-		}
-		prev = r.Offset
-	}
-	return nil
-}
-
-// blockName names a block in errors, the house way: orders/3 [120, 180).
-func blockName(b *sinks.Block) string {
-	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
 }
