@@ -133,7 +133,7 @@ func (o *devOptions) validate() error {
 	if o.target.scheme == "postgres" && o.group == "dev" {
 		// The sink's offsets table outlives this run's etcd: a group of
 		// its own keeps an earlier run's epochs from fencing this one.
-		o.group = fmt.Sprintf("dev-%d", time.Now().Unix())
+		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())
 	}
 	o.target.group = o.group
 	if _, err := o.logs.newLogger(io.Discard); err != nil {
