@@ -87,6 +87,9 @@ type Snapshot struct {
 	Offsets  map[Partition]Offsets
 	Intents  map[Partition]Intent
 	Releases map[Partition]ReleaseRequest
+	// Unreadable lists the group's keys that could not be parsed, each with
+	// why, so that tools can show what the views above leave out.
+	Unreadable []string
 }
 
 // Snapshot reads the group's members, claims, offsets and intents with one
@@ -103,13 +106,17 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 		Intents:  map[Partition]Intent{},
 		Releases: map[Partition]ReleaseRequest{},
 	}
+	skip := func(key, what string, err error) {
+		c.log.Warn("skipping unreadable "+what, zap.String("key", key), zap.Error(err))
+		s.Unreadable = append(s.Unreadable, fmt.Sprintf("%s: %v", key, err))
+	}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {
 		case strings.HasPrefix(key, c.keys.MembersPrefix()):
 			var m Member
 			if err := json.Unmarshal(kv.Value, &m); err != nil {
-				c.log.Warn("skipping unreadable member", zap.String("key", key), zap.Error(err))
+				skip(key, "member", err)
 				continue
 			}
 			m.Revision, m.Lease = kv.CreateRevision, kv.Lease
@@ -117,31 +124,31 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 		case strings.HasPrefix(key, c.keys.ClaimsPrefix()):
 			p, err := partitionOf(key, c.keys.ClaimsPrefix())
 			if err != nil {
-				c.log.Warn("skipping unreadable claim", zap.String("key", key), zap.Error(err))
+				skip(key, "claim", err)
 				continue
 			}
 			s.Claims[p] = ClaimInfo{Replica: string(kv.Value), Epoch: kv.CreateRevision, Lease: kv.Lease}
 		case strings.HasPrefix(key, c.keys.OffsetsPrefix()):
 			p, err := partitionOf(key, c.keys.OffsetsPrefix())
 			if err != nil {
-				c.log.Warn("skipping unreadable offsets", zap.String("key", key), zap.Error(err))
+				skip(key, "offsets", err)
 				continue
 			}
 			o, err := decodeOffsets(kv.Value, kv.ModRevision)
 			if err != nil {
-				c.log.Warn("skipping unreadable offsets", zap.String("key", key), zap.Error(err))
+				skip(key, "offsets", err)
 				continue
 			}
 			s.Offsets[p] = o
 		case strings.HasPrefix(key, c.keys.IntentsPrefix()):
 			p, err := partitionOf(key, c.keys.IntentsPrefix())
 			if err != nil {
-				c.log.Warn("skipping unreadable intent", zap.String("key", key), zap.Error(err))
+				skip(key, "intent", err)
 				continue
 			}
 			var in Intent
 			if err := json.Unmarshal(kv.Value, &in); err != nil {
-				c.log.Warn("skipping unreadable intent", zap.String("key", key), zap.Error(err))
+				skip(key, "intent", err)
 				continue
 			}
 			s.Intents[p] = in

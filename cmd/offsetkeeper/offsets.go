@@ -169,6 +169,9 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	for _, u := range snap.Unreadable {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: unreadable etcd key, left out: %s\n", u)
+	}
 	now := time.Now()
 
 	parts := groupPartitions(snap)

@@ -256,3 +256,24 @@ func mustAtoi(t *testing.T, s string) int64 {
 	}
 	return n
 }
+
+// An offsets key that does not parse is not silently dropped: describe
+// names it on stderr, and a reset of that partition fails with a reason.
+func TestOffsetsDescribeNamesUnreadableKeys(t *testing.T) {
+	e := newOpsEnv(t, "orders", 2)
+	e.commit(e.part(0), 5)
+	ctx, cancel := e.ctx()
+	defer cancel()
+	bad := e.coord.Keys().Offsets(e.part(1))
+	if _, err := e.cli.Put(ctx, bad, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("offsets", "describe")
+	if r.code != exitOK || !strings.Contains(r.stderr, "unreadable etcd key") || !strings.Contains(r.stderr, bad) {
+		t.Fatalf("describe: %s\nwant exit 0 and a warning naming %s", r, bad)
+	}
+	r = e.run("offsets", "reset", "--topic", "orders:1", "--to-earliest", "--execute")
+	if r.code == exitOK || !strings.Contains(r.stdout+r.stderr, "unreadable") {
+		t.Fatalf("reset of the unreadable partition: %s\nwant a failure saying the offsets are unreadable", r)
+	}
+}
