@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,47 +101,22 @@ func (e *env) produce(n int) {
 
 // running is a replica started with start.
 type running struct {
-	r      *replica.Replica
-	cli    *clientv3.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	*harness.Running
+	r *replica.Replica
 }
 
 // start runs a replica in this process with its own etcd client.
 func (e *env) start(cfg replica.Config, sink sinks.Sink) *running {
 	e.t.Helper()
-	cli := e.etcd.Client(e.t)
-	r, err := replica.New(cfg, cli, sink, e.logger.With(zap.String("test_replica", cfg.ReplicaID)))
+	r, err := replica.New(cfg, e.etcd.Client(e.t), sink, e.logger.With(zap.String("test_replica", cfg.ReplicaID)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rn := &running{r: r, cli: cli, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(rn.done)
-		_ = r.Run(ctx)
-	}()
-	e.t.Cleanup(rn.stop)
-	return rn
+	return &running{Running: harness.RunReplica(e.t, r), r: r}
 }
 
-// stop is a graceful stop, as SIGTERM.
-func (rn *running) stop() {
-	rn.once.Do(func() {
-		rn.cancel()
-		<-rn.done
-	})
-}
-
-// kill is a crash: nothing finished, released or revoked.
-func (rn *running) kill() {
-	rn.once.Do(func() {
-		rn.r.Kill()
-		<-rn.done
-		rn.cancel()
-	})
-}
+func (rn *running) stop() { rn.Stop() }
+func (rn *running) kill() { rn.Kill() }
 
 // await polls cond until it holds, failing the test after d.
 func await(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -245,7 +245,7 @@ func TestPostgresCrashAfterSinkCommitResumesFromSink(t *testing.T) {
 	first = e.start(e.config("r1"), crashing)
 	close(ready)
 	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.done
+	<-first.Done()
 	lost := crashing.blocks(0)
 	if len(lost) != 1 {
 		t.Fatalf("blocks of partition 0 before the crash: %+v", lost)

@@ -76,7 +76,7 @@ func TestCrashBetweenWriteAndCommitReplaysIntent(t *testing.T) {
 	first = e.start(e.config("r1"), crashing)
 	close(ready)
 	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.done
+	<-first.Done()
 	lost := crashing.blocks(0)
 	if len(lost) != 1 {
 		t.Fatalf("blocks of partition 0 before the crash: %+v", lost)
@@ -171,7 +171,7 @@ func TestEveryBatchCrashAfterCommitLosesTheBatch(t *testing.T) {
 	first = e.start(cfg, crashing)
 	close(ready)
 	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.done
+	<-first.Done()
 	if got := e.committed()[0]; got != lostNext.Load() {
 		t.Fatalf("committed %d, want the crashed batch's end %d (every-batch commits first)", got, lostNext.Load())
 	}

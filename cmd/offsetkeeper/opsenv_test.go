@@ -218,10 +218,8 @@ func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
 
 // opsReplica is a replica run in this process.
 type opsReplica struct {
-	r      *replica.Replica
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	*harness.Running
+	r *replica.Replica
 }
 
 // startReplica runs a replica of the group over the env's topic, with its
@@ -243,22 +241,10 @@ func (e *opsEnv) startReplica(id string, sink sinks.Sink) *opsReplica {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rn := &opsReplica{r: r, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(rn.done)
-		_ = r.Run(ctx)
-	}()
-	e.t.Cleanup(rn.stop)
-	return rn
+	return &opsReplica{Running: harness.RunReplica(e.t, r), r: r}
 }
 
-func (rn *opsReplica) stop() {
-	rn.once.Do(func() {
-		rn.cancel()
-		<-rn.done
-	})
-}
+func (rn *opsReplica) stop() { rn.Stop() }
 
 // await polls cond until it holds, failing the test after d.
 func awaitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
