@@ -18,6 +18,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -101,7 +102,7 @@ func (e *env) produce(n int) {
 
 // running is a replica started with start.
 type running struct {
-	*harness.Running
+	*replicarun.Running
 	r *replica.Replica
 }
 
@@ -112,7 +113,7 @@ func (e *env) start(cfg replica.Config, sink sinks.Sink) *running {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return &running{Running: harness.RunReplica(e.t, r), r: r}
+	return &running{Running: replicarun.Start(e.t, r), r: r}
 }
 
 func (rn *running) stop() { rn.Stop() }
@@ -121,17 +122,11 @@ func (rn *running) kill() { rn.Kill() }
 // await polls cond until it holds, failing the test after d.
 func await(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.Await(t, d, what, cond)
 }
 
-// committed is the group's committed offsets by partition number.
-func (e *env) committed() map[int]int64 {
+// snapshot reads the group's state from etcd.
+func (e *env) snapshot() *coordinator.Snapshot {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -139,6 +134,13 @@ func (e *env) committed() map[int]int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return snap
+}
+
+// committed is the group's committed offsets by partition number.
+func (e *env) committed() map[int]int64 {
+	e.t.Helper()
+	snap := e.snapshot()
 	out := map[int]int64{}
 	for p, o := range snap.Offsets {
 		if p.Topic == e.topic {

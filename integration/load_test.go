@@ -111,12 +111,7 @@ func addCounts(a, b map[int]int64) map[int]int64 {
 // owners counts the claims of each replica.
 func (e *env) owners() map[string]int {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	snap, err := e.coord.Snapshot(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	snap := e.snapshot()
 	out := map[string]int{}
 	for _, c := range snap.Claims {
 		out[c.Replica]++
@@ -127,12 +122,7 @@ func (e *env) owners() map[string]int {
 // claimMap is the owner of each partition number.
 func (e *env) claimMap() map[int]string {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	snap, err := e.coord.Snapshot(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	snap := e.snapshot()
 	out := map[int]string{}
 	for p, c := range snap.Claims {
 		out[p.Partition] = c.Replica

@@ -22,6 +22,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -218,7 +219,7 @@ func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
 
 // opsReplica is a replica run in this process.
 type opsReplica struct {
-	*harness.Running
+	*replicarun.Running
 	r *replica.Replica
 }
 
@@ -241,21 +242,15 @@ func (e *opsEnv) startReplica(id string, sink sinks.Sink) *opsReplica {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return &opsReplica{Running: harness.RunReplica(e.t, r), r: r}
+	return &opsReplica{Running: replicarun.Start(e.t, r), r: r}
 }
 
 func (rn *opsReplica) stop() { rn.Stop() }
 
-// await polls cond until it holds, failing the test after d.
+// awaitCond polls cond until it holds, failing the test after d.
 func awaitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.Await(t, d, what, cond)
 }
 
 // awaitCommitted waits until every partition in want has committed at

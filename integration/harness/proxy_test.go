@@ -88,16 +88,9 @@ func roundTrip(c net.Conn, r *bufio.Reader, line string, d time.Duration) (strin
 	return strings.TrimSuffix(got, "\n"), err
 }
 
-// await polls cond every 5 ms until it holds, failing the test after d.
 func await(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	harness.Await(t, d, what, cond)
 }
 
 func isTimeout(err error) bool {

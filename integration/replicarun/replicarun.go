@@ -1,4 +1,7 @@
-package harness
+// Package replicarun runs replicas in a test's own process, for tests that
+// need a replica without a separate process. It is apart from harness, which
+// replica's own tests import.
+package replicarun
 
 import (
 	"context"
@@ -8,7 +11,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
-// Running is a replica run in this process by RunReplica. Stop is a
+// Running is a replica run in this process by Start. Stop is a
 // graceful stop, as SIGTERM; Kill is a crash. Both wait for Run to return.
 type Running struct {
 	*replica.Replica
@@ -17,8 +20,8 @@ type Running struct {
 	once   sync.Once
 }
 
-// RunReplica runs r until the test ends or Stop or Kill is called.
-func RunReplica(t testing.TB, r *replica.Replica) *Running {
+// Start runs r until the test ends or Stop or Kill is called.
+func Start(t testing.TB, r *replica.Replica) *Running {
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &Running{Replica: r, cancel: cancel, done: make(chan struct{})}
 	go func() {
