@@ -49,7 +49,7 @@ func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 		ToEpoch   int64  `json:"to_epoch"`
 		Done      bool   `json:"done"`
 	}
-	if err := json.Unmarshal([]byte(lastLine(out)), &h); err != nil {
+	if err := json.Unmarshal([]byte(jsonOf(out)), &h); err != nil {
 		t.Fatalf("output %q: %v", out, err)
 	}
 	if !h.Done || h.From != "a" || h.ToEpoch <= h.FromEpoch {
@@ -77,9 +77,12 @@ func TestReleaseOfUnclaimedPartitionIsUsageError(t *testing.T) {
 	rn.stop()
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// jsonOf is the JSON object a command printed (from its first "{").
+func jsonOf(s string) string {
+	if i := strings.Index(s, "{"); i >= 0 {
+		return s[i:]
+	}
+	return s
 }
 
 func itoa(n int) string {
@@ -109,5 +112,45 @@ func TestResetOfIdlePartitionRedeliversWithoutNewRecords(t *testing.T) {
 	await(t, 20*time.Second, "the offset back at the log end", func() bool { return e.allCommitted(perPartition(1, 100)) })
 	if n := rn.r.Stats().Sessions.Load(); n != 1 {
 		t.Fatalf("%d sessions: the replica restarted, want the reset applied live", n)
+	}
+}
+
+func TestReplicasDrainUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
+	e := newEnv(t, "orders", 6)
+	sink := newCountingSink()
+	for _, id := range []string{"a", "b", "c"} {
+		e.start(e.config(id), sink)
+	}
+	l := e.startLoad(3000)
+	await(t, 20*time.Second, "2/2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2, "c": 2}) })
+	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 6 })
+
+	code, out := e.cli("replicas", "drain", "a", "-o", "json")
+	if code != 0 {
+		t.Fatalf("replicas drain exited %d: %s", code, out)
+	}
+	var d struct {
+		Replica    string `json:"replica"`
+		Draining   bool   `json:"draining"`
+		Partitions int    `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(jsonOf(out)), &d); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if d.Replica != "a" || !d.Draining || d.Partitions != 0 {
+		t.Fatalf("drain reported %+v, want a draining with no partition", d)
+	}
+	await(t, 20*time.Second, "b and c to own everything", func() bool { return balanced(e.owners(), map[string]int{"b": 3, "c": 3}) })
+
+	if code, out := e.cli("replicas", "drain", "a", "--undo"); code != 0 {
+		t.Fatalf("drain --undo exited %d: %s", code, out)
+	}
+	await(t, 20*time.Second, "a to get its share back", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2, "c": 2}) })
+	produced := l.stop(t)
+	await(t, 30*time.Second, "everything committed", func() bool { return e.allCommitted(produced) })
+	sink.exactlyOnce(t, produced)
+
+	if code, out := e.cli("replicas", "drain", "nobody"); code != 2 || !strings.Contains(out, `"nobody"`) {
+		t.Fatalf("drain of an unknown replica: exit %d, %q; want 2 naming it", code, out)
 	}
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,9 +17,8 @@ type claimsReleaseOptions struct {
 	cluster   clusterFlags
 	topic     string
 	partition int
-	wait      bool
-	timeout   time.Duration
-	output    string
+	waiting   waitFlags
+	output    outputFlag
 }
 
 func newClaimsCommand() *cobra.Command {
@@ -54,9 +53,8 @@ the partition has been handed over, and prints who owns it now.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.topic, "topic", "", "the partition's topic")
 	fs.IntVar(&o.partition, "partition", -1, "the partition number")
-	fs.BoolVar(&o.wait, "wait", true, "wait until the partition has been handed over")
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long --wait waits")
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	o.waiting.register(cmd, "wait until the partition has been handed over", time.Minute)
+	o.output.register(cmd)
 	return cmd
 }
 
@@ -72,13 +70,10 @@ func (o *claimsReleaseOptions) validate() error {
 	if o.partition < 0 {
 		return usagef("--partition %d: want a partition number, 0 or more", o.partition)
 	}
-	if o.output != "table" && o.output != "json" {
-		return usagef("-o %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
-	if o.timeout <= 0 {
-		return usagef("--timeout %s: want a positive duration", o.timeout)
-	}
-	return nil
+	return o.waiting.validate()
 }
 
 // handover is what `claims release` reports.
@@ -125,8 +120,8 @@ func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) erro
 		return err
 	}
 	h := handover{Topic: p.Topic, Partition: p.Partition, From: before.Replica, FromEpoch: epoch}
-	if o.wait {
-		wctx, cancel := context.WithTimeout(ctx, o.timeout)
+	if o.waiting.wait {
+		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
 		err := poll(wctx, 50*time.Millisecond, func() (bool, error) {
 			s, err := coord.Snapshot(wctx)
@@ -143,17 +138,42 @@ func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) erro
 		_ = coord.ClearRelease(cctx, p)
 		ccancel()
 		if err != nil {
-			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", p, o.timeout, h.From, epoch)
+			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", p, o.waiting.timeout, h.From, epoch)
 		}
 	}
-	if o.output == "json" {
-		return json.NewEncoder(stdout).Encode(h)
+	return o.output.print(stdout, h)
+}
+
+func (h handover) columns() []string {
+	return []string{"TOPIC", "PARTITION", "FROM", "FROM-EPOCH", "TO", "TO-EPOCH"}
+}
+
+func (h handover) rows() [][]string {
+	to, toEpoch := dash, dash
+	if h.Done {
+		to, toEpoch = h.To, strconv.FormatInt(h.ToEpoch, 10)
 	}
-	if !h.Done {
-		fmt.Fprintf(stdout, "%s: release requested from %s (epoch %d)\n", p, h.From, h.FromEpoch)
-		return nil
+	return [][]string{{h.Topic, strconv.Itoa(h.Partition), h.From, strconv.FormatInt(h.FromEpoch, 10), to, toEpoch}}
+}
+
+func (h handover) jsonValue() any { return h }
+
+// waitFlags are --wait and --timeout of a command that can wait for the
+// group to act on what it asked.
+type waitFlags struct {
+	wait    bool
+	timeout time.Duration
+}
+
+func (f *waitFlags) register(cmd *cobra.Command, what string, timeout time.Duration) {
+	cmd.Flags().BoolVar(&f.wait, "wait", true, what)
+	cmd.Flags().DurationVar(&f.timeout, "timeout", timeout, "how long --wait waits")
+}
+
+func (f *waitFlags) validate() error {
+	if f.timeout <= 0 {
+		return usagef("--timeout %s: want a positive duration", f.timeout)
 	}
-	fmt.Fprintf(stdout, "%s: released by %s (epoch %d), now owned by %s (epoch %d)\n", p, h.From, h.FromEpoch, h.To, h.ToEpoch)
 	return nil
 }
 

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,9 +17,8 @@ type drainOptions struct {
 	cluster clusterFlags
 	id      string
 	undo    bool
-	wait    bool
-	timeout time.Duration
-	output  string
+	waiting waitFlags
+	output  outputFlag
 }
 
 func newReplicasDrainCommand() *cobra.Command {
@@ -50,9 +49,8 @@ draining. --undo clears the mark and the replica gets its share back.`,
 	o.cluster.register(cmd)
 	fs := cmd.Flags()
 	fs.BoolVar(&o.undo, "undo", false, "clear the draining mark")
-	fs.BoolVar(&o.wait, "wait", true, "wait until the replica owns no partition")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --wait waits")
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	o.waiting.register(cmd, "wait until the replica owns no partition", 2*time.Minute)
+	o.output.register(cmd)
 	return cmd
 }
 
@@ -62,13 +60,10 @@ func (o *drainOptions) validate() error {
 	if err := o.cluster.validate(); err != nil {
 		return err
 	}
-	if o.output != "table" && o.output != "json" {
-		return usagef("-o %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
-	if o.timeout <= 0 {
-		return usagef("--timeout %s: want a positive duration", o.timeout)
-	}
-	return nil
+	return o.waiting.validate()
 }
 
 func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
@@ -91,8 +86,8 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	owned := -1
-	if o.wait && !o.undo {
-		wctx, cancel := context.WithTimeout(ctx, o.timeout)
+	if o.waiting.wait && !o.undo {
+		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
 		last := -1
 		err := poll(wctx, 100*time.Millisecond, func() (bool, error) {
@@ -113,19 +108,29 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			return owned == 0, nil
 		})
 		if err != nil {
-			return fmt.Errorf("drain %s: still owns %d partitions after --timeout %s", o.id, owned, o.timeout)
+			return fmt.Errorf("drain %s: still owns %d partitions after --timeout %s", o.id, owned, o.waiting.timeout)
 		}
 	}
-	if o.output == "json" {
-		return json.NewEncoder(stdout).Encode(map[string]any{"replica": o.id, "draining": !o.undo, "partitions": max(owned, 0)})
-	}
-	switch {
-	case o.undo:
-		fmt.Fprintf(stdout, "%s: no longer draining\n", o.id)
-	case o.wait:
-		fmt.Fprintf(stdout, "%s: drained, owns no partition\n", o.id)
-	default:
-		fmt.Fprintf(stdout, "%s: draining\n", o.id)
-	}
-	return nil
+	return o.output.print(stdout, drainState{Replica: o.id, Draining: !o.undo, Partitions: max(owned, 0), Waited: o.waiting.wait && !o.undo})
 }
+
+// drainState is what `replicas drain` reports. partitions is what the
+// replica owned when the command stopped waiting (0 without --wait).
+type drainState struct {
+	Replica    string `json:"replica"`
+	Draining   bool   `json:"draining"`
+	Partitions int    `json:"partitions"`
+	Waited     bool   `json:"waited"`
+}
+
+func (d drainState) columns() []string { return []string{"REPLICA", "DRAINING", "PARTITIONS"} }
+
+func (d drainState) rows() [][]string {
+	parts := strconv.Itoa(d.Partitions)
+	if !d.Waited {
+		parts = dash
+	}
+	return [][]string{{d.Replica, strconv.FormatBool(d.Draining), parts}}
+}
+
+func (d drainState) jsonValue() any { return d }
