@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
@@ -48,14 +46,6 @@ func (e *env) pgSink(url string) *postgres.Sink {
 	}
 	e.t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// resumingHook is a hookSink over a sink that resumes: it passes Resume on,
-// as a wrapper must, or the replica would not see the sink's offsets.
-type resumingHook struct{ *hookSink }
-
-func (h resumingHook) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
-	return h.inner.(sinks.Resumer).Resume(ctx, topic, partition)
 }
 
 func pgConn(t *testing.T, url string) *pgx.Conn {
@@ -229,23 +219,8 @@ func TestPostgresCrashAfterSinkCommitResumesFromSink(t *testing.T) {
 	e.produce(1000)
 	url := pg.URL() + "&group=" + e.group
 
-	var crashed atomic.Bool
-	var first *running
-	ready := make(chan struct{})
-	crashing := resumingHook{&hookSink{inner: e.pgSink(url)}}
-	crashing.after = func(ctx context.Context, b *sinks.Block) error {
-		if b.Partition != 0 || !crashed.CompareAndSwap(false, true) {
-			return nil
-		}
-		<-ready
-		first.r.Kill()
-		<-ctx.Done() // the crash: nothing after the write happens
-		return ctx.Err()
-	}
-	first = e.start(e.config("r1"), crashing)
-	close(ready)
-	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.Done()
+	crashing := &hookSink{inner: e.pgSink(url)}
+	e.crashAt(e.config("r1"), crashing, 0, true)
 	lost := crashing.blocks(0)
 	if len(lost) != 1 {
 		t.Fatalf("blocks of partition 0 before the crash: %+v", lost)
@@ -259,7 +234,7 @@ func TestPostgresCrashAfterSinkCommitResumesFromSink(t *testing.T) {
 		t.Fatalf("sink's Resume = %d, %d, %v, %v; want %d, 0, true: the block is in the sink", next, gen, ok, err, lost[0].Next)
 	}
 
-	second := resumingHook{&hookSink{inner: sink}}
+	second := &hookSink{inner: sink}
 	e.start(e.config("r2"), second)
 	// Without any new record, the next owner commits the sink's offset to
 	// etcd (no write: the rows are there), so lag and intent are right.

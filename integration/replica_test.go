@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,23 +59,8 @@ func TestCrashBetweenWriteAndCommitReplaysIntent(t *testing.T) {
 	}
 	// The first replica crashes right after its first block of partition 0
 	// is in the sink, before the commit.
-	var crashed atomic.Bool
-	var first *running
-	ready := make(chan struct{})
 	crashing := &hookSink{inner: fs}
-	crashing.after = func(ctx context.Context, b *sinks.Block) error {
-		if b.Partition != 0 || !crashed.CompareAndSwap(false, true) {
-			return nil
-		}
-		<-ready
-		first.r.Kill()
-		<-ctx.Done() // the crash: nothing after the write happens
-		return ctx.Err()
-	}
-	first = e.start(e.config("r1"), crashing)
-	close(ready)
-	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.Done()
+	e.crashAt(e.config("r1"), crashing, 0, true)
 	lost := crashing.blocks(0)
 	if len(lost) != 1 {
 		t.Fatalf("blocks of partition 0 before the crash: %+v", lost)
@@ -149,31 +133,13 @@ func TestEveryBatchCrashAfterCommitLosesTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lostFrom, lostNext atomic.Int64
-	var first *running
-	ready := make(chan struct{})
-	var crashed atomic.Bool
-	crashing := &hookSink{inner: fs, before: func(ctx context.Context, b *sinks.Block) error {
-		if !crashed.CompareAndSwap(false, true) {
-			return nil
-		}
-		// every-batch committed this batch already; crash before writing.
-		lostFrom.Store(b.From)
-		lostNext.Store(b.Next)
-		<-ready
-		first.r.Kill()
-		<-ctx.Done()
-		return ctx.Err()
-	}}
+	// every-batch commits a batch before writing it: crash in between.
 	cfg := e.config("r1")
 	cfg.CommitMode = replica.EveryBatch
 	cfg.Fetch.MaxBytes = 1 // one record batch per poll
-	first = e.start(cfg, crashing)
-	close(ready)
-	await(t, 30*time.Second, "the crash", func() bool { return crashed.Load() })
-	<-first.Done()
-	if got := e.committed()[0]; got != lostNext.Load() {
-		t.Fatalf("committed %d, want the crashed batch's end %d (every-batch commits first)", got, lostNext.Load())
+	lostBatch := e.crashAt(cfg, &hookSink{inner: fs}, -1, false)
+	if got := e.committed()[0]; got != lostBatch.Next {
+		t.Fatalf("committed %d, want the crashed batch's end %d (every-batch commits first)", got, lostBatch.Next)
 	}
 
 	cfg2 := e.config("r2")
@@ -189,7 +155,7 @@ func TestEveryBatchCrashAfterCommitLosesTheBatch(t *testing.T) {
 	if got := e.committed()[0]; got != 300 {
 		t.Fatalf("committed %d, want 300", got)
 	}
-	from, next := lostFrom.Load(), lostNext.Load()
+	from, next := lostBatch.From, lostBatch.Next
 	if next-from != 100 {
 		t.Fatalf("the crashed batch is [%d, %d), want one record batch of 100", from, next)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -48,6 +51,15 @@ func (h *hookSink) Write(ctx context.Context, b *sinks.Block) error {
 
 func (h *hookSink) Close() error { return h.inner.Close() }
 
+// Resume passes the inner sink's own offsets on, as a wrapper must, or the
+// replica would not see them; an inner sink without them knows nothing.
+func (h *hookSink) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
+	if rs, ok := h.inner.(sinks.Resumer); ok {
+		return rs.Resume(ctx, topic, partition)
+	}
+	return 0, 0, false, nil
+}
+
 // blocks lists the blocks written for partition p, in order.
 func (h *hookSink) blocks(p int) []blockRange {
 	h.mu.Lock()
@@ -62,3 +74,36 @@ func (h *hookSink) blocks(p int) []blockRange {
 }
 
 var errInjected = errors.New("injected sink failure")
+
+// crashAt starts a replica whose sink h crashes it at the first block of
+// partition p (any partition when p < 0): before the inner write, or after
+// it when afterWrite. The crash stops everything at once (Replica.Kill) and
+// holds the write until the replica is gone, so nothing after that point
+// happens. crashAt returns the block the crash hit, once the replica is gone.
+func (e *env) crashAt(cfg replica.Config, h *hookSink, p int, afterWrite bool) blockRange {
+	e.t.Helper()
+	var crashed atomic.Bool
+	var hit blockRange
+	var rn *running
+	ready := make(chan struct{})
+	crash := func(ctx context.Context, b *sinks.Block) error {
+		if (p >= 0 && b.Partition != p) || !crashed.CompareAndSwap(false, true) {
+			return nil
+		}
+		hit = blockRange{b.Partition, b.From, b.Next, len(b.Records), b.Epoch}
+		<-ready
+		rn.r.Kill()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if afterWrite {
+		h.after = crash
+	} else {
+		h.before = crash
+	}
+	rn = e.start(cfg, h)
+	close(ready)
+	await(e.t, 30*time.Second, "the crash", crashed.Load)
+	<-rn.Done()
+	return hit
+}
