@@ -192,23 +192,31 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			r := runCLI(t, 10*time.Second, tc.args...)
-			if r.code != exitUsage {
-				t.Fatalf("exit %d, want %d\nstderr: %s", r.code, exitUsage, r.stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
-				}
-			}
+			r := usageRun(t, tc.env, tc.args, tc.want...)
 			if tc.not != "" && strings.Contains(r.stderr, tc.not) {
 				t.Errorf("error %q mentions %q: the environment won over the flag", strings.TrimSpace(r.stderr), tc.not)
 			}
 		})
 	}
+}
+
+// usageRun runs the CLI with env set and args, and checks that it exits 2
+// with an error mentioning every want.
+func usageRun(t *testing.T, env map[string]string, args []string, want ...string) cliResult {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	r := runCLI(t, 10*time.Second, args...)
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstderr: %s", r.code, exitUsage, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
+		}
+	}
+	return r
 }
 
 func TestBindEnv(t *testing.T) {

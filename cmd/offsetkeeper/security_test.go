@@ -182,20 +182,9 @@ func TestSecurityUsageErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
 			// The exit status, through execute (validation fails before
 			// anything is dialled)...
-			r := runCLI(t, 10*time.Second, tc.args...)
-			if r.code != exitUsage {
-				t.Fatalf("exit %d, want %d\nstderr: %s", r.code, exitUsage, r.stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
-				}
-			}
+			r := usageRun(t, tc.env, tc.args, tc.want...)
 			if strings.Contains(r.stdout+r.stderr, testSecret) {
 				t.Errorf("the output shows the password: %s", r.stderr)
 			}
