@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"fmt"
 	"strings"
@@ -8,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
@@ -53,7 +55,7 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 			Group:     fmt.Sprintf("bench-%d", round), // a new group starts from the earliest offset
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     replica.FetchConfig{Brokers: k.Brokers()},
+			Fetch:     kafka.Config{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)
@@ -89,14 +91,14 @@ func rawDrain(b *testing.B, broker, topic string, parts, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := kafka.DialLeader(context.Background(), "tcp", broker, topic, p)
+			conn, err := kafkago.DialLeader(context.Background(), "tcp", broker, topic, p)
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			defer conn.Close()
 			for got := 0; got < n; {
-				batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: replica.DefaultFetchMaxBytes, MaxWait: replica.DefaultFetchMaxWait})
+				batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: kafka.DefaultFetchMaxBytes, MaxWait: kafka.DefaultFetchMaxWait})
 				for {
 					if _, err := batch.ReadMessage(); err != nil {
 						break

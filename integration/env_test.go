@@ -3,6 +3,8 @@
 package integration_test
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"fmt"
 	"os"
@@ -80,7 +82,7 @@ func (e *env) config(id string) replica.Config {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Fetch:          replica.FetchConfig{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
+		Fetch:          kafka.Config{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,
@@ -168,7 +170,7 @@ func (e *env) logEnds() map[int]int64 {
 	defer cancel()
 	out := map[int]int64{}
 	for p := 0; p < e.parts; p++ {
-		f, err := replica.NewFetcher(replica.FetchConfig{Brokers: e.kafka.Brokers()}, e.topic, p, zap.NewNop())
+		f, err := kafka.NewFetcher(kafka.Config{Brokers: e.kafka.Brokers()}, e.topic, p, zap.NewNop())
 		if err != nil {
 			e.t.Fatal(err)
 		}

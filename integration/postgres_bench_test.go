@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"fmt"
 	"strings"
@@ -102,7 +104,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 			Group:     group,
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     replica.FetchConfig{Brokers: k.Brokers()},
+			Fetch:     kafka.Config{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)

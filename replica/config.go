@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"errors"
 	"fmt"
 	"regexp"
@@ -78,7 +80,7 @@ type Config struct {
 	Topics []string
 	// Fetch says how Kafka is read; Fetch.StartPolicy is the group's start
 	// policy.
-	Fetch FetchConfig
+	Fetch kafka.Config
 	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
 	LeaseTTL time.Duration
 
@@ -145,7 +147,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
 		}
 	}
-	if err := c.Fetch.validate(); err != nil {
+	if err := c.Fetch.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {

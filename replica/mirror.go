@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
@@ -42,8 +44,8 @@ type Mirror struct {
 	offsets func(ctx context.Context) (map[coordinator.Partition]coordinator.Offsets, error)
 
 	addr      net.Addr
-	transport *kafka.Transport
-	client    *kafka.Client
+	transport *kafkago.Transport
+	client    *kafkago.Client
 	stop      context.CancelFunc
 	closeOnce sync.Once
 
@@ -83,10 +85,10 @@ func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
 	return newMirror(r.cfg.Group, r.cfg.ReplicaID, r.cfg.Fetch, r.cfg.Topics, r.Lag, offsets, r.log, opts...)
 }
 
-func newMirror(group, replica string, fc FetchConfig, topics []string, lags func() []PartitionLag,
+func newMirror(group, replica string, fc kafka.Config, topics []string, lags func() []PartitionLag,
 	offsets func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error),
 	log *zap.Logger, opts ...MirrorOption) *Mirror {
-	fc = fc.withDefaults()
+	fc = fc.WithDefaults()
 	t := fc.SharedTransport(topics...)
 	bg, stop := context.WithCancel(context.Background())
 	t.Context = bg
@@ -101,9 +103,9 @@ func newMirror(group, replica string, fc FetchConfig, topics []string, lags func
 		log:       log,
 		lags:      lags,
 		offsets:   offsets,
-		addr:      kafka.TCP(fc.Brokers...),
+		addr:      kafkago.TCP(fc.Brokers...),
 		transport: t,
-		client:    &kafka.Client{Transport: t, Timeout: fc.RequestTimeout},
+		client:    &kafkago.Client{Transport: t, Timeout: fc.RequestTimeout},
 		stop:      stop,
 		seen:      map[coordinator.Partition]bool{},
 	}
@@ -180,15 +182,15 @@ func (m *Mirror) commit(ctx context.Context, offsets map[coordinator.Partition]i
 	if len(offsets) == 0 {
 		return nil
 	}
-	topics := map[string][]kafka.OffsetCommit{}
+	topics := map[string][]kafkago.OffsetCommit{}
 	for p, next := range offsets {
-		topics[p.Topic] = append(topics[p.Topic], kafka.OffsetCommit{
+		topics[p.Topic] = append(topics[p.Topic], kafkago.OffsetCommit{
 			Partition: p.Partition,
 			Offset:    next,
 			Metadata:  "offsetkeeper " + m.replica,
 		})
 	}
-	resp, err := m.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
+	resp, err := m.client.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
 		Addr:         m.addr,
 		GroupID:      m.group,
 		GenerationID: -1, // a standalone consumer's commit: no group membership
@@ -231,7 +233,7 @@ func (m *Mirror) failed(err error) {
 	}
 }
 
-func partitionErrors(resp *kafka.OffsetCommitResponse) error {
+func partitionErrors(resp *kafkago.OffsetCommitResponse) error {
 	var errs []error
 	topics := make([]string, 0, len(resp.Topics))
 	for t := range resp.Topics {

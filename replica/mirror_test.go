@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"errors"
 	"maps"
@@ -76,7 +78,7 @@ func noOffsets(context.Context) (map[coordinator.Partition]coordinator.Offsets, 
 func TestMirrorSyncCommitsOwnedOffsets(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(4, "t"))
 	lags := &fakeLags{}
-	m := newMirror("orders", "r1", FetchConfig{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil)
+	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -110,7 +112,7 @@ func TestMirrorRunSyncsEveryInterval(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(1, "t"))
 	lags := &fakeLags{}
 	lags.set(map[int]int64{0: 4})
-	m := newMirror("orders", "r1", FetchConfig{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil,
+	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil,
 		WithMirrorInterval(20*time.Millisecond))
 	defer m.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -135,7 +137,7 @@ func TestMirrorFlushCopiesEtcdOffsets(t *testing.T) {
 	now := time.Now().UTC()
 	etcd := map[coordinator.Partition]coordinator.Offsets{}
 	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return etcd, nil }
-	m := newMirror("orders", "r1", FetchConfig{Brokers: k.Brokers()}, []string{"t"}, lags.get, offsets, nil)
+	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, offsets, nil)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -164,7 +166,7 @@ func TestMirrorFailureIsCountedAndLoggedOnce(t *testing.T) {
 	readErr := errors.New("etcd unreachable")
 	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return nil, readErr }
 	// Port 1 on loopback: nothing listens, connecting is refused at once.
-	m := newMirror("orders", "r1", FetchConfig{Brokers: []string{"127.0.0.1:1"}, BackoffMax: 10 * time.Millisecond},
+	m := newMirror("orders", "r1", kafka.Config{Brokers: []string{"127.0.0.1:1"}, BackoffMax: 10 * time.Millisecond},
 		[]string{"t"}, lags.get, offsets, zap.New(core))
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

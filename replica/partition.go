@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"errors"
 	"fmt"
@@ -21,7 +23,7 @@ type partition struct {
 	r     *Replica
 	claim *coordinator.Claim
 	p     coordinator.Partition
-	f     *Fetcher
+	f     *kafka.Fetcher
 	log   *zap.Logger
 
 	gen int64 // generation of the offsets the position came from
@@ -41,7 +43,7 @@ type partition struct {
 	err  error         // why run returned, when not stopped
 }
 
-func newPartition(r *Replica, c *coordinator.Claim, f *Fetcher) *partition {
+func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Fetcher) *partition {
 	p := c.Partition()
 	pt := &partition{
 		r:     r,
@@ -240,7 +242,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
 	}
-	if pt.r.cfg.Fetch.StartPolicy == StartLatest {
+	if pt.r.cfg.Fetch.StartPolicy == kafka.StartLatest {
 		return logEnd, nil
 	}
 	return earliest, nil
@@ -438,7 +440,7 @@ func (c committer) Commit(ctx context.Context, next int64) error {
 
 // caughtUp reports whether a batch reached what can be read now: the last
 // stable offset (read_committed) or the high watermark.
-func caughtUp(b PolledBatch) bool {
+func caughtUp(b kafka.PolledBatch) bool {
 	end := b.LastStable
 	if end < 0 {
 		end = b.HighWatermark

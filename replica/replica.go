@@ -5,6 +5,8 @@
 package replica
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"errors"
 	"fmt"
@@ -280,7 +282,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	byTopic, err := Partitions(mctx, r.cfg.Fetch, r.cfg.Topics...)
+	byTopic, err := kafka.Partitions(mctx, r.cfg.Fetch, r.cfg.Topics...)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +379,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			}
 			continue
 		}
-		f, err := NewFetcher(r.cfg.Fetch, p.Topic, p.Partition, r.log)
+		f, err := kafka.NewFetcher(r.cfg.Fetch, p.Topic, p.Partition, r.log)
 		if err != nil {
 			r.log.Error("cannot read partition", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
 			_ = c.Release(ctx)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -174,14 +174,14 @@ func sortPartitions(ps []coordinator.Partition) {
 type kafkaAdmin struct {
 	brokers   []string
 	addr      net.Addr
-	transport *kafka.Transport
-	client    *kafka.Client
+	transport *kafkago.Transport
+	client    *kafkago.Client
 	stop      context.CancelFunc
 }
 
 func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string, auth kafkaAuth) *kafkaAdmin {
 	bg, stop := context.WithCancel(context.Background())
-	t := &kafka.Transport{
+	t := &kafkago.Transport{
 		DialTimeout:    timeout,
 		ClientID:       "offsetkeeper-cli",
 		MetadataTopics: topics,
@@ -190,9 +190,9 @@ func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string, aut
 	auth.apply(t) // TLS and SASL (security.go)
 	return &kafkaAdmin{
 		brokers:   brokers,
-		addr:      kafka.TCP(brokers...),
+		addr:      kafkago.TCP(brokers...),
 		transport: t,
-		client:    &kafka.Client{Transport: t, Timeout: timeout},
+		client:    &kafkago.Client{Transport: t, Timeout: timeout},
 		stop:      stop,
 	}
 }
@@ -218,7 +218,7 @@ func (k *kafkaAdmin) partitions(ctx context.Context, topics []string) (map[strin
 	if len(topics) == 0 {
 		return found, nil, nil
 	}
-	res, err := k.client.Metadata(ctx, &kafka.MetadataRequest{Addr: k.addr, Topics: topics})
+	res, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Addr: k.addr, Topics: topics})
 	if err != nil {
 		return nil, nil, k.unreachable(err)
 	}
@@ -227,7 +227,7 @@ func (k *kafkaAdmin) partitions(ctx context.Context, topics []string) (map[strin
 			continue
 		}
 		if t.Error != nil {
-			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
 				continue
 			}
 			return nil, nil, fmt.Errorf("partitions of topic %q: %w", t.Name, t.Error)
@@ -258,11 +258,11 @@ func (k *kafkaAdmin) bounds(ctx context.Context, ps []coordinator.Partition) (ma
 	if len(ps) == 0 {
 		return out, nil
 	}
-	req := map[string][]kafka.OffsetRequest{}
+	req := map[string][]kafkago.OffsetRequest{}
 	for _, p := range ps {
-		req[p.Topic] = append(req[p.Topic], kafka.FirstOffsetOf(p.Partition), kafka.LastOffsetOf(p.Partition))
+		req[p.Topic] = append(req[p.Topic], kafkago.FirstOffsetOf(p.Partition), kafkago.LastOffsetOf(p.Partition))
 	}
-	res, err := k.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafka.ReadCommitted})
+	res, err := k.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafkago.ReadCommitted})
 	if err != nil {
 		return nil, k.unreachable(err)
 	}
@@ -292,11 +292,11 @@ func (k *kafkaAdmin) offsetsAt(ctx context.Context, ps []coordinator.Partition, 
 		return out, nil
 	}
 	ts := t.UnixMilli()
-	req := map[string][]kafka.OffsetRequest{}
+	req := map[string][]kafkago.OffsetRequest{}
 	for _, p := range ps {
-		req[p.Topic] = append(req[p.Topic], kafka.OffsetRequest{Partition: p.Partition, Timestamp: ts})
+		req[p.Topic] = append(req[p.Topic], kafkago.OffsetRequest{Partition: p.Partition, Timestamp: ts})
 	}
-	res, err := k.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafka.ReadCommitted})
+	res, err := k.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafkago.ReadCommitted})
 	if err != nil {
 		return nil, k.unreachable(err)
 	}

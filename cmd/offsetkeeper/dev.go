@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"errors"
 	"fmt"
@@ -169,11 +171,11 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer etcd.Close()
-	kafka, brokers, err := startDevKafka(o.topic, o.partitions)
+	broker, brokers, err := startDevKafka(o.topic, o.partitions)
 	if err != nil {
 		return err
 	}
-	defer kafka.Close()
+	defer broker.Close()
 	sink, err := o.target.open(stdout)
 	if err != nil {
 		return err
@@ -188,7 +190,7 @@ func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg := replica.Config{
 		Group:         o.group,
 		Topics:        []string{o.topic},
-		Fetch:         replica.FetchConfig{Brokers: brokers, MaxWait: 200 * time.Millisecond},
+		Fetch:         kafka.Config{Brokers: brokers, MaxWait: 200 * time.Millisecond},
 		LeaseTTL:      o.leaseTTL,
 		FlushInterval: 200 * time.Millisecond,
 		Version:       version,

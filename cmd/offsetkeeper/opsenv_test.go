@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -205,7 +207,7 @@ func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
-	f, err := replica.NewFetcher(replica.FetchConfig{Brokers: e.kafka.Brokers()}, p.Topic, p.Partition, zap.NewNop())
+	f, err := kafka.NewFetcher(kafka.Config{Brokers: e.kafka.Brokers()}, p.Topic, p.Partition, zap.NewNop())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func (e *opsEnv) startReplica(id string, sink sinks.Sink) *opsReplica {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Fetch:          replica.FetchConfig{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
+		Fetch:          kafka.Config{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,

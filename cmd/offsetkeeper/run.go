@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"fmt"
 	"net"
@@ -139,7 +141,7 @@ once. Exit status 0.`,
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
 	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
-	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight")
 	o.logs.register(fs, "json")
 	o.ops.register(fs)
@@ -167,7 +169,7 @@ func (o *runOptions) validate() error {
 	if err != nil {
 		return usage(fmt.Errorf("--commit-mode: %w", err))
 	}
-	start, err := replica.ParseStartPolicy(o.startFrom)
+	start, err := kafka.ParseStartPolicy(o.startFrom)
 	if err != nil {
 		return usage(fmt.Errorf("--start-from: %w", err))
 	}
@@ -175,7 +177,7 @@ func (o *runOptions) validate() error {
 		Group:     o.cluster.group,
 		ReplicaID: o.replicaID,
 		Topics:    o.topics,
-		Fetch: replica.FetchConfig{
+		Fetch: kafka.Config{
 			Brokers:     o.cluster.brokers,
 			MaxWait:     o.fetchMaxWait,
 			StartPolicy: start,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -21,7 +23,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
 // The environment variables passwords are read from. There is deliberately
@@ -171,12 +172,12 @@ type kafkaAuth struct {
 }
 
 // apply sets the transport's TLS and SASL.
-func (a kafkaAuth) apply(t *kafka.Transport) {
+func (a kafkaAuth) apply(t *kafkago.Transport) {
 	t.TLS, t.SASL = a.tls, a.sasl
 }
 
 // applyFetch sets the fetch configuration's TLS and SASL.
-func (a kafkaAuth) applyFetch(c *replica.FetchConfig) {
+func (a kafkaAuth) applyFetch(c *kafka.Config) {
 	c.TLS, c.SASL = a.tls, a.sasl
 }
 
@@ -291,7 +292,7 @@ func saslMechanism(name, user string, pass secret) (sasl.Mechanism, error) {
 // saslLogin is a SASL mechanism that holds its password out of sight: the
 // mechanism that knows it is inside a closure, which fmt prints as an
 // address and encoding/json refuses, so printing anything that holds a
-// saslLogin (%+v of a replica.FetchConfig, even through unexported fields)
+// saslLogin (%+v of a kafka.Config, even through unexported fields)
 // never shows the password. Its String names the mechanism and the user.
 type saslLogin struct {
 	name string
@@ -347,7 +348,7 @@ func (s secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 // etcd: one transaction reads the group's prefix (count only) and deletes
 // P/access-check, a key that never exists: read and write permission on the
 // prefix, the least role a replica needs. Kafka: the topics' metadata.
-func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, fetch replica.FetchConfig, topics []string) error {
+func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, fetch kafka.Config, topics []string) error {
 	if f.security.etcdUser != "" || f.security.etcdCert != "" {
 		if err := f.checkEtcdAccess(ctx, cli); err != nil {
 			return err
@@ -394,17 +395,17 @@ func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client
 	}
 }
 
-func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch replica.FetchConfig, topics []string) error {
+func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch kafka.Config, topics []string) error {
 	// A connection of its own, not the fetchers' Transport: kafka-go's
 	// Dialer reports a broker that closes the connection during the SASL
 	// exchange, the way brokers reject a login, as SASLAuthenticationFailed,
 	// where the Transport only sees an unexpected EOF.
-	d := &kafka.Dialer{ClientID: "offsetkeeper", Timeout: accessCheckTimeout, TLS: fetch.TLS, SASLMechanism: fetch.SASL}
+	d := &kafkago.Dialer{ClientID: "offsetkeeper", Timeout: accessCheckTimeout, TLS: fetch.TLS, SASLMechanism: fetch.SASL}
 	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
 	defer cancel()
 	var err error
 	for _, b := range f.brokers { // the first broker that answers tells
-		var conn *kafka.Conn
+		var conn *kafkago.Conn
 		if conn, err = d.DialContext(cctx, "tcp", b); err == nil {
 			_, err = conn.ReadPartitions(topics...)
 			_ = conn.Close()
@@ -433,8 +434,8 @@ func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch replica.Fetch
 // kafkaRefused tells a refusal of the credentials or certificates from
 // Kafka being unreachable.
 func kafkaRefused(err error) bool {
-	for _, e := range []kafka.Error{kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism, kafka.IllegalSASLState,
-		kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed} {
+	for _, e := range []kafkago.Error{kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState,
+		kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed} {
 		if errors.Is(err, e) {
 			return true
 		}

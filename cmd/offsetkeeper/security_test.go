@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -262,7 +264,7 @@ func TestSecurityFlagsBuildClients(t *testing.T) {
 			if a.sasl == nil || a.sasl.Name() != tc.name {
 				t.Fatalf("mechanism %v, want %s", a.sasl, tc.name)
 			}
-			var fc replica.FetchConfig
+			var fc kafka.Config
 			a.applyFetch(&fc)
 			if fc.SASL != a.sasl || fc.TLS != nil {
 				t.Errorf("fetch config %v", fc)
@@ -291,7 +293,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if err := f.validate(); err != nil {
 			t.Fatal(err)
 		}
-		var fc replica.FetchConfig
+		var fc kafka.Config
 		f.security.kafkaAuth().applyFetch(&fc)
 		cfg := replica.Config{Group: "g", Fetch: fc}
 		values := []any{newSecret(testSecret), f.security.built.etcdPassword, fc.SASL, fc, cfg, f, &f, f.security, f.security.built}
@@ -399,7 +401,7 @@ func TestEtcdTLSAuthThroughTheCLI(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fetch := replica.FetchConfig{Brokers: f.brokers, MaxWait: 100 * time.Millisecond}
+	fetch := kafka.Config{Brokers: f.brokers, MaxWait: 100 * time.Millisecond}
 	f.security.kafkaAuth().applyFetch(&fetch)
 	if err := f.checkAccess(ctx, cli, fetch, []string{"orders"}); err != nil {
 		t.Fatalf("access check of g1: %v", err)

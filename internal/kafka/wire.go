@@ -1,4 +1,4 @@
-package replica
+package kafka
 
 import (
 	"encoding/binary"

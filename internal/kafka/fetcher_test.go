@@ -1,4 +1,4 @@
-package replica
+package kafka
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,8 +30,8 @@ import (
 // drainTimeout bounds every wait of these tests.
 const drainTimeout = 30 * time.Second
 
-func testFetchConfig(k *harness.Kafka) FetchConfig {
-	return FetchConfig{
+func testFetchConfig(k *harness.Kafka) Config {
+	return Config{
 		Brokers:    k.Brokers(),
 		MaxWait:    100 * time.Millisecond,
 		BackoffMin: 10 * time.Millisecond,
@@ -39,7 +39,7 @@ func testFetchConfig(k *harness.Kafka) FetchConfig {
 	}
 }
 
-func openFetcher(t testing.TB, cfg FetchConfig, topic string, partition int) *Fetcher {
+func openFetcher(t testing.TB, cfg Config, topic string, partition int) *Fetcher {
 	t.Helper()
 	f, err := NewFetcher(cfg, topic, partition, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)))
 	if err != nil {
@@ -119,10 +119,10 @@ func layout(t testing.TB, k *harness.Kafka, topic string, partition int, offset 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	tr := &kafka.Transport{}
+	tr := &kafkago.Transport{}
 	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(k.Brokers()...), Transport: tr}
-	res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: offset, MaxBytes: 64 << 20, MaxWait: 10 * time.Millisecond})
+	c := &kafkago.Client{Addr: kafkago.TCP(k.Brokers()...), Transport: tr}
+	res, err := c.Fetch(ctx, &kafkago.FetchRequest{Topic: topic, Partition: partition, Offset: offset, MaxBytes: 64 << 20, MaxWait: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("layout of %s/%d: %v", topic, partition, err)
 	}
@@ -185,10 +185,10 @@ func TestParseStartPolicy(t *testing.T) {
 }
 
 func TestNewFetcherValidates(t *testing.T) {
-	if _, err := NewFetcher(FetchConfig{}, "t", 0, nil); err == nil || !strings.Contains(err.Error(), "no kafka brokers") {
+	if _, err := NewFetcher(Config{}, "t", 0, nil); err == nil || !strings.Contains(err.Error(), "no kafka brokers") {
 		t.Errorf("no brokers: error %v", err)
 	}
-	if _, err := NewFetcher(FetchConfig{Brokers: []string{"localhost"}}, "t", 0, nil); err == nil {
+	if _, err := NewFetcher(Config{Brokers: []string{"localhost"}}, "t", 0, nil); err == nil {
 		t.Errorf("broker without port accepted")
 	}
 }
@@ -594,7 +594,7 @@ func TestFetchCancel(t *testing.T) {
 
 // proxied returns a config that reaches every broker of k through a proxy
 // of its own, and the proxies.
-func proxied(t *testing.T, k *harness.Kafka) (FetchConfig, []*harness.Proxy) {
+func proxied(t *testing.T, k *harness.Kafka) (Config, []*harness.Proxy) {
 	cfg := testFetchConfig(k)
 	route := map[string]string{}
 	var proxies []*harness.Proxy
@@ -936,7 +936,7 @@ func TestPartitions(t *testing.T) {
 		t.Fatalf("Partitions = %v", got)
 	}
 	_, err = Partitions(ctx, cfg, "a", "nope")
-	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !errors.Is(err, kafka.UnknownTopicOrPartition) {
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !errors.Is(err, kafkago.UnknownTopicOrPartition) {
 		t.Fatalf("unknown topic: error %v", err)
 	}
 
@@ -964,7 +964,7 @@ func TestFetchUnknownTopic(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		_, err := f.Fetch(ctx)
 		cancel()
-		if err == nil || !strings.HasPrefix(err.Error(), "fetch nope/3") || !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		if err == nil || !strings.HasPrefix(err.Error(), "fetch nope/3") || !errors.Is(err, kafkago.UnknownTopicOrPartition) {
 			t.Fatalf("seek %d: fetch of an unknown topic: %v", seek, err)
 		}
 	}
@@ -984,7 +984,7 @@ func TestFetchAfterClose(t *testing.T) {
 // BenchmarkFetch drains 200k records of one partition with the Fetcher and,
 // for comparison, with kafka-go's plain connection API (DialLeader and
 // ReadBatch, which cannot filter aborted transactions) and with
-// kafka.Client.Fetch. Each reports records/s.
+// kafkago.Client.Fetch. Each reports records/s.
 func BenchmarkFetch(b *testing.B) {
 	const n = 200_000
 	for _, codec := range []struct {
@@ -1007,7 +1007,7 @@ func BenchmarkFetch(b *testing.B) {
 		}
 		for _, maxBytes := range []int{256 << 10, DefaultFetchMaxBytes, 16 << 20} {
 			b.Run(fmt.Sprintf("%s/fetcher/maxbytes=%dKiB", codec.name, maxBytes>>10), func(b *testing.B) {
-				cfg := FetchConfig{Brokers: k.Brokers(), MaxBytes: maxBytes}
+				cfg := Config{Brokers: k.Brokers(), MaxBytes: maxBytes}
 				f, err := NewFetcher(cfg, "bench", 0, nil)
 				if err != nil {
 					b.Fatal(err)
@@ -1031,18 +1031,18 @@ func BenchmarkFetch(b *testing.B) {
 		}
 		b.Run(codec.name+"/kafka-go-conn-readbatch", func(b *testing.B) {
 			ctx := context.Background()
-			conn, err := kafka.DialLeader(ctx, "tcp", k.Brokers()[0], "bench", 0)
+			conn, err := kafkago.DialLeader(ctx, "tcp", k.Brokers()[0], "bench", 0)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer conn.Close()
 			total := 0
 			for b.Loop() {
-				if _, err := conn.Seek(0, kafka.SeekAbsolute); err != nil {
+				if _, err := conn.Seek(0, kafkago.SeekAbsolute); err != nil {
 					b.Fatal(err)
 				}
 				for got := 0; got < n; {
-					batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafka.ReadCommitted})
+					batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
 					for {
 						if _, err := batch.ReadMessage(); err != nil {
 							break
@@ -1059,13 +1059,13 @@ func BenchmarkFetch(b *testing.B) {
 		})
 		b.Run(codec.name+"/kafka-go-client-fetch", func(b *testing.B) {
 			ctx := context.Background()
-			tr := &kafka.Transport{}
+			tr := &kafkago.Transport{}
 			defer tr.CloseIdleConnections()
-			c := &kafka.Client{Addr: kafka.TCP(k.Brokers()...), Transport: tr}
+			c := &kafkago.Client{Addr: kafkago.TCP(k.Brokers()...), Transport: tr}
 			total := 0
 			for b.Loop() {
 				for off := int64(0); off < n; {
-					res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: "bench", Offset: off, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafka.ReadCommitted})
+					res, err := c.Fetch(ctx, &kafkago.FetchRequest{Topic: "bench", Offset: off, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
 					if err != nil {
 						b.Fatal(err)
 					}

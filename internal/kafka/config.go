@@ -1,0 +1,262 @@
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+)
+
+// Defaults applied by Config to its zero fields.
+const (
+	DefaultFetchMinBytes       = 1
+	DefaultFetchMaxBytes       = 1 << 20
+	DefaultFetchMaxWait        = 500 * time.Millisecond
+	DefaultFetchRequestTimeout = 10 * time.Second
+	DefaultFetchBackoffMin     = 100 * time.Millisecond
+	DefaultFetchBackoffMax     = 5 * time.Second
+	DefaultUnknownTopicTimeout = 30 * time.Second
+)
+
+// StartPolicy says where a partition is read from when it has no stored
+// offset, and where reading resumes when the stored offset is out of range.
+type StartPolicy int
+
+const (
+	// StartEarliest starts at the log start offset: nothing still in Kafka
+	// is skipped. It is the zero value.
+	StartEarliest StartPolicy = iota
+	// StartLatest starts at the log end: only records produced from then on
+	// are read (under read_committed, the last stable offset).
+	StartLatest
+)
+
+var startPolicyNames = []string{"earliest", "latest"}
+
+// String returns "earliest" or "latest".
+func (p StartPolicy) String() string {
+	if p >= 0 && int(p) < len(startPolicyNames) {
+		return startPolicyNames[p]
+	}
+	return fmt.Sprintf("StartPolicy(%d)", int(p))
+}
+
+// ParseStartPolicy parses "earliest" or "latest" (case insensitive).
+func ParseStartPolicy(s string) (StartPolicy, error) {
+	for i, name := range startPolicyNames {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return StartPolicy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown start policy %q (accepted: %s)", s, strings.Join(startPolicyNames, ", "))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (p StartPolicy) MarshalText() ([]byte, error) {
+	if p < 0 || int(p) >= len(startPolicyNames) {
+		return nil, fmt.Errorf("invalid start policy %d", int(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseStartPolicy.
+func (p *StartPolicy) UnmarshalText(b []byte) error {
+	v, err := ParseStartPolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// IsolationLevel says which records of transactional producers are read.
+type IsolationLevel int8
+
+const (
+	// ReadCommitted reads only committed records, up to the last stable
+	// offset. It is the zero value and the default.
+	ReadCommitted IsolationLevel = iota
+	// ReadUncommitted reads every record up to the high watermark,
+	// including records of open and aborted transactions.
+	ReadUncommitted
+)
+
+var isolationNames = []string{"read_committed", "read_uncommitted"}
+
+// String returns "read_committed" or "read_uncommitted".
+func (l IsolationLevel) String() string {
+	if l >= 0 && int(l) < len(isolationNames) {
+		return isolationNames[l]
+	}
+	return fmt.Sprintf("IsolationLevel(%d)", int(l))
+}
+
+// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (case
+// insensitive).
+func ParseIsolationLevel(s string) (IsolationLevel, error) {
+	for i, name := range isolationNames {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return IsolationLevel(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown isolation level %q (accepted: %s)", s, strings.Join(isolationNames, ", "))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (l IsolationLevel) MarshalText() ([]byte, error) {
+	if l < 0 || int(l) >= len(isolationNames) {
+		return nil, fmt.Errorf("invalid isolation level %d", int(l))
+	}
+	return []byte(l.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseIsolationLevel.
+func (l *IsolationLevel) UnmarshalText(b []byte) error {
+	v, err := ParseIsolationLevel(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+func (l IsolationLevel) kafka() kafkago.IsolationLevel {
+	if l == ReadUncommitted {
+		return kafkago.ReadUncommitted
+	}
+	return kafkago.ReadCommitted
+}
+
+// Config configures how partitions are read. Zero fields take the
+// defaults named after them.
+type Config struct {
+	// Brokers are the bootstrap addresses, host:port. At least one.
+	Brokers []string
+
+	// Dial opens connections to brokers; nil uses a net.Dialer. TLS and
+	// SASL are layered on top of what it returns.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// DialTimeout bounds connecting, including the TLS and SASL handshakes
+	// (default 5s, kafka-go's).
+	DialTimeout time.Duration
+	// TLS enables TLS when not nil.
+	TLS *tls.Config
+	// SASL enables SASL authentication when not nil.
+	SASL sasl.Mechanism
+	// ClientID is sent to the brokers with every request.
+	ClientID string
+	// MetadataTTL bounds how long cached cluster metadata is used (default
+	// 6s, kafka-go's). Leader changes reported by a broker refresh it at
+	// once regardless.
+	MetadataTTL time.Duration
+
+	// Transport, when set, is shared by every fetcher made with this
+	// config (see SharedTransport); nil gives each its own. The fields above
+	// are then the shared transport's business.
+	Transport *kafkago.Transport
+
+	// MinBytes is how many bytes a fetch waits for, up to MaxWait
+	// (default DefaultFetchMinBytes).
+	MinBytes int
+	// MaxBytes bounds the bytes one fetch returns (default
+	// DefaultFetchMaxBytes). A record batch larger than that is still
+	// returned whole.
+	MaxBytes int
+	// MaxWait is how long a fetch waits on the broker for MinBytes
+	// (default DefaultFetchMaxWait).
+	MaxWait time.Duration
+	// RequestTimeout bounds a request beyond what the broker is asked to
+	// wait (default DefaultFetchRequestTimeout): a fetch is given up after
+	// MaxWait+RequestTimeout and retried.
+	RequestTimeout time.Duration
+
+	// IsolationLevel is ReadCommitted by default.
+	IsolationLevel IsolationLevel
+	// StartPolicy is where a partition without a stored offset starts and
+	// where an out-of-range offset is reset to (default StartEarliest).
+	StartPolicy StartPolicy
+
+	// BackoffMin and BackoffMax bound the exponential, jittered backoff
+	// between retries of failed requests (default 100ms and 5s).
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// UnknownTopicTimeout is how long a fetch keeps retrying while the
+	// topic or partition is unknown to the cluster before failing (default
+	// DefaultUnknownTopicTimeout). Other retriable errors are retried until
+	// the context ends.
+	UnknownTopicTimeout time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.MinBytes <= 0 {
+		c.MinBytes = DefaultFetchMinBytes
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultFetchMaxBytes
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = DefaultFetchMaxWait
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultFetchRequestTimeout
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = DefaultFetchBackoffMin
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultFetchBackoffMax
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = c.BackoffMin
+	}
+	if c.UnknownTopicTimeout <= 0 {
+		c.UnknownTopicTimeout = DefaultUnknownTopicTimeout
+	}
+	return c
+}
+
+// Validate checks the configuration; each message names the value.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("no kafka brokers configured")
+	}
+	for _, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("kafka broker %q: %w", b, err)
+		}
+	}
+	if c.IsolationLevel != ReadCommitted && c.IsolationLevel != ReadUncommitted {
+		return fmt.Errorf("invalid isolation level %d", int(c.IsolationLevel))
+	}
+	if c.StartPolicy != StartEarliest && c.StartPolicy != StartLatest {
+		return fmt.Errorf("invalid start policy %d", int(c.StartPolicy))
+	}
+	return nil
+}
+
+// SharedTransport returns a Transport for fetchers of topics to share (set
+// it as Config.Transport): one metadata cache and connection pool per
+// replica instead of one per partition. The caller closes its idle
+// connections when done.
+func (c Config) SharedTransport(topics ...string) *kafkago.Transport {
+	return c.WithDefaults().transport(topics...)
+}
+
+func (c Config) transport(topics ...string) *kafkago.Transport {
+	return &kafkago.Transport{
+		Dial:           c.Dial,
+		DialTimeout:    c.DialTimeout,
+		TLS:            c.TLS,
+		SASL:           c.SASL,
+		ClientID:       c.ClientID,
+		MetadataTTL:    c.MetadataTTL,
+		MetadataTopics: topics,
+	}
+}
