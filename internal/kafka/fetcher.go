@@ -46,6 +46,11 @@ type PolledBatch struct {
 	// start policy. Such a batch holds no records and From == Next ==
 	// Reset.To; the next Fetch continues from there.
 	Reset *OffsetReset
+
+	// Bytes is what the batch holds in memory, the fetched bytes and what
+	// decompression added: a Cursor counts it against the consumer's
+	// budget until Free gives it back.
+	Bytes int
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -297,6 +302,14 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Durati
 	if err != nil {
 		return PolledBatch{}, err
 	}
+	return f.decodePartition(ctx, from, p)
+}
+
+// decodePartition decodes the partition's part of a fetch response sent at
+// from. When the batch holding from has nothing at or after it (its tail
+// was compacted away) it finds, with small fetches of its own, where the
+// next batch starts.
+func (f *Fetcher) decodePartition(ctx context.Context, from int64, p *rawFetchPartition) (PolledBatch, error) {
 	b := PolledBatch{From: from, Next: from, HighWatermark: p.HighWatermark, LastStable: p.LastStableOffset}
 	if p.LastStableOffset < 0 {
 		b.LastStable = p.HighWatermark // before fetch v4
@@ -306,6 +319,7 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Durati
 		return PolledBatch{}, err
 	}
 	b.Records, b.Next = d.records, d.next
+	b.Bytes = len(p.Records) + d.inflated
 	if d.next == from && d.stuckBase >= 0 {
 		// The batch holding from has no record at or after it: its tail
 		// was removed by compaction, and the broker does not move past
