@@ -22,6 +22,14 @@ const (
 	DefaultFetchBackoffMin     = 100 * time.Millisecond
 	DefaultFetchBackoffMax     = 5 * time.Second
 	DefaultUnknownTopicTimeout = 30 * time.Second
+	// DefaultMaxRequestBytes bounds what one multi-partition fetch returns:
+	// large enough that a broker's round trip carries many partitions'
+	// worth, small enough to be decoded while the next one is on its way.
+	DefaultMaxRequestBytes = 16 << 20
+	// DefaultMaxBufferBytes bounds what a Consumer holds: fetched and not
+	// yet freed by the readers. It is what a replica's memory follows,
+	// whatever the backlog and the record size.
+	DefaultMaxBufferBytes = 256 << 20
 )
 
 // StartPolicy says where a partition is read from when it has no stored
@@ -164,10 +172,19 @@ type Config struct {
 	// MinBytes is how many bytes a fetch waits for, up to MaxWait
 	// (default DefaultFetchMinBytes).
 	MinBytes int
-	// MaxBytes bounds the bytes one fetch returns (default
-	// DefaultFetchMaxBytes). A record batch larger than that is still
-	// returned whole.
+	// MaxBytes bounds the bytes one fetch returns of one partition
+	// (default DefaultFetchMaxBytes). A record batch larger than that is
+	// still returned whole when it comes first in a response.
 	MaxBytes int
+	// MaxRequestBytes bounds the bytes one multi-partition fetch of a
+	// Consumer returns (default DefaultMaxRequestBytes).
+	MaxRequestBytes int
+	// MaxBufferBytes bounds the bytes a Consumer holds across its
+	// partitions: fetched, decompressed, and not yet freed (default
+	// DefaultMaxBufferBytes). Each partition may hold an equal share; a
+	// smaller budget means smaller blocks and more round trips, a larger
+	// one more memory.
+	MaxBufferBytes int
 	// MaxWait is how long a fetch waits on the broker for MinBytes
 	// (default DefaultFetchMaxWait).
 	MaxWait time.Duration
@@ -203,6 +220,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = DefaultFetchMaxWait
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxBufferBytes <= 0 {
+		c.MaxBufferBytes = DefaultMaxBufferBytes
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultFetchRequestTimeout

@@ -51,6 +51,11 @@ type PolledBatch struct {
 	// decompression added: a Cursor counts it against the consumer's
 	// budget until Free gives it back.
 	Bytes int
+
+	// Throttled is set on an empty batch when the partition holds its
+	// share of the Consumer's budget: nothing more is fetched for it until
+	// its reader frees some. A reader ends its block then.
+	Throttled bool
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following

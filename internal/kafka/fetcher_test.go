@@ -68,7 +68,7 @@ func checkBatch(t testing.TB, b PolledBatch, from int64) {
 }
 
 // drain fetches until Next reaches end and returns the records read.
-func drain(t testing.TB, f *Fetcher, end int64) ([]sinks.Record, PolledBatch) {
+func drain(t testing.TB, f reader, end int64) ([]sinks.Record, PolledBatch) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()

@@ -67,10 +67,12 @@ func (r *retrier) wait(ctx context.Context, offset int64, err error) error {
 // backoff returns the delay before retry number attempt (from 0): it doubles
 // from BackoffMin up to BackoffMax, and is drawn uniformly from its upper
 // half so that fetchers failing together spread out.
-func (f *Fetcher) backoff(attempt int) time.Duration {
-	d := f.cfg.BackoffMax
+func (f *Fetcher) backoff(attempt int) time.Duration { return backoff(f.cfg, attempt) }
+
+func backoff(cfg Config, attempt int) time.Duration {
+	d := cfg.BackoffMax
 	if attempt < 30 {
-		if e := f.cfg.BackoffMin << attempt; e > 0 && e < d {
+		if e := cfg.BackoffMin << attempt; e > 0 && e < d {
 			d = e
 		}
 	}

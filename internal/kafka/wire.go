@@ -36,6 +36,24 @@ type rawFetchRequest struct {
 	fetchapi.Request
 	clientID string
 	version  int16 // negotiated on the connection, set by Required
+	// broker, when direct, is the broker the request goes to: a Consumer
+	// routes by its own view of the leaders, so that a request covers all
+	// the partitions it has for that broker. Otherwise kafka-go routes by
+	// the partitions' leaders in its metadata cache.
+	broker int32
+	direct bool
+}
+
+// Broker implements protocol.BrokerMessage.
+func (r *rawFetchRequest) Broker(cluster protocol.Cluster) (protocol.Broker, error) {
+	if !r.direct {
+		return r.Request.Broker(cluster)
+	}
+	b, ok := cluster.Brokers[r.broker]
+	if !ok {
+		return protocol.Broker{ID: -1}, fmt.Errorf("broker %d not in the metadata: %w", r.broker, protocol.ErrNoLeader)
+	}
+	return b, nil
 }
 
 // Required implements protocol.RawExchanger: it always takes over, and

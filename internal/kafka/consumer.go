@@ -1,0 +1,315 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// Consumer reads many partitions with one fetch loop per broker: each loop
+// sends one Fetch request covering every partition the broker leads that
+// may be fetched, so the cost of a replica follows its brokers and its
+// traffic, not its partition count. Each partition is a Cursor in it.
+//
+// Memory is bounded by Config.MaxBufferBytes, across all cursors: the bytes
+// fetched (and decompressed) and not yet given back with Cursor.Free. Each
+// cursor may hold an equal share of it; one whose share is used is not
+// fetched again until it frees some, so a hot partition cannot starve the
+// others. A single record batch larger than the share still comes through,
+// alone (Kafka returns the first batch of a response whatever its size).
+//
+// A Consumer is safe for concurrent use; each Cursor is used by one
+// goroutine.
+type Consumer struct {
+	cfg       Config
+	log       *zap.Logger
+	transport *kafkago.Transport
+	client    *kafkago.Client
+	ownsTrans bool
+
+	ctx    context.Context // ends the loops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	cursors map[TopicPartition]*Cursor
+	brokers map[int32]*brokerLoop
+	closed  bool
+
+	refresh chan struct{} // cap 1: some cursor needs its leader looked up
+
+	held     atomic.Int64 // bytes held and reserved by requests in flight
+	requests atomic.Int64 // fetch requests sent
+}
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// maxInFlight is how many fetch requests a broker loop keeps in flight: one
+// long poll over the quiet partitions and one for partitions that became
+// fetchable while it waits, so that these do not wait out MaxWait.
+const maxInFlight = 2
+
+// NewConsumer returns a consumer of the brokers in cfg; it connects lazily.
+// topics are the topics whose metadata its transport keeps (all, if none).
+// Close ends it.
+func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cfg = cfg.WithDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Consumer{
+		cfg:     cfg,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		cursors: map[TopicPartition]*Cursor{},
+		brokers: map[int32]*brokerLoop{},
+		refresh: make(chan struct{}, 1),
+	}
+	c.transport = cfg.Transport
+	if c.transport == nil {
+		c.transport = cfg.transport(topics...)
+		c.transport.Context = ctx // ends the transport's goroutines
+		c.ownsTrans = true
+	}
+	// Every cursor's Fetcher (its slow paths: resets, gaps, bounds) shares
+	// the transport.
+	c.cfg.Transport = c.transport
+	c.client = &kafkago.Client{Transport: c.transport, Timeout: cfg.RequestTimeout}
+	c.wg.Add(1)
+	go c.leaders()
+	return c, nil
+}
+
+// Close stops every loop and closes the cursors; it returns once the loops
+// have ended.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	curs := make([]*Cursor, 0, len(c.cursors))
+	for _, cur := range c.cursors {
+		curs = append(curs, cur)
+	}
+	c.mu.Unlock()
+	for _, cur := range curs {
+		cur.Close()
+	}
+	c.cancel()
+	c.wg.Wait()
+	if c.ownsTrans {
+		c.transport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Stats are the consumer's counters.
+type Stats struct {
+	FetchRequests int64 // fetch requests sent, all brokers
+	BytesHeld     int64 // fetched and not freed, plus what requests in flight may return
+	BudgetBytes   int64 // Config.MaxBufferBytes
+	Partitions    int   // cursors open
+}
+
+// Stats reads the counters.
+func (c *Consumer) Stats() Stats {
+	c.mu.Lock()
+	n := len(c.cursors)
+	c.mu.Unlock()
+	return Stats{FetchRequests: c.requests.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n}
+}
+
+// Open adds a partition to the consumer and returns its cursor, which
+// starts where SeekTo puts it (or by the start policy). Opening a partition
+// that is open already is an error.
+func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
+	tp := TopicPartition{topic, partition}
+	f, err := NewFetcher(c.cfg, topic, partition, c.log)
+	if err != nil {
+		return nil, err
+	}
+	cur := &Cursor{c: c, tp: tp, f: f, leader: -1, fetchAt: unset, hw: -1, lso: -1, signal: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("open %s: %w", tp, errClosed)
+	}
+	if _, ok := c.cursors[tp]; ok {
+		return nil, fmt.Errorf("open %s: already open", tp)
+	}
+	c.cursors[tp] = cur
+	c.askLeaders()
+	return cur, nil
+}
+
+// share is the part of the budget one cursor may hold. c.mu is held.
+func (c *Consumer) share() int64 {
+	n := int64(max(1, len(c.cursors)))
+	return max(int64(c.cfg.MaxBufferBytes)/n, 1)
+}
+
+func (c *Consumer) askLeaders() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// leaders assigns cursors without a leader to the loop of their broker. It
+// runs until the consumer closes, woken by askLeaders, and retries with a
+// backoff while some partition has no known leader.
+func (c *Consumer) leaders() {
+	defer c.wg.Done()
+	var retry <-chan time.Time
+	attempt := 0
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.refresh:
+		case <-retry:
+		}
+		retry = nil
+		pending, err := c.assign(c.ctx)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err != nil || pending {
+			d := backoff(c.cfg, attempt)
+			attempt++
+			if err != nil {
+				c.log.Warn("reading partition leaders failed; retrying", zap.Duration("backoff", d), zap.Error(err))
+				// The next lookup reloads the metadata from the brokers.
+				c.transport.CloseIdleConnections()
+			}
+			retry = time.After(d)
+			continue
+		}
+		attempt = 0
+	}
+}
+
+// assign looks up the leaders of cursors that have none and hands each to
+// its broker's loop. pending reports cursors still without one.
+func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
+	c.mu.Lock()
+	var topics []string
+	for tp, cur := range c.cursors {
+		if cur.leader < 0 && !slices.Contains(topics, tp.Topic) {
+			topics = append(topics, tp.Topic)
+		}
+	}
+	c.mu.Unlock()
+	if len(topics) == 0 {
+		return false, nil
+	}
+	mctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	res, err := c.client.Metadata(mctx, &kafkago.MetadataRequest{Addr: kafkago.TCP(c.cfg.Brokers...), Topics: topics})
+	if err != nil {
+		return true, fmt.Errorf("metadata of %v: %w", topics, err)
+	}
+	leaders := map[TopicPartition]int32{}
+	for _, t := range res.Topics {
+		for _, p := range t.Partitions {
+			if p.Error == nil && p.Leader.ID >= 0 && p.Leader.Host != "" {
+				leaders[TopicPartition{t.Name, p.ID}] = int32(p.Leader.ID)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for tp, cur := range c.cursors {
+		if cur.leader >= 0 || cur.closed {
+			continue
+		}
+		id, ok := leaders[tp]
+		if !ok {
+			if cur.unknownSince.IsZero() {
+				cur.unknownSince = now
+			} else if now.Sub(cur.unknownSince) > c.cfg.UnknownTopicTimeout {
+				cur.fail(fmt.Errorf("%w (no leader for %s)", kafkago.UnknownTopicOrPartition, c.cfg.UnknownTopicTimeout))
+				cur.unknownSince = now
+			}
+			pending = true
+			continue
+		}
+		cur.unknownSince = time.Time{}
+		c.loop(id).add(cur)
+	}
+	return pending, nil
+}
+
+// loop returns the loop of broker id, starting it if needed. c.mu is held.
+func (c *Consumer) loop(id int32) *brokerLoop {
+	b, ok := c.brokers[id]
+	if !ok {
+		b = newBrokerLoop(c, id)
+		c.brokers[id] = b
+		c.wg.Add(1)
+		go b.run(c.ctx)
+	}
+	return b
+}
+
+// Bounds returns the log start and the log end (the high watermark, or
+// under read_committed the last stable offset) of each partition, with one
+// ListOffsets request per broker. A partition that failed has its error in
+// errs.
+func (c *Consumer) Bounds(ctx context.Context, tps []TopicPartition) (bounds map[TopicPartition][2]int64, errs map[TopicPartition]error, err error) {
+	req := map[string][]kafkago.OffsetRequest{}
+	for _, tp := range tps {
+		req[tp.Topic] = append(req[tp.Topic], kafkago.FirstOffsetOf(tp.Partition), kafkago.LastOffsetOf(tp.Partition))
+	}
+	if len(req) == 0 {
+		return nil, nil, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	res, err := c.client.ListOffsets(rctx, &kafkago.ListOffsetsRequest{
+		Addr:           kafkago.TCP(c.cfg.Brokers...),
+		Topics:         req,
+		IsolationLevel: c.cfg.IsolationLevel.kafka(),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list offsets of %d partitions: %w", len(tps), err)
+	}
+	bounds = make(map[TopicPartition][2]int64, len(tps))
+	errs = map[TopicPartition]error{}
+	for topic, ps := range res.Topics {
+		for _, p := range ps {
+			tp := TopicPartition{topic, p.Partition}
+			if p.Error != nil {
+				errs[tp] = fmt.Errorf("list offsets of %s: %w", tp, p.Error)
+				continue
+			}
+			bounds[tp] = [2]int64{p.FirstOffset, p.LastOffset}
+		}
+	}
+	for _, tp := range tps {
+		if _, ok := bounds[tp]; !ok && errs[tp] == nil {
+			errs[tp] = fmt.Errorf("list offsets of %s: %w", tp, kafkago.UnknownTopicOrPartition)
+		}
+	}
+	return bounds, errs, nil
+}

@@ -1,0 +1,171 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
+
+// reader is what drain needs: a Fetcher or a Cursor.
+type reader interface {
+	Fetch(ctx context.Context) (PolledBatch, error)
+	Offset() int64
+}
+
+func openConsumer(t testing.TB, cfg Config) *Consumer {
+	t.Helper()
+	c, err := NewConsumer(cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)))
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openCursor(t testing.TB, c *Consumer, topic string, partition int, at int64) *Cursor {
+	t.Helper()
+	cur, err := c.Open(topic, partition)
+	if err != nil {
+		t.Fatalf("Open %s/%d: %v", topic, partition, err)
+	}
+	cur.SeekTo(at)
+	return cur
+}
+
+// countFetches counts the fetch requests the cluster receives.
+func countFetches(k *harness.Kafka) *atomic.Int64 {
+	var n atomic.Int64
+	k.Cluster().ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		n.Add(1)
+		return nil, nil, false
+	})
+	return &n
+}
+
+// Partitions spread over three brokers, each drained by its own cursor
+// while a leader moves: everything arrives, in order, and the requests go
+// one per broker round trip, not one per partition.
+func TestConsumerDrainsAcrossBrokers(t *testing.T) {
+	const parts, perPart = 12, 300
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "spread", parts)
+	for p := range parts {
+		vals := make([]string, perPart)
+		for i := range vals {
+			vals[i] = fmt.Sprintf("p%d-%04d", p, i)
+		}
+		for i := 0; i < perPart; i += 100 {
+			k.ProduceValues(t, "spread", p, vals[i:i+100]...)
+		}
+	}
+	cfg := testFetchConfig(k)
+	c := openConsumer(t, cfg)
+	var wg sync.WaitGroup
+	for p := range parts {
+		cur := openCursor(t, c, "spread", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, _ := drain(t, cur, perPart)
+			for i, r := range got {
+				if want := fmt.Sprintf("p%d-%04d", p, i); string(r.Value) != want {
+					t.Errorf("partition %d record %d: %q, want %q", p, i, r.Value, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.Stats().FetchRequests; n == 0 || n > 40 {
+		t.Errorf("%d fetch requests for %d partitions on 3 brokers", n, parts)
+	}
+}
+
+// At idle the consumer sends about one fetch per broker per MaxWait,
+// whatever the number of partitions.
+func TestConsumerIdleCost(t *testing.T) {
+	k := harness.StartKafka(t, harness.NumBrokers(2))
+	k.CreateTopic(t, "idle", 200)
+	cfg := testFetchConfig(k)
+	cfg.MaxWait = 100 * time.Millisecond
+	c := openConsumer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var empties atomic.Int64
+	for p := range 200 {
+		cur := openCursor(t, c, "idle", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				b, err := cur.Fetch(ctx)
+				if err != nil {
+					return
+				}
+				if b.Next == b.From {
+					empties.Add(1)
+				}
+			}
+		}()
+	}
+	harness.Await(t, 10*time.Second, "every cursor polled once", func() bool { return empties.Load() >= 200 })
+	before, start := c.Stats().FetchRequests, time.Now()
+	harness.Await(t, 10*time.Second, "a second of idling", func() bool { return time.Since(start) >= time.Second })
+	n := c.Stats().FetchRequests - before
+	perSec := float64(n) / time.Since(start).Seconds()
+	cancel()
+	wg.Wait()
+	// Two brokers, a long poll of 100ms each: about 20 a second.
+	if perSec > 40 {
+		t.Fatalf("%.0f fetch requests/s for 200 idle partitions on 2 brokers (MaxWait 100ms): want about 20", perSec)
+	}
+	t.Logf("%.1f fetch requests/s idle", perSec)
+}
+
+// Leaders move while the cursors read: each follows its partition to the
+// new leader and nothing is lost or repeated.
+func TestConsumerFollowsLeaderMoves(t *testing.T) {
+	const parts = 6
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "moving", parts)
+	produce := func(round int) {
+		for p := range parts {
+			vals := make([]string, 50)
+			for i := range vals {
+				vals[i] = fmt.Sprintf("%d-%02d", round, i)
+			}
+			k.ProduceValues(t, "moving", p, vals...)
+		}
+	}
+	c := openConsumer(t, testFetchConfig(k))
+	curs := make([]*Cursor, parts)
+	for p := range parts {
+		curs[p] = openCursor(t, c, "moving", p, 0)
+	}
+	for round := range 4 {
+		produce(round)
+		for p, cur := range curs {
+			got, _ := drain(t, cur, int64(50*(round+1)))
+			if len(got) != 50 || string(got[0].Value) != fmt.Sprintf("%d-00", round) {
+				t.Fatalf("round %d partition %d: %d records from %q", round, p, len(got), got[0].Value)
+			}
+		}
+		for p := range parts {
+			leader := k.Cluster().LeaderFor("moving", int32(p))
+			if err := k.Cluster().MoveTopicPartition("moving", int32(p), (leader+1)%3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package kafka
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// maxQueued is how many fetched batches a cursor keeps ahead of its reader:
+// enough to fetch while the reader delivers, few enough that the budget
+// share, not the queue, is what bounds a busy partition.
+const maxQueued = 4
+
+// Cursor is one partition of a Consumer: where its reader stands, and the
+// batches fetched ahead of it. Its reader uses it like a Fetcher (Fetch,
+// SeekTo, Offset, Bounds) from one goroutine, and gives back the memory of
+// what it has finished with through Free.
+type Cursor struct {
+	c  *Consumer
+	tp TopicPartition
+	// f does what is rare and per partition: the start offset, resets
+	// when out of range, gaps left by compaction, bounds. Its offset is
+	// the reader's position.
+	f *Fetcher
+
+	// Guarded by c.mu.
+	loop         *brokerLoop // nil while the leader is unknown
+	leader       int32
+	unknownSince time.Time
+	fetchAt      int64  // where the next fetch starts
+	expect       int64  // where the queue starts: the reader's position if it follows it
+	seq          uint64 // bumped when the position moves: older results are dropped
+	queue        []PolledBatch
+	inFlight     bool
+	held         int64 // bytes of the queue and of batches not yet freed
+	throttled    bool  // Fetch reported the share used since the last Free
+	hw, lso      int64
+	err          error // a failure to return from the next Fetch
+	outOfRange   bool  // the broker refused fetchAt: the reader resets it
+	starved      bool  // the broker had data for it that did not fit a response
+	retryAt      time.Time
+	attempt      int
+	closed       bool
+
+	signal chan struct{} // cap 1: something for Fetch
+}
+
+// Partition names the cursor's partition.
+func (cur *Cursor) Partition() TopicPartition { return cur.tp }
+
+// notify wakes a Fetch that waits. c.mu is held.
+func (cur *Cursor) notify() {
+	select {
+	case cur.signal <- struct{}{}:
+	default:
+	}
+}
+
+// fail makes the next Fetch return err. c.mu is held.
+func (cur *Cursor) fail(err error) {
+	cur.err = err
+	cur.notify()
+}
+
+// fetchable reports whether the broker loop may fetch for the cursor now.
+// c.mu is held.
+func (cur *Cursor) fetchable(now time.Time, share int64) bool {
+	return !cur.closed && !cur.inFlight && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
+		len(cur.queue) < maxQueued && cur.held < share && !now.Before(cur.retryAt)
+}
+
+// release gives n held bytes back to the budget. c.mu is held.
+func (cur *Cursor) release(n int64) {
+	n = min(n, cur.held)
+	if n <= 0 {
+		return
+	}
+	cur.held -= n
+	cur.c.held.Add(-n)
+	cur.throttled = false
+	if cur.loop != nil {
+		cur.loop.poke()
+	}
+}
+
+// align makes the queue and the next fetch continue from pos, dropping what
+// was fetched from elsewhere. c.mu is held.
+func (cur *Cursor) align(pos int64) {
+	if cur.expect == pos && cur.fetchAt != unset {
+		return
+	}
+	var dropped int64
+	for _, b := range cur.queue {
+		dropped += int64(b.Bytes)
+	}
+	cur.queue = nil
+	cur.release(dropped)
+	cur.fetchAt, cur.expect = pos, pos
+	cur.seq++
+	cur.outOfRange, cur.err, cur.starved = false, nil, false
+	cur.retryAt, cur.attempt = time.Time{}, 0
+	if cur.loop != nil {
+		cur.loop.poke()
+	}
+}
+
+// SeekTo makes the next Fetch start at offset; a negative offset leaves it
+// to the start policy. Batches fetched ahead from elsewhere are dropped.
+func (cur *Cursor) SeekTo(offset int64) {
+	cur.f.SeekTo(offset)
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	if offset >= 0 {
+		cur.align(offset)
+		return
+	}
+	cur.align(unset)
+	cur.fetchAt, cur.expect = unset, unset
+}
+
+// Rewind is SeekTo(from): a block that was not committed is read again.
+func (cur *Cursor) Rewind(from int64) { cur.SeekTo(from) }
+
+// Offset returns the offset the next Fetch starts at, or -1 when that is
+// left to the start policy.
+func (cur *Cursor) Offset() int64 { return cur.f.Offset() }
+
+// Bounds returns the partition's log start offset and its log end.
+func (cur *Cursor) Bounds(ctx context.Context) (earliest, logEnd int64, err error) {
+	return cur.f.Bounds(ctx)
+}
+
+// Free gives back the memory of batches the reader is done with (written
+// and committed, or dropped): the sum of their Bytes.
+func (cur *Cursor) Free(n int) {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	cur.release(int64(n))
+}
+
+// Close takes the partition out of the consumer and gives back all it
+// holds. Fetch fails afterwards.
+func (cur *Cursor) Close() error {
+	c := cur.c
+	c.mu.Lock()
+	if !cur.closed {
+		cur.closed = true
+		cur.queue = nil
+		cur.release(cur.held)
+		if c.cursors[cur.tp] == cur {
+			delete(c.cursors, cur.tp)
+		}
+		if cur.loop != nil {
+			cur.loop.remove(cur)
+		}
+		cur.notify()
+	}
+	c.mu.Unlock()
+	return cur.f.Close()
+}
+
+// Fetch returns the next batch: one fetched ahead, or the next one the
+// broker loop brings, waiting up to MaxWait (then it returns an empty batch,
+// Next == From). Broker and network errors are retried by the loop; an out
+// of range offset is reset by the start policy. A batch with Throttled set
+// says the cursor holds its share of the budget: nothing more comes until
+// Free. Fetch returns ctx.Err() as soon as ctx ends.
+func (cur *Cursor) Fetch(ctx context.Context) (PolledBatch, error) {
+	f, c := cur.f, cur.c
+	if f.closed.Load() {
+		return PolledBatch{}, f.errorf(f.offset, errClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return PolledBatch{}, err
+	}
+	if f.offset == unset {
+		start, err := f.startOffset(ctx)
+		if err != nil {
+			return PolledBatch{}, err
+		}
+		f.log.Info("no offset, starting by policy", zap.Stringer("policy", f.cfg.StartPolicy), zap.Int64("offset", start))
+		cur.SeekTo(start)
+	}
+	var timeout <-chan time.Time
+	for {
+		c.mu.Lock()
+		if cur.closed {
+			c.mu.Unlock()
+			return PolledBatch{}, f.errorf(f.offset, errClosed)
+		}
+		cur.align(f.offset)
+		if len(cur.queue) > 0 {
+			b := cur.queue[0]
+			cur.queue[0] = PolledBatch{}
+			cur.queue = cur.queue[1:]
+			cur.expect = b.Next
+			if cur.loop != nil {
+				cur.loop.poke()
+			}
+			c.mu.Unlock()
+			f.offset = b.Next
+			return b, nil
+		}
+		if err := cur.err; err != nil {
+			cur.err = nil
+			c.mu.Unlock()
+			return PolledBatch{}, f.errorf(f.offset, err)
+		}
+		if cur.outOfRange {
+			c.mu.Unlock()
+			b, ok, err := f.reset(ctx, f.offset)
+			c.mu.Lock()
+			cur.outOfRange = false
+			if err != nil {
+				cur.retryAt = time.Now().Add(backoff(f.cfg, cur.attempt))
+				cur.attempt++
+			}
+			if cur.loop != nil {
+				cur.loop.poke()
+			}
+			c.mu.Unlock()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return PolledBatch{}, ctx.Err()
+			case err != nil && !retriable(err):
+				return PolledBatch{}, f.errorf(f.offset, err)
+			case err == nil && ok:
+				cur.SeekTo(b.Next)
+				return b, nil
+			}
+			continue // in range after all, or a passing failure: fetch again
+		}
+		empty := PolledBatch{From: f.offset, Next: f.offset, HighWatermark: cur.hw, LastStable: cur.lso}
+		if cur.held > 0 && cur.held >= c.share() && !cur.throttled {
+			cur.throttled = true
+			c.mu.Unlock()
+			empty.Throttled = true
+			return empty, nil
+		}
+		c.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(f.cfg.MaxWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-cur.signal:
+		case <-timeout:
+			return empty, nil
+		case <-ctx.Done():
+			return PolledBatch{}, ctx.Err()
+		}
+	}
+}
