@@ -203,15 +203,18 @@ func TestFlushIntervalEndsBlock(t *testing.T) {
 	}
 }
 
+// A partition that caught up counts that as one empty poll; every MaxWait
+// without a record is another. With MaxEmptyPolls 3, the block of records
+// that were all there at the start is written after two MaxWaits of quiet,
+// not before.
 func TestMaxEmptyPollsEndsBlock(t *testing.T) {
 	const emptyPolls = 3
 	e := newEnv(t, "quiet", 1)
 	e.produceBatches(0, 50, 50, 50)
-	fetches := e.countFetches()
-	var atWrite atomic.Pointer[[]int64]
+	var writtenAt atomic.Pointer[time.Time]
 	h := &hookSink{inner: discard.New(), before: func(_ context.Context, b *sinks.Block) error {
-		at := fetches.at(b.Partition)
-		atWrite.CompareAndSwap(nil, &at)
+		now := time.Now()
+		writtenAt.CompareAndSwap(nil, &now)
 		return nil
 	}}
 	cfg := e.config("r1")
@@ -219,13 +222,14 @@ func TestMaxEmptyPollsEndsBlock(t *testing.T) {
 	cfg.MaxBlockRows = neverRows
 	cfg.FlushInterval = neverFlush
 	cfg.MaxEmptyPolls = emptyPolls
+	start := time.Now()
 	e.start(cfg, h)
 	await(t, blockWait, "offset 150 committed", func() bool { return e.committed()[0] == 150 })
 	// All three batches in one block, ended by the partition going quiet.
 	checkBlocks(t, h, 0, blockWant{0, 150, 150})
-	// One poll per batch, then exactly emptyPolls empty ones.
-	if at, want := *atWrite.Load(), []int64{0, 50, 100, 150, 150, 150}; !slices.Equal(at, want) {
-		t.Fatalf("the block was written after polls at %v, want at %v (3 batches and %d empty polls)", at, want, emptyPolls)
+	if quiet, want := writtenAt.Load().Sub(start), (emptyPolls-1)*cfg.Fetch.MaxWait; quiet < want {
+		t.Fatalf("the block was written %s after the start, want at least %s (%d empty polls of %s, the first one the catch-up)",
+			quiet, want, emptyPolls, cfg.Fetch.MaxWait)
 	}
 }
 

@@ -17,6 +17,13 @@ import (
 const (
 	// DefaultMaxBlockRows ends a block at this many rows.
 	DefaultMaxBlockRows = 65536
+	// DefaultMaxBlockBytes ends a block at this many bytes of records, so
+	// that large records make blocks of a bounded size: 16 MiB makes the
+	// per-block costs (an intent, a sink write, a commit) vanish beside
+	// the bytes at any record size, keeps a sink's transaction modest, and
+	// lets 16 partitions hold a full block each within the default budget
+	// (kafka.DefaultMaxBufferBytes, 256 MiB).
+	DefaultMaxBlockBytes = 16 << 20
 	// DefaultFlushInterval ends a block this long after its first row: the
 	// bound on how late a record reaches the sink under light load.
 	DefaultFlushInterval = time.Second
@@ -84,7 +91,11 @@ type Config struct {
 	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
 	LeaseTTL time.Duration
 
-	MaxBlockRows  int
+	MaxBlockRows int
+	// MaxBlockBytes ends a block by size (default DefaultMaxBlockBytes).
+	// A block also ends when its partition holds its share of the memory
+	// budget, Fetch.MaxBufferBytes.
+	MaxBlockBytes int
 	FlushInterval time.Duration
 	MaxEmptyPolls int
 	CommitMode    CommitMode
@@ -107,6 +118,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxBlockRows == 0 {
 		c.MaxBlockRows = DefaultMaxBlockRows
+	}
+	if c.MaxBlockBytes == 0 {
+		c.MaxBlockBytes = DefaultMaxBlockBytes
 	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = DefaultFlushInterval
@@ -155,6 +169,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockRows < 1 {
 		errs = append(errs, fmt.Errorf("max block rows %d: want at least 1", c.MaxBlockRows))
+	}
+	if c.MaxBlockBytes < 1 {
+		errs = append(errs, fmt.Errorf("max block bytes %d: want at least 1", c.MaxBlockBytes))
+	}
+	if c.Fetch.MaxBufferBytes < 0 {
+		errs = append(errs, fmt.Errorf("max buffer bytes %d: want at least 1 (0 takes the default, %d)", c.Fetch.MaxBufferBytes, kafka.DefaultMaxBufferBytes))
 	}
 	if c.FlushInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("flush interval %s: want at least 1ms", c.FlushInterval))

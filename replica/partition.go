@@ -23,10 +23,13 @@ type partition struct {
 	r     *Replica
 	claim *coordinator.Claim
 	p     coordinator.Partition
-	f     *kafka.Fetcher
+	f     *kafka.Cursor
 	log   *zap.Logger
 
 	gen int64 // generation of the offsets the position came from
+	// policyStart is where the start policy puts the partition, found for
+	// many partitions at once when they were claimed; -1 unknown.
+	policyStart int64
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
 
@@ -43,16 +46,17 @@ type partition struct {
 	err  error         // why run returned, when not stopped
 }
 
-func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Fetcher) *partition {
+func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition {
 	p := c.Partition()
 	pt := &partition{
-		r:     r,
-		claim: c,
-		p:     p,
-		f:     f,
-		log:   r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		r:           r,
+		policyStart: -1,
+		claim:       c,
+		p:           p,
+		f:           f,
+		log:         r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
 	return pt
@@ -62,6 +66,7 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Fetcher) *partition
 type block struct {
 	from, next int64
 	records    []sinks.Record
+	bytes      int // what its batches hold of the memory budget
 }
 
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
@@ -161,6 +166,8 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		if !b.empty() {
 			derr = pt.deliver(wctx, b)
 		}
+		// Committed or rolled back, the block's batches are done with.
+		pt.f.Free(b.bytes)
 		if err := pt.handle(wctx, derr); err != nil {
 			return err
 		}
@@ -238,6 +245,9 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if have {
 		return next, nil
 	}
+	if pt.policyStart >= 0 {
+		return pt.policyStart, nil
+	}
 	earliest, logEnd, err := pt.f.Bounds(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
@@ -249,19 +259,21 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 }
 
 // poll builds one block by the rules: it ends, between batches, at
-// MaxBlockRows rows, FlushInterval after its first row, or after
-// MaxEmptyPolls empty polls in a row; in EveryBatch mode after each batch.
-// A failed or stopped poll returns what it has so far with the error.
+// MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
+// share of the memory budget, when it has caught up with the log end,
+// FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
+// row; in EveryBatch mode after each batch. A failed or stopped poll returns
+// what it has so far with the error.
 func (pt *partition) poll(ctx context.Context) (*block, error) {
 	cfg := &pt.r.cfg
 	b := &block{from: pt.f.Offset(), next: pt.f.Offset()}
 	var first time.Time
 	empties := 0
-	caught := false
+	throttled := false
 	for {
-		if len(b.records) >= cfg.MaxBlockRows ||
+		if len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes ||
 			(!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
-			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
+			((empties >= cfg.MaxEmptyPolls || throttled) && !b.empty()) ||
 			(cfg.CommitMode == EveryBatch && !b.empty()) {
 			return b, nil
 		}
@@ -280,26 +292,23 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 				pt.pending.Store(0)
 				pt.f.SeekTo(o.Next)
 				pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
+				pt.f.Free(b.bytes)
 				*b = block{from: o.Next, next: o.Next}
-				first, empties, caught = time.Time{}, 0, false
+				first, empties, throttled = time.Time{}, 0, false
 				continue
 			}
 		}
-		fetch := pt.f.Fetch
-		if caught && !b.empty() {
-			// The last batch reached the log end: ask again without
-			// waiting, so a caught-up block ends after a real but
-			// instant empty poll instead of one that waits MaxWait.
-			fetch = pt.f.FetchNow
-		}
-		batch, err := fetch(ctx)
+		batch, err := pt.f.Fetch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return b, errStopped
 			}
 			return b, err
 		}
-		caught = batch.Next > batch.From && caughtUp(batch)
+		if batch.Throttled {
+			throttled = true
+			continue
+		}
 		if batch.Reset != nil {
 			pt.r.stats.OffsetResets.Add(1)
 			pt.log.Warn("offset out of range; reset by the start policy",
@@ -319,6 +328,13 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			continue
 		}
 		empties = 0
+		if caughtUp(batch) {
+			// Reaching the log end counts as an empty poll: with the
+			// default MaxEmptyPolls, 1, the block ends at once, and the
+			// records that come next go into the next one, so a trickle
+			// is delivered without waiting out an empty poll.
+			empties = 1
+		}
 		if b.empty() && b.next != batch.From {
 			b.from = batch.From
 		}
@@ -326,6 +342,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
 		}
 		b.records = append(b.records, batch.Records...)
+		b.bytes += batch.Bytes
 		b.next = batch.Next
 		if first.IsZero() {
 			first = time.Now()
@@ -350,6 +367,11 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 				b.records = append(b.records, rec)
 			}
 		}
+		// The range was a block of the previous owner's, which may be
+		// larger than this replica's share of the budget: it is read
+		// whole all the same, off the budget, so that the replay cannot
+		// wait on memory only its own commit frees.
+		pt.f.Free(batch.Bytes)
 		b.next = min(batch.Next, next)
 	}
 	pt.f.SeekTo(next)

@@ -33,6 +33,10 @@ type Replica struct {
 	stats Stats
 	hist  *timings // block rows, sink write and commit latencies
 
+	// consumer fetches every partition the replica owns: one fetch loop
+	// per broker, one memory budget. Set while Run runs.
+	consumer *kafka.Consumer
+
 	mu      sync.Mutex
 	session *coordinator.Session
 	owned   map[coordinator.Partition]*partition
@@ -117,18 +121,12 @@ func (r *Replica) Alive() bool {
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
-	if r.cfg.Fetch.Transport == nil {
-		// One metadata cache and connection pool for all partitions.
-		t := r.cfg.Fetch.SharedTransport(r.cfg.Topics...)
-		bg, stop := context.WithCancel(context.Background())
-		t.Context = bg // ends the transport's goroutines
-		r.cfg.Fetch.Transport = t
-		defer func() {
-			stop()
-			t.CloseIdleConnections()
-			r.cfg.Fetch.Transport = nil
-		}()
+	consumer, err := kafka.NewConsumer(r.cfg.Fetch, r.log, r.cfg.Topics...)
+	if err != nil {
+		return err
 	}
+	r.consumer = consumer
+	defer consumer.Close()
 	b := newBackoff(200*time.Millisecond, r.cfg.LeaseTTL/2)
 	for {
 		s, err := r.join(ctx)
@@ -379,7 +377,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			}
 			continue
 		}
-		f, err := kafka.NewFetcher(r.cfg.Fetch, p.Topic, p.Partition, r.log)
+		f, err := r.consumer.Open(p.Topic, p.Partition)
 		if err != nil {
 			r.log.Error("cannot read partition", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
 			_ = c.Release(ctx)
