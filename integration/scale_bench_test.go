@@ -238,7 +238,11 @@ func BenchmarkScaleTrickle(b *testing.B) {
 //
 // Memory: kfake keeps the whole backlog in the benchmark's process, so the
 // full size needs about RECORDS x RECORD_BYTES = 4.1 GB there, plus the
-// replica's peak; lower RECORDS where that is too much.
+// replica's peak. The replica as it is now buffers up to a block per
+// partition (65,536 rows or a flush interval), so its peak grows with the
+// backlog (368 MiB for 20,000 records, 400 MB): plan for up to twice the
+// backlog, about 9 GB, at full size, and lower RECORDS where that is too
+// much.
 //
 //	go test -run '^$' -bench 'ScaleBacklogRSS$' -benchtime 1x -timeout 60m ./integration/
 //	go test -short -run '^$' -bench 'ScaleBacklogRSS$' -benchtime 1x ./integration/  # 5,000 x 20 KiB = 100 MB
