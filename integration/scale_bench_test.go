@@ -1,0 +1,497 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
+)
+
+// The scale benchmarks. Each is sized by OKBENCH_* environment variables
+// (see scaleInt) with a small version under -short; the full sizes are in
+// each doc comment, and every run logs the values it used (-v). Run one at
+// a time: they load the whole machine.
+
+// BenchmarkScaleGroupVsFranz512 loads RECORDS records (default 2,000,000)
+// of RECORD_BYTES-byte values (default 100) over PARTITIONS partitions
+// (default 512) into kfake once, then measures in the same run, on the same
+// records, two consumers that each read everything from the start:
+//
+//   - franz: a kgo group consumer (ConsumerGroup, DisableAutoCommit and
+//     CommitUncommittedOffsets after each poll), in a process of its own
+//     (integration/franzconsume), timed and CPU-counted (getrusage
+//     RUSAGE_SELF) inside that process from before kgo.NewClient to after
+//     the last commit;
+//   - replica: one `offsetkeeper run --sink discard:` process, timed from
+//     its start until etcd holds offsets summing to RECORDS, its CPU read
+//     from /proc/<pid>/stat (utime+stime) at that moment.
+//
+// Both run as processes so that each CPU figure is the consumer's own: the
+// broker and etcd stay in the benchmark's process and count for neither. It
+// reports records/s of each and replica/franz, and CPU seconds per million
+// records of each and their ratio, and replica-claim-s: how much of the
+// replica's time went to claiming every partition (etcd holding a claim for
+// each, polled every 50 ms like the offsets). The full size needs about
+// 1 GiB.
+//
+//	go test -run '^$' -bench 'ScaleGroupVsFranz512$' -benchtime 3x -timeout 60m ./integration/
+//	go test -short -run '^$' -bench 'ScaleGroupVsFranz512$' -benchtime 1x ./integration/  # 100,000 records
+func BenchmarkScaleGroupVsFranz512(b *testing.B) {
+	groupVsFranz(b,
+		scaleInt(b, "PARTITIONS", 512, 512),
+		scaleInt(b, "RECORDS", 2_000_000, 100_000),
+		scaleInt(b, "RECORD_BYTES", 100, 100))
+}
+
+// BenchmarkScaleCPUPerRecord8 is BenchmarkScaleGroupVsFranz512 on 8
+// partitions (PARTITIONS), 2,000,000 records (RECORDS) of 100 bytes
+// (RECORD_BYTES): what a record costs when partitions are few and blocks
+// are large.
+//
+//	go test -run '^$' -bench 'ScaleCPUPerRecord8$' -benchtime 3x -timeout 60m ./integration/
+//	go test -short -run '^$' -bench 'ScaleCPUPerRecord8$' -benchtime 1x ./integration/  # 100,000 records
+func BenchmarkScaleCPUPerRecord8(b *testing.B) {
+	groupVsFranz(b,
+		scaleInt(b, "PARTITIONS", 8, 8),
+		scaleInt(b, "RECORDS", 2_000_000, 100_000),
+		scaleInt(b, "RECORD_BYTES", 100, 100))
+}
+
+// franzResult is the line integration/franzconsume prints.
+type franzResult struct {
+	Records    int64   `json:"records"`
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+func groupVsFranz(b *testing.B, parts, total, size int) {
+	perPart := total / parts
+	total = perPart * parts
+	franzBin := harness.BuildCommand(b, "github.com/offsetkeeper/offsetkeeper/integration/franzconsume")
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	produceBacklog(b, k, "bench", parts, perPart, size)
+
+	var franzTime, franzCPU, repTime, repCPU, repClaim time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("gvf-%d", round) // new groups start from the earliest offset
+
+		f := harness.StartProcess(b, "franz", franzBin, "-brokers", strings.Join(k.Brokers(), ","),
+			"-topic", "bench", "-group", "franz-"+group, "-records", fmt.Sprint(total))
+		if code := f.Wait(30 * time.Minute); code != 0 {
+			b.Fatalf("franzconsume exited %d:\n%s", code, f.Output())
+		}
+		var fr franzResult
+		out := strings.TrimSpace(f.Output())
+		if err := json.Unmarshal([]byte(out[strings.LastIndexByte(out, '\n')+1:]), &fr); err != nil || fr.Records < int64(total) {
+			b.Fatalf("franzconsume printed %q (%v), want %d records", out, err, total)
+		}
+		franzTime += time.Duration(fr.Seconds * float64(time.Second))
+		franzCPU += time.Duration(fr.CPUSeconds * float64(time.Second))
+
+		start := time.Now()
+		var claimed time.Time
+		p := replicaProcess(b, etcd, k, group, "bench", "r")
+		done := pollUntil(b, 30*time.Minute, 50*time.Millisecond, "the replica to commit everything", func() bool {
+			if claimed.IsZero() && harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
+				claimed = time.Now()
+			}
+			return committedTotal(b, cli, group) >= int64(total)
+		})
+		repCPU += procCPU(b, p)
+		repTime += done.Sub(start)
+		if claimed.IsZero() {
+			claimed = done
+		}
+		repClaim += claimed.Sub(start)
+		stopProcesses(b, p)
+	}
+	n := float64(total * round)
+	franzRate, repRate := n/franzTime.Seconds(), n/repTime.Seconds()
+	b.ReportMetric(franzRate, "franz-records/s")
+	b.ReportMetric(repRate, "replica-records/s")
+	b.ReportMetric(repRate/franzRate, "ratio")
+	b.ReportMetric(franzCPU.Seconds()/n*1e6, "franz-cpu-s/Mrec")
+	b.ReportMetric(repCPU.Seconds()/n*1e6, "replica-cpu-s/Mrec")
+	b.ReportMetric(repCPU.Seconds()/franzCPU.Seconds(), "cpu-ratio")
+	b.ReportMetric(repClaim.Seconds()/float64(round), "replica-claim-s")
+}
+
+// BenchmarkScaleTrickle runs REPLICAS replicas (default 3, in this process,
+// sink: discard: wrapped to time every record) on PARTITIONS partitions
+// (default 1,000). Once every partition is claimed and the claims balanced,
+// and SETTLE (default 2s) later, it produces RATE records per second
+// (default 2,000) of RECORD_BYTES bytes (default 100), round robin over the
+// partitions and stamped with their send time, for WINDOW (default 10s),
+// then one last record. It reports:
+//
+//   - etcd-txn/s: etcd write transactions per second during the window (the
+//     revision's rise over it);
+//   - p50-ms, p99-ms, max-ms: produce-to-sink latency of the records (the
+//     sink's write returning, minus the record timestamp);
+//   - last-ms: the same for the last record produced;
+//   - balance-s: from starting the replicas to all partitions claimed and
+//     balanced.
+//
+// Goal: etcd-txn/s <= 100 and last-ms <= 1000.
+//
+//	go test -run '^$' -bench 'ScaleTrickle$' -benchtime 1x -timeout 30m ./integration/
+//	go test -short -run '^$' -bench 'ScaleTrickle$' -benchtime 1x ./integration/  # 200 partitions, 400/s, 3s
+func BenchmarkScaleTrickle(b *testing.B) {
+	parts := scaleInt(b, "PARTITIONS", 1000, 200)
+	replicas := scaleInt(b, "REPLICAS", 3, 3)
+	rate := scaleInt(b, "RATE", 2000, 400)
+	size := scaleInt(b, "RECORD_BYTES", 100, 100)
+	settle := scaleDuration(b, "SETTLE", 2*time.Second, time.Second)
+	window := scaleDuration(b, "WINDOW", 10*time.Second, 3*time.Second)
+
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "trickle"))
+	prod := trickleProducer(b, k)
+	sink := newLatencySink("last")
+
+	var txnRate, balance float64
+	var p50, p99, worst, last time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("trickle-%d", round)
+		sink.reset()
+		start := time.Now()
+		rs := make([]*replicarun.Running, replicas)
+		for i := range rs {
+			r, err := replica.New(replica.Config{
+				Group:     group,
+				ReplicaID: fmt.Sprintf("r%d", i),
+				Topics:    []string{"trickle"},
+				Fetch:     kafka.Config{Brokers: k.Brokers()},
+			}, etcd.Client(b), sink, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs[i] = replicarun.Start(b, r)
+		}
+		at := pollUntil(b, 10*time.Minute, 10*time.Millisecond, "the partitions claimed and balanced", func() bool {
+			return balancedCounts(inProcessClaims(rs), parts, replicas)
+		})
+		balance += at.Sub(start).Seconds()
+		time.Sleep(settle) // let every fetch loop start before measuring
+
+		rev0, t0 := harness.EtcdRevision(b, cli), time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), window)
+		acked, err := trickle(ctx, prod, "trickle", parts, rate, size)
+		cancel()
+		rev1, t1 := harness.EtcdRevision(b, cli), time.Now()
+		if err != nil {
+			b.Fatalf("trickle: %d records acknowledged, then: %v", acked, err)
+		}
+		txnRate += float64(rev1-rev0) / t1.Sub(t0).Seconds()
+		lastRec := &kgo.Record{Topic: "trickle", Partition: int32(acked % int64(parts)), Key: []byte("last"),
+			Value: []byte(strings.Repeat("t", size)), Timestamp: time.Now()}
+		if err := prod.ProduceSync(context.Background(), lastRec).FirstErr(); err != nil {
+			b.Fatalf("produce the last record: %v", err)
+		}
+		pollUntil(b, time.Minute, 10*time.Millisecond, "every record delivered", func() bool {
+			_, ok := sink.last()
+			return ok && sink.records.Load() >= acked+1
+		})
+		l, _ := sink.last()
+		last += l
+		q := sink.quantiles(0.5, 0.99, 1)
+		p50, p99, worst = p50+q[0], p99+q[1], max(worst, q[2])
+		for _, r := range rs {
+			r.Stop()
+		}
+	}
+	n := float64(round)
+	b.ReportMetric(txnRate/n, "etcd-txn/s")
+	b.ReportMetric(float64(p50.Milliseconds())/n, "p50-ms")
+	b.ReportMetric(float64(p99.Milliseconds())/n, "p99-ms")
+	b.ReportMetric(float64(worst.Milliseconds()), "max-ms")
+	b.ReportMetric(float64(last.Milliseconds())/n, "last-ms")
+	b.ReportMetric(balance/n, "balance-s")
+}
+
+// BenchmarkScaleBacklogRSS loads a backlog of RECORDS records (default
+// 200,000) of RECORD_BYTES bytes (default 20,480) over PARTITIONS
+// partitions (default 64) into kfake, then runs ONE replica as a process
+// (`offsetkeeper run --sink discard:`, the command's defaults) until etcd
+// holds offsets summing to RECORDS. It reports the replica's peak resident
+// memory (VmHWM of /proc/<pid>/status, read before it stops), its
+// throughput from process start to everything committed (MB/s of values
+// and records/s), and its CPU seconds.
+//
+// Memory: kfake keeps the whole backlog in the benchmark's process, so the
+// full size needs about RECORDS x RECORD_BYTES = 4.1 GB there, plus the
+// replica's peak. The replica as it is now buffers up to a block per
+// partition (65,536 rows or a flush interval), so its peak grows with the
+// backlog (368 MiB for 20,000 records, 400 MB): plan for up to twice the
+// backlog, about 9 GB, at full size, and lower RECORDS where that is too
+// much.
+//
+//	go test -run '^$' -bench 'ScaleBacklogRSS$' -benchtime 1x -timeout 60m ./integration/
+//	go test -short -run '^$' -bench 'ScaleBacklogRSS$' -benchtime 1x ./integration/  # 5,000 x 20 KiB = 100 MB
+func BenchmarkScaleBacklogRSS(b *testing.B) {
+	parts := scaleInt(b, "PARTITIONS", 64, 64)
+	total := scaleInt(b, "RECORDS", 200_000, 5_000)
+	size := scaleInt(b, "RECORD_BYTES", 20<<10, 20<<10)
+	perPart := total / parts
+	total = perPart * parts
+
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "backlog"))
+	produceBacklog(b, k, "backlog", parts, perPart, size)
+
+	var took, cpu time.Duration
+	var peak int64
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("backlog-%d", round)
+		start := time.Now()
+		p := replicaProcess(b, etcd, k, group, "backlog", "r")
+		done := pollUntil(b, 60*time.Minute, 50*time.Millisecond, "the replica to commit the backlog", func() bool {
+			return committedTotal(b, cli, group) >= int64(total)
+		})
+		took += done.Sub(start)
+		cpu += procCPU(b, p)
+		_, hwm, err := harness.ProcMemory(p.PID())
+		if err != nil {
+			b.Fatal(err)
+		}
+		peak = max(peak, hwm)
+		stopProcesses(b, p)
+	}
+	n := float64(round)
+	b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
+	b.ReportMetric(float64(total)*float64(size)*n/1e6/took.Seconds(), "MB/s")
+	b.ReportMetric(float64(total)*n/took.Seconds(), "records/s")
+	b.ReportMetric(cpu.Seconds()/n, "cpu-s")
+}
+
+// BenchmarkScaleIdle runs REPLICAS replicas (default 3) as processes
+// (`offsetkeeper run --sink discard:`, the command's defaults) on
+// PARTITIONS partitions (default 1,000) that never get a record. Once the
+// claims in etcd cover every partition and are balanced, and SETTLE
+// (default 2s) later, it measures for WINDOW (default 10s):
+//
+//   - fetch/s: Fetch requests per second received by the broker (all
+//     replicas together);
+//   - cores: CPU cores the replicas use, summed (utime+stime from
+//     /proc/<pid>/stat over the window), and cores-max-replica, the busiest
+//     one's;
+//   - etcd-txn/s: etcd write transactions per second.
+//
+// Full size, then the small version:
+//
+//	go test -run '^$' -bench 'ScaleIdle$' -benchtime 1x -timeout 30m ./integration/
+//	go test -short -run '^$' -bench 'ScaleIdle$' -benchtime 1x ./integration/  # 200 partitions, 3s
+func BenchmarkScaleIdle(b *testing.B) {
+	parts := scaleInt(b, "PARTITIONS", 1000, 200)
+	replicas := scaleInt(b, "REPLICAS", 3, 3)
+	settle := scaleDuration(b, "SETTLE", 2*time.Second, time.Second)
+	window := scaleDuration(b, "WINDOW", 10*time.Second, 3*time.Second)
+
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "idle"))
+	fetches := k.CountRequests(kmsg.Fetch.Int16())
+
+	var fetchRate, cores, coresMax, txnRate float64
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("idle-%d", round)
+		ps := make([]*harness.Process, replicas)
+		for i := range ps {
+			ps[i] = replicaProcess(b, etcd, k, group, "idle", fmt.Sprintf("r%d", i))
+		}
+		pollUntil(b, 10*time.Minute, 100*time.Millisecond, "the partitions claimed and balanced", func() bool {
+			return balancedCounts(byReplica(claimsByReplica(b, cli, group)), parts, replicas)
+		})
+		time.Sleep(settle) // let every fetch loop start before measuring
+
+		cpu0 := make([]time.Duration, replicas)
+		for i, p := range ps {
+			cpu0[i] = procCPU(b, p)
+		}
+		f0, rev0, t0 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		time.Sleep(window)
+		f1, rev1, t1 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		secs := t1.Sub(t0).Seconds()
+		var sum, busiest float64
+		for i, p := range ps {
+			c := (procCPU(b, p) - cpu0[i]).Seconds() / secs
+			sum += c
+			busiest = max(busiest, c)
+		}
+		fetchRate += float64(f1-f0) / secs
+		txnRate += float64(rev1-rev0) / secs
+		cores += sum
+		coresMax = max(coresMax, busiest)
+		stopProcesses(b, ps...)
+	}
+	n := float64(round)
+	b.ReportMetric(fetchRate/n, "fetch/s")
+	b.ReportMetric(cores/n, "cores")
+	b.ReportMetric(coresMax, "cores-max-replica")
+	b.ReportMetric(txnRate/n, "etcd-txn/s")
+}
+
+// BenchmarkScaleStartup512 starts one replica (in this process, discard
+// sink, default config) on PARTITIONS idle partitions (default 512) and
+// measures the time from Run until its Stats().Claims counts every
+// partition (claim-all-s), and the etcd write transactions that took
+// (etcd-txn). Each round is a new group; the replica is stopped gracefully
+// after it.
+//
+//	go test -run '^$' -bench 'ScaleStartup512$' -benchtime 5x ./integration/
+//	go test -short -run '^$' -bench 'ScaleStartup512$' -benchtime 1x ./integration/  # 512 partitions
+func BenchmarkScaleStartup512(b *testing.B) {
+	parts := scaleInt(b, "PARTITIONS", 512, 512)
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "startup"))
+
+	var took time.Duration
+	var txns int64
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("startup-%d", round)
+		r, err := replica.New(replica.Config{
+			Group:     group,
+			ReplicaID: "r",
+			Topics:    []string{"startup"},
+			Fetch:     kafka.Config{Brokers: k.Brokers()},
+		}, etcd.Client(b), discard.New(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rev0, start := harness.EtcdRevision(b, cli), time.Now()
+		rn := replicarun.Start(b, r)
+		at := pollUntil(b, 10*time.Minute, time.Millisecond, "every partition claimed", func() bool {
+			return r.Stats().Claims.Load() >= int64(parts)
+		})
+		took += at.Sub(start)
+		txns += harness.EtcdRevision(b, cli) - rev0
+		if n := harness.EtcdCount(b, cli, groupKeys(group)+"claims/"); n != int64(parts) {
+			b.Fatalf("the replica counts %d claims, etcd holds %d", parts, n)
+		}
+		rn.Stop()
+	}
+	b.ReportMetric(took.Seconds()/float64(round), "claim-all-s")
+	b.ReportMetric(float64(txns)/float64(round), "etcd-txn")
+}
+
+// BenchmarkScale10k runs REPLICAS replicas (default 10, in this process,
+// discard sink, default config but LeaseTTL = TTL, default 10s) on
+// PARTITIONS idle partitions (default 10,000), all started at once. It
+// reports:
+//
+//   - balance-s: from the start until every replica holds
+//     PARTITIONS/REPLICAS partitions (rounded down or up) and all are held;
+//   - idle-etcd-txn/s and idle-fetch/s: etcd write transactions and broker
+//     Fetch requests per second over WINDOW (default 10s), from SETTLE
+//     (default 2s) after balance;
+//   - recover-s: from replica.Kill of one replica (a crash: nothing released,
+//     its lease left to expire) until the others hold every partition again;
+//     ttl-s is the lease TTL and goal-s = ttl-s + 1, the goal for recover-s;
+//   - rebalance-s: from the kill until the remaining replicas are balanced.
+//
+// Full size, then the small version:
+//
+//	go test -run '^$' -bench 'Scale10k$' -benchtime 1x -timeout 60m ./integration/
+//	go test -short -run '^$' -bench 'Scale10k$' -benchtime 1x ./integration/  # 500 partitions, 5 replicas, ttl 2s
+func BenchmarkScale10k(b *testing.B) {
+	parts := scaleInt(b, "PARTITIONS", 10_000, 500)
+	replicas := scaleInt(b, "REPLICAS", 10, 5)
+	ttl := scaleDuration(b, "TTL", 10*time.Second, 2*time.Second)
+	settle := scaleDuration(b, "SETTLE", 2*time.Second, time.Second)
+	window := scaleDuration(b, "WINDOW", 10*time.Second, 3*time.Second)
+	if replicas < 2 {
+		b.Fatalf("%sREPLICAS=%d: want at least 2, one to kill", scaleEnvPrefix, replicas)
+	}
+
+	etcd := harness.StartEtcd(b, 1)
+	cli := etcd.Client(b)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "wide"))
+	fetches := k.CountRequests(kmsg.Fetch.Int16())
+
+	var balance, txnRate, fetchRate, recover, rebalance float64
+	round := 0
+	for b.Loop() {
+		round++
+		group := fmt.Sprintf("wide-%d", round)
+		rs := make([]*replicarun.Running, replicas)
+		start := time.Now()
+		for i := range rs {
+			r, err := replica.New(replica.Config{
+				Group:     group,
+				ReplicaID: fmt.Sprintf("r%02d", i),
+				Topics:    []string{"wide"},
+				Fetch:     kafka.Config{Brokers: k.Brokers()},
+				LeaseTTL:  ttl,
+			}, etcd.Client(b), discard.New(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs[i] = replicarun.Start(b, r)
+		}
+		at := pollUntil(b, 30*time.Minute, 20*time.Millisecond, "the partitions claimed and balanced", func() bool {
+			return balancedCounts(inProcessClaims(rs), parts, replicas)
+		})
+		balance += at.Sub(start).Seconds()
+		time.Sleep(settle)
+
+		f0, rev0, t0 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		time.Sleep(window)
+		f1, rev1, t1 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		txnRate += float64(rev1-rev0) / t1.Sub(t0).Seconds()
+		fetchRate += float64(f1-f0) / t1.Sub(t0).Seconds()
+
+		killed := time.Now()
+		rs[0].Kill()
+		rest := rs[1:]
+		owned := func() bool {
+			sum := 0
+			for _, n := range inProcessClaims(rest) {
+				sum += n
+			}
+			return sum == parts
+		}
+		at = pollUntil(b, 30*time.Minute, 10*time.Millisecond, "the killed replica's partitions owned again", owned)
+		recover += at.Sub(killed).Seconds()
+		at = pollUntil(b, 30*time.Minute, 20*time.Millisecond, "the remaining replicas balanced", func() bool {
+			return balancedCounts(inProcessClaims(rest), parts, len(rest))
+		})
+		rebalance += at.Sub(killed).Seconds()
+		for _, r := range rest {
+			r.Stop()
+		}
+	}
+	n := float64(round)
+	b.ReportMetric(balance/n, "balance-s")
+	b.ReportMetric(txnRate/n, "idle-etcd-txn/s")
+	b.ReportMetric(fetchRate/n, "idle-fetch/s")
+	b.ReportMetric(recover/n, "recover-s")
+	b.ReportMetric(rebalance/n, "rebalance-s")
+	b.ReportMetric(ttl.Seconds(), "ttl-s")
+	b.ReportMetric(ttl.Seconds()+1, "goal-s")
+}
