@@ -77,17 +77,19 @@ type runOptions struct {
 	logs    logFlags
 	ops     runOpsFlags
 
-	topics        []string
-	sink          string
-	replicaID     string
-	leaseTTL      time.Duration
-	maxBlockRows  int
-	flushInterval time.Duration
-	maxEmptyPolls int
-	commitMode    string
-	startFrom     string
-	fetchMaxWait  time.Duration
-	shutdown      time.Duration
+	topics         []string
+	sink           string
+	replicaID      string
+	leaseTTL       time.Duration
+	maxBlockRows   int
+	maxBlockBytes  byteSize
+	maxBufferBytes byteSize
+	flushInterval  time.Duration
+	maxEmptyPolls  int
+	commitMode     string
+	startFrom      string
+	fetchMaxWait   time.Duration
+	shutdown       time.Duration
 
 	cfg    replica.Config
 	target sinkTarget
@@ -103,8 +105,15 @@ of --topics: each claims the partitions the plan gives it, reads them from
 Kafka, writes blocks of records to --sink and commits each block's offset to
 etcd after the write, fenced by its claim.
 
-A block ends at --max-block-rows rows, --flush-interval after its first row,
-or after --max-empty-polls empty polls in a row. With --commit-mode
+A block ends at --max-block-rows rows or --max-block-bytes bytes,
+--flush-interval after its first row, when the partition reaches the log end
+(counted as an empty poll), or after --max-empty-polls empty polls in a row.
+--max-buffer-bytes bounds what the replica holds of fetched records across
+all its partitions; each partition may hold an equal share of it, and one
+whose share is used is not fetched again until its block is committed, so a
+backlog costs memory up to the budget and no more. Partitions are fetched
+with one request per broker per round trip, whatever their number, and
+their offsets are committed to etcd together, one transaction per round. With --commit-mode
 after-write (default) a crash replays at most the block in flight
 (at-least-once; no duplicate in a file:// sink, which replaces a replayed
 block). every-batch commits before the write: at-most-once.
@@ -137,6 +146,9 @@ once. Exit status 0.`,
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows")
+	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, kafka.DefaultMaxBufferBytes
+	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
+	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
 	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
@@ -178,10 +190,12 @@ func (o *runOptions) validate() error {
 		ReplicaID: o.replicaID,
 		Topics:    o.topics,
 		Fetch: kafka.Config{
-			Brokers:     o.cluster.brokers,
-			MaxWait:     o.fetchMaxWait,
-			StartPolicy: start,
+			Brokers:        o.cluster.brokers,
+			MaxWait:        o.fetchMaxWait,
+			StartPolicy:    start,
+			MaxBufferBytes: int(o.maxBufferBytes),
 		},
+		MaxBlockBytes:   int(o.maxBlockBytes),
 		LeaseTTL:        o.leaseTTL,
 		MaxBlockRows:    o.maxBlockRows,
 		FlushInterval:   o.flushInterval,
