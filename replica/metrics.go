@@ -127,6 +127,15 @@ func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
 				}
 				return 0
 			}},
+		{own("offsetkeeper_fetch_requests_total",
+			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads."),
+			prometheus.CounterValue, func(r *Replica) float64 { n, _, _ := r.Fetching(); return float64(n) }},
+		{own("offsetkeeper_buffer_bytes",
+			"Bytes of records fetched (and decompressed) and not yet committed, all partitions together, with what requests in flight may return."),
+			prometheus.GaugeValue, func(r *Replica) float64 { _, held, _ := r.Fetching(); return float64(held) }},
+		{own("offsetkeeper_buffer_budget_bytes",
+			"The budget of offsetkeeper_buffer_bytes (--max-buffer-bytes)."),
+			prometheus.GaugeValue, func(r *Replica) float64 { _, _, b := r.Fetching(); return float64(b) }},
 		{prometheus.NewDesc("offsetkeeper_build_info", "Always 1; labels name the version and the replica.", nil,
 			prometheus.Labels{"group": r.cfg.Group, "version": r.cfg.Version, "replica": r.cfg.ReplicaID}),
 			prometheus.GaugeValue, func(*Replica) float64 { return 1 }},

@@ -34,8 +34,10 @@ type Replica struct {
 	hist  *timings // block rows, sink write and commit latencies
 
 	// consumer fetches every partition the replica owns: one fetch loop
-	// per broker, one memory budget. Set while Run runs.
-	consumer *kafka.Consumer
+	// per broker, one memory budget. Set while Run runs; guarded by mu
+	// for readers other than Run.
+	consumer      *kafka.Consumer
+	fetchedBefore int64 // fetch requests of consumers of earlier Runs
 
 	mu      sync.Mutex
 	session *coordinator.Session
@@ -107,6 +109,21 @@ func (r *Replica) Owned() []coordinator.Partition {
 	return out
 }
 
+// Fetching reports the fetch requests sent so far and the bytes of records
+// held now against the budget (kafka.Config.MaxBufferBytes).
+func (r *Replica) Fetching() (requests, held, budget int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	requests = r.fetchedBefore
+	budget = int64(r.cfg.Fetch.WithDefaults().MaxBufferBytes)
+	if r.consumer != nil {
+		st := r.consumer.Stats()
+		requests += st.FetchRequests
+		held = st.BytesHeld
+	}
+	return requests, held, budget
+}
+
 // Alive reports whether the replica holds a live session.
 func (r *Replica) Alive() bool {
 	r.mu.Lock()
@@ -125,8 +142,16 @@ func (r *Replica) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
 	r.consumer = consumer
-	defer consumer.Close()
+	r.mu.Unlock()
+	defer func() {
+		consumer.Close()
+		r.mu.Lock()
+		r.fetchedBefore += consumer.Stats().FetchRequests
+		r.consumer = nil
+		r.mu.Unlock()
+	}()
 	b := newBackoff(200*time.Millisecond, r.cfg.LeaseTTL/2)
 	for {
 		s, err := r.join(ctx)
