@@ -61,11 +61,11 @@ type env struct {
 	logger *zap.Logger
 }
 
-func newEnv(t *testing.T, topic string, partitions int) *env {
+func newEnv(t *testing.T, topic string, partitions int, opts ...harness.KafkaOption) *env {
 	t.Helper()
 	e := &env{t: t, topic: topic, parts: partitions, group: "g"}
 	e.etcd = harness.StartEtcd(t, 1)
-	e.kafka = harness.StartKafka(t, harness.SeedTopics(partitions, topic))
+	e.kafka = harness.StartKafka(t, append([]harness.KafkaOption{harness.SeedTopics(partitions, topic)}, opts...)...)
 	e.admin = e.etcd.Client(t)
 	c, err := coordinator.New(e.admin, e.group)
 	if err != nil {

@@ -1,0 +1,215 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// Partitions spread over three brokers; every leader moves twice while
+// records flow. Nothing is lost or written twice, and no partition stalls:
+// records produced after the moves are committed within seconds everywhere.
+func TestLeaderMovesWhileRecordsFlow(t *testing.T) {
+	const parts = 12
+	e := newEnv(t, "spread", parts, harness.NumBrokers(3))
+	sink := newCountingSink()
+	e.start(e.config("r1"), sink)
+
+	produced := map[int]int64{}
+	produceRound := func(round int) {
+		for p := range parts {
+			recs := make([]*kgo.Record, 20)
+			for i := range recs {
+				recs[i] = &kgo.Record{Value: fmt.Appendf(nil, "%d-%d-%d", p, round, i)}
+			}
+			e.kafka.Produce(t, e.topic, p, recs...)
+			produced[p] += int64(len(recs))
+		}
+	}
+	moveAll := func() {
+		for p := range parts {
+			leader := e.kafka.Cluster().LeaderFor(e.topic, int32(p))
+			if err := e.kafka.Cluster().MoveTopicPartition(e.topic, int32(p), (leader+1)%3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for round := range 6 {
+		produceRound(round)
+		if round == 2 || round == 4 {
+			moveAll()
+		}
+	}
+	await(t, 20*time.Second, "everything produced before and across the moves committed", func() bool { return e.allCommitted(produced) })
+	// After the last move, a new round reaches every partition promptly.
+	produceRound(6)
+	await(t, 10*time.Second, "the records produced after the moves committed on every partition", func() bool { return e.allCommitted(produced) })
+	sink.exactlyOnce(t, produced)
+}
+
+// budgetSink is a slow sink that checks the replica's bytes held on every
+// write and keeps the largest value seen.
+type budgetSink struct {
+	*countingSink
+	delay   time.Duration
+	biggest atomic.Int64 // the largest record written
+}
+
+func (s *budgetSink) Write(ctx context.Context, b *sinks.Block) error {
+	for _, r := range b.Records {
+		for n := int64(len(r.Value)); ; {
+			cur := s.biggest.Load()
+			if n <= cur || s.biggest.CompareAndSwap(cur, n) {
+				break
+			}
+		}
+	}
+	select {
+	case <-time.After(s.delay): // a slow store
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.countingSink.Write(ctx, b)
+}
+
+// A backlog far larger than the budget, drained through a slow sink: the
+// bytes the replica holds never exceed the budget plus one oversized
+// record, and a record larger than the whole budget is delivered too.
+func TestBufferBudgetBoundsBytesHeld(t *testing.T) {
+	const (
+		parts     = 4
+		perPart   = 150
+		valueSize = 8 << 10
+		budget    = 256 << 10
+		bigSize   = 900 << 10 // larger than the budget: goes through alone
+	)
+	e := newEnv(t, "backlog", parts)
+	produced := map[int]int64{}
+	for p := range parts {
+		recs := make([]*kgo.Record, perPart)
+		for i := range recs {
+			recs[i] = &kgo.Record{Value: []byte(strings.Repeat(string(rune('a'+p)), valueSize))}
+		}
+		if p == 2 {
+			recs[perPart/2] = &kgo.Record{Value: []byte(strings.Repeat("B", bigSize))}
+		}
+		// One record a batch: the budget is counted in batches.
+		for _, r := range recs {
+			e.kafka.Produce(t, e.topic, p, r)
+		}
+		produced[p] = perPart
+	}
+	sink := &budgetSink{countingSink: newCountingSink(), delay: 5 * time.Millisecond}
+	cfg := e.config("r1")
+	cfg.Fetch.MaxBufferBytes = budget
+	rn := e.start(cfg, sink)
+
+	var peak atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			if _, held, _ := rn.r.Fetching(); held > peak.Load() {
+				peak.Store(held)
+			}
+		}
+	}()
+	await(t, 60*time.Second, "the backlog committed", func() bool { return e.allCommitted(produced) })
+	close(done)
+	wg.Wait()
+	sink.exactlyOnce(t, produced)
+	if got := sink.biggest.Load(); got != bigSize {
+		t.Fatalf("largest record written %d bytes, want the %d-byte one", got, bigSize)
+	}
+	// Batch and record overheads are small beside 8 KiB values.
+	limit := int64(budget + bigSize + 4<<10)
+	t.Logf("peak bytes held %d, budget %d, limit %d", peak.Load(), budget, limit)
+	if p := peak.Load(); p > limit || p == 0 {
+		t.Fatalf("peak bytes held %d, want at most the budget %d plus one oversized record %d", p, budget, bigSize)
+	}
+}
+
+// trickleSink records, for the partitions it watches, the largest delay
+// from a record's timestamp to its write.
+type trickleSink struct {
+	*countingSink
+	watch func(partition int) bool
+	worst atomic.Int64 // nanoseconds
+}
+
+func (s *trickleSink) Write(ctx context.Context, b *sinks.Block) error {
+	if s.watch(b.Partition) {
+		now := time.Now()
+		for _, r := range b.Records {
+			if d := int64(now.Sub(r.Time)); d > s.worst.Load() {
+				s.worst.Store(d)
+			}
+		}
+	}
+	return s.countingSink.Write(ctx, b)
+}
+
+// One partition with a large backlog and 200 trickling ones, in a budget
+// the backlog alone would fill many times over: the trickling records reach
+// the sink within 2 s throughout the drain.
+func TestBacklogDoesNotStarveTrickles(t *testing.T) {
+	const (
+		trickles = 200
+		parts    = trickles + 1
+		backlog  = 30_000
+	)
+	e := newEnv(t, "mixed", parts)
+	value := []byte(strings.Repeat("x", 1000))
+	for i := 0; i < backlog; i += 1000 {
+		recs := make([]*kgo.Record, 1000)
+		for j := range recs {
+			recs[j] = &kgo.Record{Value: value}
+		}
+		e.kafka.Produce(t, e.topic, 0, recs...)
+	}
+	sink := &trickleSink{countingSink: newCountingSink(), watch: func(p int) bool { return p > 0 }}
+	cfg := e.config("r1")
+	cfg.Fetch.MaxBufferBytes = 4 << 20
+	cfg.FlushInterval = time.Second // the default: a block of a trickle ends at the log end
+	e.start(cfg, sink)
+	await(t, 20*time.Second, "every partition claimed", func() bool { return len(e.snapshot().Claims) == parts })
+
+	produced := map[int]int64{0: backlog}
+	start := time.Now()
+	for round := 0; time.Since(start) < 4*time.Second || round < 3; round++ {
+		for p := 1; p < parts; p++ {
+			e.kafka.Produce(t, e.topic, p, &kgo.Record{Value: fmt.Appendf(nil, "t%d", round)})
+			produced[p]++
+		}
+		if round == 0 {
+			// The backlog must still be draining while the trickles
+			// flow, or the test shows nothing.
+			if c := e.committed()[0]; c >= backlog {
+				t.Fatalf("the backlog was drained (%d) before the trickles started: make it larger", c)
+			}
+		}
+	}
+	await(t, 30*time.Second, "everything committed", func() bool { return e.allCommitted(produced) })
+	sink.exactlyOnce(t, produced)
+	worst := time.Duration(sink.worst.Load())
+	t.Logf("worst trickle latency %s", worst)
+	if worst > 2*time.Second {
+		t.Fatalf("a trickling record took %s to reach the sink, want under 2s", worst)
+	}
+}
