@@ -266,7 +266,8 @@ func (s *Session) keepAlive() {
 
 // Abandon stops renewing without revoking, as a crash would: etcd keeps the
 // member key and the claims until the lease expires. It is for chaos tests
-// and the dev command's fault injection.
+// and the dev command's fault injection. Like Close, it waits for the write
+// round in flight (at most TTL/8); writes still queued fail unsent.
 func (s *Session) Abandon() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.wg.Wait()
@@ -275,7 +276,9 @@ func (s *Session) Abandon() {
 
 // Close stops renewing and revokes the lease, which deletes the member key
 // and every claim still bound to it. Release claims first for a handoff
-// without replay. Close is idempotent.
+// without replay. Close waits for the write round in flight (at most
+// TTL/8) and fails the writes still queued unsent, as on a lost session.
+// Close is idempotent.
 func (s *Session) Close(ctx context.Context) error {
 	first := false
 	s.stopOnce.Do(func() { close(s.stop); first = true })
