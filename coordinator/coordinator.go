@@ -4,6 +4,16 @@
 // A replica joins with Coordinator.Join, which returns a Session bound to one
 // lease; Session.Claim takes a partition; Claim.Commit stores an offset only
 // while the claim is still the replica's and of the same epoch.
+//
+// A session sends the writes of all its claims in write rounds (group
+// commit): one etcd Txn holding one nested Txn per write, each with the
+// contract's own compares, so that each partition is fenced, and fails,
+// alone. One round is in flight at a time and the next gathers meanwhile, so
+// an idle session adds no latency and a busy one sends few transactions:
+// Session.ClaimAll and ReleaseAll queue hundreds of writes at once, and
+// concurrent Commits share rounds. Rounds are sized to etcd's --max-txn-ops
+// (WithMaxTxnOps) and kept well below its request size limit
+// (WithMaxTxnBytes).
 package coordinator
 
 import (
