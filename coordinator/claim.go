@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -43,27 +44,85 @@ type Claim struct {
 type claimKeys struct{ claim, offsets, intent string }
 
 // Claim takes p if no one holds it, in one Txn that also reads its offsets
-// and intent. It returns ErrClaimed when another claim exists.
+// and intent. It returns ErrClaimed when another claim exists. The Txn is a
+// nested one in the session's next write round.
 func (s *Session) Claim(ctx context.Context, p Partition) (*Claim, error) {
+	claims, errs := s.ClaimAll(ctx, []Partition{p})
+	return claims[0], errs[0]
+}
+
+// ClaimAll claims each of ps as Claim does, sharing write rounds, so that
+// hundreds of partitions take a handful of etcd transactions. claims[i] and
+// errs[i] are the outcome for ps[i]: a claim, or an error such as
+// ErrClaimed; never both. A partition listed twice is claimed once, the
+// second getting ErrClaimed.
+//
+// The claims made in one round share its revision as their epoch (each claim
+// key's CreateRevision). That is sound: an epoch fences one partition's
+// claims against each other, and a partition has one op per round.
+func (s *Session) ClaimAll(ctx context.Context, ps []Partition) ([]*Claim, []error) {
+	claims, errs := make([]*Claim, len(ps)), make([]error, len(ps))
 	if !s.Alive() {
-		return nil, leaseLost("claim " + p.String())
+		for i, p := range ps {
+			errs[i] = leaseLost("claim " + p.String())
+		}
+		return claims, errs
 	}
-	k := claimKeys{claim: s.c.keys.Claim(p), offsets: s.c.keys.Offsets(p), intent: s.c.keys.Intent(p)}
-	resp, err := s.c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k.claim), "=", 0)).
-		Then(
+	ops := make([]*op, len(ps))
+	keys := make([]claimKeys, len(ps))
+	for i, p := range ps {
+		keys[i] = s.c.claimKeys(p)
+		ops[i] = s.claimOp(keys[i])
+	}
+	queued := s.enqueue(ops...)
+	for i, p := range ps {
+		res := opResult{err: errNotAlive}
+		if queued {
+			res = s.await(ctx, ops[i])
+		}
+		claims[i], errs[i] = s.claimed(p, keys[i], res)
+	}
+	return claims, errs
+}
+
+func (c *Coordinator) claimKeys(p Partition) claimKeys {
+	return claimKeys{claim: c.keys.Claim(p), offsets: c.keys.Offsets(p), intent: c.keys.Intent(p)}
+}
+
+// claimOp is the contract's claim: If CreateRevision(claim) == 0 Then
+// Put(claim, id, lease), Get(offsets), Get(intent) Else Get(claim).
+func (s *Session) claimOp(k claimKeys) *op {
+	o := newOp(k.claim,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.claim), "=", 0)},
+		[]clientv3.Op{
 			clientv3.OpPut(k.claim, s.member.ID, clientv3.WithLease(s.lease)),
 			clientv3.OpGet(k.offsets),
 			clientv3.OpGet(k.intent),
-		).
-		Else(clientv3.OpGet(k.claim)).
-		Commit()
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", p, err)
+		},
+		[]clientv3.Op{clientv3.OpGet(k.claim)})
+	// A claim taken after its caller stopped waiting would hold the
+	// partition with no Claim to release it: give it back.
+	o.orphan = func(r opResult) {
+		if r.err != nil || !r.ok {
+			return
+		}
+		s.log.Debug("claim taken after its caller left; releasing it", zap.String("key", k.claim), zap.Int64("epoch", r.rev))
+		rel := s.releaseOp(k.claim, r.rev)
+		s.enqueue(rel)
 	}
-	if !resp.Succeeded {
+	return o
+}
+
+// claimed turns a claim op's outcome into a Claim.
+func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error) {
+	switch {
+	case errors.Is(res.err, errNotAlive):
+		return nil, leaseLost("claim " + p.String())
+	case res.err != nil:
+		return nil, fmt.Errorf("claim %s: %w", p, res.err)
+	case !res.ok:
 		owner := "?"
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if kvs := res.resps[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			owner = string(kvs[0].Value)
 		}
 		return nil, fmt.Errorf("claim %s: %w by %s", p, ErrClaimed, owner)
@@ -71,13 +130,13 @@ func (s *Session) Claim(ctx context.Context, p Partition) (*Claim, error) {
 	c := &Claim{
 		s:     s,
 		p:     p,
-		epoch: resp.Header.Revision, // the put's revision is the key's CreateRevision
+		epoch: res.rev, // the round's revision is the claim key's CreateRevision
 		keys:  k,
 		log:   s.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition)),
 		lost:  make(chan struct{}),
 	}
 	c.log = c.log.With(zap.Int64("epoch", c.epoch))
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := res.resps[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		o, err := decodeOffsets(kvs[0].Value, kvs[0].ModRevision)
 		if err != nil {
 			// The key exists: keep its revision so a commit cannot silently
@@ -87,7 +146,7 @@ func (s *Session) Claim(ctx context.Context, p Partition) (*Claim, error) {
 		}
 		c.offsets = o
 	}
-	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := res.resps[2].GetResponseRange().Kvs; len(kvs) > 0 {
 		var in Intent
 		if err := json.Unmarshal(kvs[0].Value, &in); err == nil {
 			c.intent = &in
@@ -135,11 +194,15 @@ func (c *Claim) Lost() <-chan struct{} { return c.lost }
 
 func (c *Claim) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
 
-// Owned is the Txn condition that the claim is still this one.
-func (c *Claim) owned() []clientv3.Cmp {
+// owned is the Txn condition that the claim is still this one.
+func (c *Claim) owned() []clientv3.Cmp { return c.s.owned(c.keys.claim, c.epoch) }
+
+// owned is the Txn condition that the claim key still holds this session's
+// claim of epoch.
+func (s *Session) owned(claimKey string, epoch int64) []clientv3.Cmp {
 	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(c.keys.claim), "=", c.s.member.ID),
-		clientv3.Compare(clientv3.CreateRevision(c.keys.claim), "=", c.epoch),
+		clientv3.Compare(clientv3.Value(claimKey), "=", s.member.ID),
+		clientv3.Compare(clientv3.CreateRevision(claimKey), "=", epoch),
 	}
 }
 
@@ -158,18 +221,22 @@ func (c *Claim) usable(what string) error {
 }
 
 // PutIntent records that the block [from, next) is about to be written, in
-// one Txn with the claim check. It returns ErrFenced if the claim is gone.
+// one Txn with the claim check, nested in the session's next write round. It
+// returns ErrFenced if the claim is gone.
 func (c *Claim) PutIntent(ctx context.Context, from, next int64) error {
 	what := fmt.Sprintf("intent %s [%d, %d)", c.p, from, next)
 	if err := c.usable(what); err != nil {
 		return err
 	}
 	v, _ := json.Marshal(Intent{From: from, Next: next, Epoch: c.epoch})
-	resp, err := c.s.c.cli.Txn(ctx).If(c.owned()...).Then(clientv3.OpPut(c.keys.intent, string(v))).Commit()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if !resp.Succeeded {
+	res := c.s.do(ctx, newOp(c.keys.claim, c.owned(), []clientv3.Op{clientv3.OpPut(c.keys.intent, string(v))}, nil))
+	switch {
+	case errors.Is(res.err, errNotAlive):
+		c.markLost()
+		return leaseLost(what)
+	case res.err != nil:
+		return fmt.Errorf("%s: %w", what, res.err)
+	case !res.ok:
 		c.markLost()
 		return fmt.Errorf("%s: %w", what, ErrFenced)
 	}
@@ -178,7 +245,9 @@ func (c *Claim) PutIntent(ctx context.Context, from, next int64) error {
 
 // Commit stores next (and the rows of the block) in one Txn conditioned on
 // the claim and on the offsets not having changed since they were last seen.
-// It deletes the intent in the same Txn.
+// It deletes the intent in the same Txn. The Txn is a nested one in the
+// session's next write round, fenced on its own: other partitions' outcomes
+// in the round do not affect this one's.
 //
 //   - claim gone or of another epoch: ErrFenced; never retried.
 //   - offsets written by someone else: ErrOffsetsChanged; Offsets() then holds
@@ -186,6 +255,8 @@ func (c *Claim) PutIntent(ctx context.Context, from, next int64) error {
 //   - etcd not answering: retried, at most commitAttempts times within the
 //     TTL; a request whose outcome is unknown is resolved by reading the keys
 //     back, never by sending it again blindly. When all fail: *CommitError.
+//     An attempt that ctx or its TTL/8 timeout ends while it still waits in
+//     the queue was never sent, and is tried again without a read-back.
 func (c *Claim) Commit(ctx context.Context, next, rows int64) error {
 	what := fmt.Sprintf("commit %s at %d", c.p, next)
 	if err := c.usable(what); err != nil {
@@ -203,6 +274,9 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64) error {
 		Generation: seen.Generation,
 	}
 	value, _ := json.Marshal(want)
+	cmps := append(c.owned(), clientv3.Compare(clientv3.ModRevision(c.keys.offsets), "=", seen.ModRevision))
+	then := []clientv3.Op{clientv3.OpPut(c.keys.offsets, string(value)), clientv3.OpDelete(c.keys.intent)}
+	els := []clientv3.Op{clientv3.OpGet(c.keys.claim), clientv3.OpGet(c.keys.offsets)}
 
 	ttl := c.s.ttl
 	attemptTimeout := ttl / 8
@@ -222,26 +296,35 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64) error {
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		resp, err := c.s.c.cli.Txn(actx).
-			If(append(c.owned(), clientv3.Compare(clientv3.ModRevision(c.keys.offsets), "=", seen.ModRevision))...).
-			Then(clientv3.OpPut(c.keys.offsets, string(value)), clientv3.OpDelete(c.keys.intent)).
-			Else(clientv3.OpGet(c.keys.claim), clientv3.OpGet(c.keys.offsets)).
-			Commit()
+		res := c.s.do(actx, newOp(c.keys.claim, cmps, then, els))
 		cancel()
-		if err == nil {
-			if resp.Succeeded {
-				want.ModRevision = resp.Header.Revision
-				c.setOffsets(want)
-				return nil
+		switch {
+		case errors.Is(res.err, errNotAlive):
+			// Not sent: the session could not show its lease alive when
+			// the round went, as the check before this attempt would say.
+			c.markLost()
+			if attempt == 1 {
+				return leaseLost(what)
 			}
-			return c.judge(what, want, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+			return c.commitFailed(next, attempt-1, leaseLost(what))
+		case res.err == nil && res.ok:
+			want.ModRevision = res.rev
+			c.setOffsets(want)
+			return nil
+		case res.err == nil:
+			return c.judge(what, want, res.resps[0].GetResponseRange().Kvs, res.resps[1].GetResponseRange().Kvs)
 		}
-		lastErr = err
+		lastErr = res.err
 		if ctx.Err() != nil {
 			break
 		}
+		if !res.sent {
+			continue // the attempt ended in the queue: certainly not applied
+		}
 		// The outcome is unknown: the request may have reached etcd. Read
-		// the keys back and decide from what they hold.
+		// the keys back and decide from what they hold. A retry sent after
+		// this read goes in a later round than the attempt it repeats, and
+		// both are conditioned on the same ModRevision: at most one applies.
 		rctx, rcancel := context.WithTimeout(ctx, attemptTimeout)
 		rb, rerr := c.s.c.cli.Txn(rctx).Then(clientv3.OpGet(c.keys.claim), clientv3.OpGet(c.keys.offsets)).Commit()
 		rcancel()
@@ -331,21 +414,68 @@ func (c *Claim) setOffsets(o Offsets) {
 // Release deletes the claim key if it is still this claim, so the planned
 // owner can take the partition at once. Finish or roll back the block in
 // flight first. Release is idempotent; a claim already gone is not an error.
+// Concurrent releases share write rounds; ReleaseAll releases many at once.
 func (c *Claim) Release(ctx context.Context) error {
-	c.mu.Lock()
-	if c.released {
+	return ReleaseAll(ctx, []*Claim{c})
+}
+
+// ReleaseAll releases each of claims as Release does, sharing write rounds,
+// so that hundreds of claims take a handful of etcd transactions: each
+// claim's release goes in its own session's rounds, all queued at once. The
+// error joins those of the claims that failed, each naming its partition.
+//
+// Unlike other writes, a release needs no live session: its compares fence
+// it. Once the session has ended, so that it has no rounds any more, each
+// claim is released with a Txn of its own.
+func ReleaseAll(ctx context.Context, claims []*Claim) error {
+	type pending struct {
+		c  *Claim
+		o  *op
+		ok bool // queued
+	}
+	var ps []pending
+	bySession := map[*Session][]*op{}
+	for _, c := range claims {
+		c.mu.Lock()
+		released := c.released
+		c.released = true
 		c.mu.Unlock()
-		return nil
+		if released {
+			continue
+		}
+		o := c.s.releaseOp(c.keys.claim, c.epoch)
+		ps = append(ps, pending{c: c, o: o})
+		bySession[c.s] = append(bySession[c.s], o)
 	}
-	c.released = true
-	c.mu.Unlock()
-	defer c.markLost()
-	_, err := c.s.c.cli.Txn(ctx).If(c.owned()...).Then(clientv3.OpDelete(c.keys.claim)).Commit()
-	if err != nil {
-		return fmt.Errorf("release %s: %w", c.p, err)
+	queued := map[*Session]bool{}
+	for rs, ops := range bySession {
+		queued[rs] = rs.enqueue(ops...)
 	}
-	c.log.Debug("released")
-	return nil
+	var errs []error
+	for _, p := range ps {
+		res := opResult{err: errNotAlive}
+		if queued[p.c.s] {
+			res = p.c.s.await(ctx, p.o)
+		}
+		if errors.Is(res.err, errNotAlive) {
+			_, res.err = p.c.s.c.cli.Txn(ctx).If(p.c.owned()...).Then(clientv3.OpDelete(p.c.keys.claim)).Commit()
+		}
+		p.c.markLost()
+		if res.err != nil {
+			errs = append(errs, fmt.Errorf("release %s: %w", p.c.p, res.err))
+			continue
+		}
+		p.c.log.Debug("released")
+	}
+	return errors.Join(errs...)
+}
+
+// releaseOp is the contract's release: If Value(claim) == id AND
+// CreateRevision(claim) == epoch Then Delete(claim).
+func (s *Session) releaseOp(claimKey string, epoch int64) *op {
+	o := newOp(claimKey, s.owned(claimKey, epoch), []clientv3.Op{clientv3.OpDelete(claimKey)}, nil)
+	o.needsAlive = false
+	return o
 }
 
 // mvccKV is a key-value as etcd returns it.

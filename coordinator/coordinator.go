@@ -4,6 +4,16 @@
 // A replica joins with Coordinator.Join, which returns a Session bound to one
 // lease; Session.Claim takes a partition; Claim.Commit stores an offset only
 // while the claim is still the replica's and of the same epoch.
+//
+// A session sends the writes of all its claims in write rounds (group
+// commit): one etcd Txn holding one nested Txn per write, each with the
+// contract's own compares, so that each partition is fenced, and fails,
+// alone. One round is in flight at a time and the next gathers meanwhile, so
+// an idle session adds no latency and a busy one sends few transactions:
+// Session.ClaimAll and ReleaseAll queue hundreds of writes at once, and
+// concurrent Commits share rounds. Rounds are sized to etcd's --max-txn-ops
+// (WithMaxTxnOps) and kept well below its request size limit
+// (WithMaxTxnBytes).
 package coordinator
 
 import (
@@ -26,18 +36,59 @@ type Coordinator struct {
 	keys  Keys
 	log   *zap.Logger
 
+	maxTxnOps    int
+	maxTxnBytes  int
+	observeRound func(ops int)
+
 	commitFailures atomic.Int64
+	rounds         atomic.Int64
+	roundOps       atomic.Int64
 }
 
 // CommitFailures counts commits that failed after their retries: blocks in
 // the sink whose offsets are not committed. It reads zero in a healthy group.
 func (c *Coordinator) CommitFailures() int64 { return c.commitFailures.Load() }
 
+// Rounds counts the write rounds its sessions sent: etcd Txns, each holding
+// the writes (claims, intents, commits, releases) of one session's claims.
+func (c *Coordinator) Rounds() int64 { return c.rounds.Load() }
+
+// RoundOps counts the writes sent in rounds; RoundOps/Rounds is the mean
+// round size.
+func (c *Coordinator) RoundOps() int64 { return c.roundOps.Load() }
+
 // Option configures a Coordinator.
 type Option func(*Coordinator)
 
 // WithLogger sets the logger; the default logs nothing.
 func WithLogger(l *zap.Logger) Option { return func(c *Coordinator) { c.log = l } }
+
+// WithMaxTxnOps sets etcd's --max-txn-ops (default DefaultMaxTxnOps, at
+// least 4): a write round of n writes is sized so that n plus the widest
+// write's 2 or 3 stays within it. Set it to the server's value: below it,
+// rounds are smaller than they could be; above it, etcd refuses them.
+func WithMaxTxnOps(n int) Option { return func(c *Coordinator) { c.maxTxnOps = n } }
+
+// WithMaxTxnBytes bounds the estimated encoded size of a write round
+// (default DefaultMaxTxnBytes, at least 16 KiB). Keep it well below etcd's
+// --max-request-bytes (1.5 MiB by default): a larger round is refused, and a
+// large request holds up etcd's raft log for everyone.
+func WithMaxTxnBytes(n int) Option { return func(c *Coordinator) { c.maxTxnBytes = n } }
+
+// WithRoundObserver has f called with the number of writes of each round
+// sent, for a histogram. f runs on a session's round loop: it must be quick
+// and must not block.
+func WithRoundObserver(f func(ops int)) Option { return func(c *Coordinator) { c.observeRound = f } }
+
+func (c *Coordinator) validate() error {
+	if c.maxTxnOps < minTxnOps {
+		return fmt.Errorf("max txn ops %d: want at least %d (one write of %d plus the round)", c.maxTxnOps, minTxnOps, maxOpWidth)
+	}
+	if c.maxTxnBytes < minTxnBytes {
+		return fmt.Errorf("max txn bytes %d: want at least %d", c.maxTxnBytes, minTxnBytes)
+	}
+	return nil
+}
 
 var groupName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 
@@ -55,9 +106,19 @@ func New(cli *clientv3.Client, group string, opts ...Option) (*Coordinator, erro
 	if err := ValidGroup(group); err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cli: cli, group: group, keys: KeysFor(group), log: zap.NewNop()}
+	c := &Coordinator{
+		cli:         cli,
+		group:       group,
+		keys:        KeysFor(group),
+		log:         zap.NewNop(),
+		maxTxnOps:   DefaultMaxTxnOps,
+		maxTxnBytes: DefaultMaxTxnBytes,
+	}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	c.log = c.log.With(zap.String("group", group))
 	return c, nil

@@ -27,13 +27,33 @@ const (
 type SessionOption func(*sessionConfig)
 
 type sessionConfig struct {
-	ttl time.Duration
+	ttl    time.Duration
+	linger time.Duration
 }
 
 // WithTTL sets the lease TTL (default DefaultTTL, at least MinTTL, whole
 // seconds). A shorter TTL moves a dead replica's partitions sooner; a longer
 // one survives longer etcd or network hiccups without a rebalance.
 func WithTTL(ttl time.Duration) SessionOption { return func(c *sessionConfig) { c.ttl = ttl } }
+
+// WithLinger makes an idle session wait d after the first write before it
+// sends a round (default 0: at once), so that writes made close together
+// share one etcd Txn even when no round is in flight to gather them behind.
+// It trades latency for fewer transactions: every write of an idle session
+// waits up to d longer, while a busy session batches without it (the next
+// round gathers while one is in flight). At most TTL/16, since the wait
+// counts against a commit attempt's TTL/8.
+func WithLinger(d time.Duration) SessionOption { return func(c *sessionConfig) { c.linger = d } }
+
+func (c sessionConfig) validate() error {
+	if err := ValidTTL(c.ttl); err != nil {
+		return err
+	}
+	if c.linger < 0 || c.linger > c.ttl/16 {
+		return fmt.Errorf("linger %s: want 0 to ttl/16 (%s)", c.linger, c.ttl/16)
+	}
+	return nil
+}
 
 // ValidTTL checks a lease TTL.
 func ValidTTL(ttl time.Duration) error {
@@ -45,6 +65,10 @@ func ValidTTL(ttl time.Duration) error {
 
 // Session is one replica's membership: one lease, the member key bound to it,
 // and the claims taken under it.
+//
+// The writes of all its claims go to etcd in write rounds: one Txn holding
+// one nested, separately fenced Txn per write (see round.go). The session
+// owns the goroutine that sends them; it ends with the session.
 //
 // A session is alive while a keepalive sent less than TTL/2 ago succeeded.
 // Once it is not, it is lost for good: Lost is closed, every claim reports
@@ -67,6 +91,13 @@ type Session struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+
+	// The round loop (round.go): ops queued for the next write round.
+	linger      time.Duration
+	wake        chan struct{} // one token: something was queued
+	rmu         sync.Mutex
+	queue       []*op
+	roundsEnded bool
 }
 
 // Join grants a lease, registers m under it and starts renewing it. The
@@ -77,7 +108,7 @@ func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption)
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := ValidTTL(cfg.ttl); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if m.ID == "" {
@@ -119,10 +150,13 @@ func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption)
 		log:    c.log.With(zap.String("replica", m.ID)),
 		lost:   make(chan struct{}),
 		stop:   make(chan struct{}),
+		linger: cfg.linger,
+		wake:   make(chan struct{}, 1),
 	}
 	s.aliveUntil.Store(sent.Add(cfg.ttl / 2).UnixNano())
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.keepAlive()
+	go s.runRounds()
 	s.log.Info("joined group", zap.Int64("lease", int64(grant.ID)), zap.Duration("ttl", cfg.ttl))
 	return s, nil
 }
@@ -232,7 +266,8 @@ func (s *Session) keepAlive() {
 
 // Abandon stops renewing without revoking, as a crash would: etcd keeps the
 // member key and the claims until the lease expires. It is for chaos tests
-// and the dev command's fault injection.
+// and the dev command's fault injection. Like Close, it waits for the write
+// round in flight (at most TTL/8); writes still queued fail unsent.
 func (s *Session) Abandon() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.wg.Wait()
@@ -241,7 +276,9 @@ func (s *Session) Abandon() {
 
 // Close stops renewing and revokes the lease, which deletes the member key
 // and every claim still bound to it. Release claims first for a handoff
-// without replay. Close is idempotent.
+// without replay. Close waits for the write round in flight (at most
+// TTL/8) and fails the writes still queued unsent, as on a lost session.
+// Close is idempotent.
 func (s *Session) Close(ctx context.Context) error {
 	first := false
 	s.stopOnce.Do(func() { close(s.stop); first = true })

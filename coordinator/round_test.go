@@ -1,0 +1,612 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
+
+func newCoordinatorWith(t *testing.T, cli *clientv3.Client, group string, opts ...coordinator.Option) *coordinator.Coordinator {
+	t.Helper()
+	c, err := coordinator.New(cli, group, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func joinWith(t *testing.T, ctx context.Context, c *coordinator.Coordinator, id string, opts ...coordinator.SessionOption) *coordinator.Session {
+	t.Helper()
+	s, err := c.Join(ctx, coordinator.Member{ID: id, Host: "test"}, opts...)
+	if err != nil {
+		t.Fatalf("join %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+	})
+	return s
+}
+
+func partitions(topic string, n int) []coordinator.Partition {
+	ps := make([]coordinator.Partition, n)
+	for i := range ps {
+		ps[i] = coordinator.Partition{Topic: topic, Partition: i}
+	}
+	return ps
+}
+
+// claimAll claims every partition of ps or fails the test.
+func claimAll(t *testing.T, ctx context.Context, s *coordinator.Session, ps []coordinator.Partition) []*coordinator.Claim {
+	t.Helper()
+	claims, errs := s.ClaimAll(ctx, ps)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s claims %s: %v", s.ID(), ps[i], err)
+		}
+		if claims[i] == nil || claims[i].Partition() != ps[i] {
+			t.Fatalf("%s claims %s: got claim %v", s.ID(), ps[i], claims[i])
+		}
+	}
+	return claims
+}
+
+// all runs f for every claim at once and returns each one's error.
+func all(claims []*coordinator.Claim, f func(i int, c *coordinator.Claim) error) []error {
+	errs := make([]error, len(claims))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f(i, c)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// revision is etcd's current revision.
+func revision(t *testing.T, ctx context.Context, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(ctx, "revision-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// TestRoundFailsOnePartitionAlone commits n partitions at once, in shared
+// rounds, after one of them was disturbed: that one alone fails, with the
+// error its disturbance calls for, and the others commit.
+func TestRoundFailsOnePartitionAlone(t *testing.T) {
+	const n = 64
+	const victim = 17
+	etcd := harness.StartEtcd(t, 1)
+	admin := etcd.Client(t)
+	cases := []struct {
+		name    string
+		disturb func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, op *coordinator.Coordinator, p coordinator.Partition)
+		wantErr error
+		lost    bool
+		stored  int64 // the victim's next in etcd afterwards
+	}{
+		{"claim taken over", func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, _ *coordinator.Coordinator, p coordinator.Partition) {
+			if _, err := admin.Delete(ctx, coordinator.KeysFor(group).Claim(p)); err != nil {
+				t.Fatal(err)
+			}
+			claim(t, ctx, b, p)
+		}, coordinator.ErrFenced, true, 100},
+		{"operator reset", func(t *testing.T, ctx context.Context, _ string, _ *coordinator.Session, op *coordinator.Coordinator, p coordinator.Partition) {
+			if _, err := op.ResetOffsets(ctx, p, 42, stored(t, ctx, op, p)); err != nil {
+				t.Fatal(err)
+			}
+		}, coordinator.ErrOffsetsChanged, false, 42},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 60*time.Second)
+			group := fmt.Sprintf("alone%d", i)
+			ca := newCoordinator(t, etcd.Client(t), group)
+			op := newCoordinator(t, etcd.Client(t), group)
+			a := join(t, ctx, ca, "a", coordinator.DefaultTTL)
+			b := join(t, ctx, newCoordinator(t, etcd.Client(t), group), "b", coordinator.DefaultTTL)
+			ps := partitions("orders", n)
+			claims := claimAll(t, ctx, a, ps)
+			for i, err := range all(claims, func(_ int, c *coordinator.Claim) error { return c.Commit(ctx, 100, 100) }) {
+				if err != nil {
+					t.Fatalf("first commit of %s: %v", ps[i], err)
+				}
+			}
+			tc.disturb(t, ctx, group, b, op, ps[victim])
+
+			rev0, rounds0 := revision(t, ctx, admin), ca.Rounds()
+			errs := all(claims, func(_ int, c *coordinator.Claim) error { return c.Commit(ctx, 200, 100) })
+			revs, rounds := revision(t, ctx, admin)-rev0, ca.Rounds()-rounds0
+
+			snap, err := ca.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				p, c := ps[i], claims[i]
+				if i == victim {
+					if !errors.Is(err, tc.wantErr) {
+						t.Fatalf("%s: got %v, want %v", p, err, tc.wantErr)
+					}
+					if got := snap.Offsets[p].Next; got != tc.stored {
+						t.Fatalf("%s: stored next %d, want %d", p, got, tc.stored)
+					}
+					select {
+					case <-c.Lost():
+						if !tc.lost {
+							t.Fatalf("%s: claim lost", p)
+						}
+					default:
+						if tc.lost {
+							t.Fatalf("%s: fenced claim does not report lost", p)
+						}
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: commit in a round with a failing partition: %v", p, err)
+				}
+				if got := snap.Offsets[p]; got.Next != 200 || got.Epoch != c.Epoch() || got.Replica != "a" {
+					t.Fatalf("%s: stored %+v, want next=200 epoch=%d by a", p, got, c.Epoch())
+				}
+			}
+			t.Logf("%d commits in %d rounds, %d revisions", n, rounds, revs)
+			if rounds > n/4 || revs > rounds || revs < 1 {
+				t.Fatalf("%d commits took %d rounds and %d revisions, want shared rounds (<= %d)", n, rounds, revs, n/4)
+			}
+			if tc.lost {
+				return
+			}
+			// Not lost: the owner goes on from what the operator wrote.
+			if err := claims[victim].Commit(ctx, 60, 18); err != nil {
+				t.Fatalf("commit after reload: %v", err)
+			}
+		})
+	}
+}
+
+// startEtcdWith starts a single-member etcd with configure applied, for the
+// limits the shared harness does not set, and returns a client of it.
+func startEtcdWith(t *testing.T, configure func(*embed.Config)) *clientv3.Client {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "m0"
+	cfg.Dir = t.TempDir()
+	client, peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}, url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.TickMs, cfg.ElectionMs = 20, 300
+	cfg.UnsafeNoFsync = true
+	cfg.Logger, cfg.LogLevel = "zap", "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	configure(cfg)
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		t.Fatalf("etcd failed while starting: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("etcd not ready after 20s")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{srv.Clients[0].Addr().String()},
+		DialTimeout: 3 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// nestedTxns is a Txn of n nested Txns of width 3 on keys below prefix.
+func nestedTxns(prefix string, n int) []clientv3.Op {
+	ops := make([]clientv3.Op, n)
+	for i := range ops {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		ops[i] = clientv3.OpTxn(
+			[]clientv3.Cmp{
+				clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+				clientv3.Compare(clientv3.ModRevision(k), "=", 0),
+				clientv3.Compare(clientv3.Version(k), "=", 0),
+			},
+			[]clientv3.Op{clientv3.OpPut(k, "v"), clientv3.OpGet(k + "/a"), clientv3.OpGet(k + "/b")},
+			nil)
+	}
+	return ops
+}
+
+// TestRoundsRespectEtcdLimits runs 200 partitions' claims, intents and
+// commits at once against an etcd with a small limit and the matching
+// option: every write succeeds, in several rounds, none above the limit.
+func TestRoundsRespectEtcdLimits(t *testing.T) {
+	const n = 200
+	longTopic := strings.Repeat("t", 240)
+	cases := []struct {
+		name      string
+		configure func(*embed.Config)
+		opts      []coordinator.Option
+		topic     string
+		// maxOps is the most writes a round may hold: n + w <= max-txn-ops,
+		// so a round of intents (width 2) holds one more than a round with
+		// a claim or a commit (width 3).
+		maxOps int
+		check  func(t *testing.T, ctx context.Context, cli *clientv3.Client)
+	}{
+		{
+			name:      "max txn ops 16",
+			configure: func(c *embed.Config) { c.MaxTxnOps = 16 },
+			opts:      []coordinator.Option{coordinator.WithMaxTxnOps(16)},
+			topic:     "t",
+			maxOps:    16 - 2,
+			// The rule the rounds are sized by, as etcd applies it: n
+			// nested Txns of width w pass when n + w <= max-txn-ops.
+			check: func(t *testing.T, ctx context.Context, cli *clientv3.Client) {
+				if _, err := cli.Txn(ctx).Then(nestedTxns("probe-a/", 13)...).Commit(); err != nil {
+					t.Fatalf("13 nested txns of width 3 with max-txn-ops 16: %v", err)
+				}
+				if _, err := cli.Txn(ctx).Then(nestedTxns("probe-b/", 14)...).Commit(); err == nil || !strings.Contains(err.Error(), "too many operations") {
+					t.Fatalf("14 nested txns of width 3 with max-txn-ops 16: got %v, want too many operations", err)
+				}
+			},
+		},
+		{
+			name:      "max request bytes 64 KiB",
+			configure: func(c *embed.Config) { c.MaxRequestBytes = 64 << 10 },
+			opts:      []coordinator.Option{coordinator.WithMaxTxnBytes(64<<10 - 512)},
+			topic:     longTopic,
+			maxOps:    coordinator.DefaultMaxTxnOps - 2,
+			check: func(t *testing.T, ctx context.Context, cli *clientv3.Client) {
+				if _, err := cli.Put(ctx, "probe", strings.Repeat("x", 65<<10)); err == nil || !strings.Contains(err.Error(), "too large") {
+					t.Fatalf("a 65 KiB put: got %v, want request too large", err)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 60*time.Second)
+			cli := startEtcdWith(t, tc.configure)
+			tc.check(t, ctx, cli)
+			var largest atomic.Int64
+			observe := func(ops int) {
+				for {
+					cur := largest.Load()
+					if int64(ops) <= cur || largest.CompareAndSwap(cur, int64(ops)) {
+						return
+					}
+				}
+			}
+			c := newCoordinatorWith(t, cli, "limits", append(tc.opts, coordinator.WithRoundObserver(observe))...)
+			s := joinWith(t, ctx, c, "a")
+			ps := partitions(tc.topic, n)
+			claims := claimAll(t, ctx, s, ps)
+			errs := all(claims, func(i int, cl *coordinator.Claim) error {
+				if err := cl.PutIntent(ctx, 0, 10); err != nil {
+					return err
+				}
+				return cl.Commit(ctx, 10, 10)
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("%s: %v", ps[i], err)
+				}
+			}
+			snap, err := c.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range ps {
+				if got := snap.Offsets[p].Next; got != 10 {
+					t.Fatalf("%s: stored next %d, want 10", p, got)
+				}
+			}
+			rounds, ops := c.Rounds(), c.RoundOps()
+			t.Logf("%d writes in %d rounds, largest %d", ops, rounds, largest.Load())
+			if ops != 3*n {
+				t.Fatalf("%d writes sent, want %d (a claim, an intent and a commit each)", ops, 3*n)
+			}
+			if max := int64(tc.maxOps); largest.Load() > max || largest.Load() < 2 {
+				t.Fatalf("largest round %d writes, want 2 to %d", largest.Load(), max)
+			}
+			if rounds < 3*n/int64(tc.maxOps) {
+				t.Fatalf("%d rounds for %d writes of at most %d a round", rounds, ops, tc.maxOps)
+			}
+		})
+	}
+}
+
+// TestClaimAllTakesFewTransactions claims 512 partitions, commits and
+// releases them, each in a handful of transactions, and shows a second
+// session every partition claimed, then free.
+func TestClaimAllTakesFewTransactions(t *testing.T) {
+	const n = 512
+	ctx := ctxFor(t, 60*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	admin := etcd.Client(t)
+	ca := newCoordinator(t, etcd.Client(t), "many")
+	a := join(t, ctx, ca, "a", coordinator.DefaultTTL)
+	b := join(t, ctx, newCoordinator(t, etcd.Client(t), "many"), "b", coordinator.DefaultTTL)
+	ps := partitions("t", n)
+
+	few := func(what string, rev0 int64) {
+		t.Helper()
+		revs := revision(t, ctx, admin) - rev0
+		t.Logf("%s of %d partitions: %d revisions", what, n, revs)
+		if revs < 1 || revs > 10 {
+			t.Fatalf("%s of %d partitions took %d revisions, want 1 to 10", what, n, revs)
+		}
+	}
+	rev0 := revision(t, ctx, admin)
+	claims := claimAll(t, ctx, a, ps)
+	few("ClaimAll", rev0)
+	epochs := map[int64]int{}
+	for _, c := range claims {
+		epochs[c.Epoch()]++
+	}
+	if len(epochs) > 10 {
+		t.Fatalf("%d distinct epochs, want one per round", len(epochs))
+	}
+
+	rev0 = revision(t, ctx, admin)
+	for i, err := range all(claims, func(i int, c *coordinator.Claim) error { return c.Commit(ctx, int64(i+1), 1) }) {
+		if err != nil {
+			t.Fatalf("commit %s: %v", ps[i], err)
+		}
+	}
+	few("commits", rev0)
+	snap, err := ca.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range claims {
+		p := ps[i]
+		if got := snap.Claims[p]; got.Replica != "a" || got.Epoch != c.Epoch() {
+			t.Fatalf("%s: claim %+v, want a's of epoch %d", p, got, c.Epoch())
+		}
+		if got := snap.Offsets[p]; got.Next != int64(i+1) || got.Epoch != c.Epoch() {
+			t.Fatalf("%s: offsets %+v, want next=%d epoch=%d", p, got, i+1, c.Epoch())
+		}
+	}
+
+	rev0 = revision(t, ctx, admin)
+	_, errs := b.ClaimAll(ctx, ps)
+	for i, err := range errs {
+		if !errors.Is(err, coordinator.ErrClaimed) {
+			t.Fatalf("b claims %s held by a: got %v, want ErrClaimed", ps[i], err)
+		}
+	}
+	if revs := revision(t, ctx, admin) - rev0; revs != 0 {
+		t.Fatalf("refused claims wrote %d revisions", revs)
+	}
+
+	rev0 = revision(t, ctx, admin)
+	if err := coordinator.ReleaseAll(ctx, claims); err != nil {
+		t.Fatal(err)
+	}
+	few("ReleaseAll", rev0)
+	for _, c := range claims {
+		select {
+		case <-c.Lost():
+		default:
+			t.Fatalf("released %s does not report lost", c.Partition())
+		}
+	}
+	for i, bc := range claimAll(t, ctx, b, ps) {
+		if bc.Epoch() <= claims[i].Epoch() || bc.Offsets().Next != int64(i+1) {
+			t.Fatalf("%s: b's claim epoch %d next %d, want above %d at %d", ps[i], bc.Epoch(), bc.Offsets().Next, claims[i].Epoch(), i+1)
+		}
+	}
+}
+
+// TestSameKeyOpsNeverShareARound races an intent and a commit of each
+// partition, with a linger so that both are queued when a round is cut:
+// etcd would refuse a round holding both (duplicate key), so every write
+// succeeding shows the second went to a later round.
+func TestSameKeyOpsNeverShareARound(t *testing.T) {
+	const n = 50
+	ctx := ctxFor(t, 60*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	c := newCoordinator(t, etcd.Client(t), "samekey")
+	s := joinWith(t, ctx, c, "a", coordinator.WithLinger(coordinator.DefaultTTL/16))
+	ps := partitions("t", n)
+	claims := claimAll(t, ctx, s, ps)
+	rounds0 := c.Rounds()
+	doubled := append(append([]*coordinator.Claim{}, claims...), claims...)
+	errs := all(doubled, func(i int, cl *coordinator.Claim) error {
+		if i < n {
+			return cl.PutIntent(ctx, 0, 20)
+		}
+		return cl.Commit(ctx, 20, 20)
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d of %s: %v", i, doubled[i].Partition(), err)
+		}
+	}
+	if rounds := c.Rounds() - rounds0; rounds < 2 {
+		t.Fatalf("%d writes of %d partitions in %d rounds, want the second of each in a later round", 2*n, n, rounds)
+	}
+	snap, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if got := snap.Offsets[p].Next; got != 20 {
+			t.Fatalf("%s: stored next %d, want 20", p, got)
+		}
+	}
+}
+
+// TestWaiterLeavingTheQueueIsNeverSent ends the ctx of writes still queued
+// (a linger holds the round): they fail with the ctx's error and never reach
+// etcd, while a write behind them goes through.
+func TestWaiterLeavingTheQueueIsNeverSent(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	c := newCoordinator(t, etcd.Client(t), "leave")
+	s := joinWith(t, ctx, c, "a", coordinator.WithLinger(coordinator.DefaultTTL/16))
+	left, kept := claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 0}), claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 1})
+	ops0 := c.RoundOps()
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := left.PutIntent(gone, 0, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("intent with an ended ctx: got %v, want context.Canceled", err)
+	}
+	var ce *coordinator.CommitError
+	if err := left.Commit(gone, 10, 10); !errors.As(err, &ce) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("commit with an ended ctx: got %v, want *CommitError of context.Canceled", err)
+	}
+	if err := kept.PutIntent(ctx, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if sent := c.RoundOps() - ops0; sent != 1 {
+		t.Fatalf("%d writes sent, want 1: those whose waiter left were sent", sent)
+	}
+	snap, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := snap.Intents[left.Partition()]; ok {
+		t.Fatal("intent of a waiter that left was written")
+	}
+	if _, ok := snap.Offsets[left.Partition()]; ok {
+		t.Fatal("commit of a waiter that left was written")
+	}
+	if _, ok := snap.Intents[kept.Partition()]; !ok {
+		t.Fatal("intent behind them missing")
+	}
+}
+
+// TestClaimTakenAfterCallerLeftIsReleased has a claim's caller stop waiting
+// while its round is in flight on a slow link: the claim is taken, nobody
+// holds a Claim for it, so the session releases it.
+func TestClaimTakenAfterCallerLeftIsReleased(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	admin := etcd.Client(t)
+	proxy, cli := proxied(t, etcd)
+	s := join(t, ctx, newCoordinator(t, cli, "orphan"), "a", 20*time.Second)
+	p := coordinator.Partition{Topic: "t", Partition: 0}
+	key := coordinator.KeysFor("orphan").Claim(p)
+	watch := admin.Watch(ctx, key)
+
+	proxy.Delay(400 * time.Millisecond) // a round trip of 800ms, in a round timeout of 2.5s
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	if _, err := s.Claim(short, p); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim whose caller left: got %v, want context.DeadlineExceeded", err)
+	}
+	var events []string
+	for len(events) < 2 {
+		select {
+		case wr := <-watch:
+			for _, ev := range wr.Events {
+				events = append(events, ev.Type.String())
+			}
+		case <-ctx.Done():
+			t.Fatalf("claim key events %v, want PUT then DELETE", events)
+		}
+	}
+	if events[0] != "PUT" || events[1] != "DELETE" {
+		t.Fatalf("claim key events %v, want PUT then DELETE", events)
+	}
+	proxy.Pass()
+	if _, err := s.Claim(ctx, p); err != nil {
+		t.Fatalf("claim again: %v", err)
+	}
+}
+
+// TestRoundFailureReachesEveryWrite cuts etcd off under commits of several
+// partitions sharing rounds: each fails on its own with a *CommitError that
+// names it, and each is counted.
+func TestRoundFailureReachesEveryWrite(t *testing.T) {
+	const n = 8
+	ctx := ctxFor(t, 30*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	proxy, cli := proxied(t, etcd)
+	c := newCoordinator(t, cli, "unreachable")
+	s := join(t, ctx, c, "a", 4*time.Second)
+	ps := partitions("t", n)
+	claims := claimAll(t, ctx, s, ps)
+	proxy.Blackhole()
+	defer proxy.Pass()
+	for i, err := range all(claims, func(i int, cl *coordinator.Claim) error { return cl.Commit(ctx, int64(10+i), 1) }) {
+		var ce *coordinator.CommitError
+		if !errors.As(err, &ce) || ce.Partition != ps[i] || ce.Next != int64(10+i) {
+			t.Fatalf("%s: got %v, want *CommitError of %s at %d", ps[i], err, ps[i], 10+i)
+		}
+	}
+	if got := c.CommitFailures(); got != n {
+		t.Fatalf("commit failures %d, want %d", got, n)
+	}
+}
+
+func TestRoundOptionsAreValidated(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Second)
+	cases := []struct {
+		name string
+		new  func() error
+		want []string // in the error
+	}{
+		{"max txn ops below one write", func() error {
+			_, err := coordinator.New(nil, "g", coordinator.WithMaxTxnOps(3))
+			return err
+		}, []string{"3", "4"}},
+		{"max txn bytes too small", func() error {
+			_, err := coordinator.New(nil, "g", coordinator.WithMaxTxnBytes(100))
+			return err
+		}, []string{"100", "16384"}},
+		{"negative linger", func() error {
+			_, err := newCoordinator(t, nil, "g").Join(ctx, coordinator.Member{ID: "a"}, coordinator.WithLinger(-time.Millisecond))
+			return err
+		}, []string{"-1ms", "625ms"}},
+		{"linger above ttl/16", func() error {
+			_, err := newCoordinator(t, nil, "g").Join(ctx, coordinator.Member{ID: "a"}, coordinator.WithLinger(time.Second))
+			return err
+		}, []string{"1s", "625ms"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.new()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
