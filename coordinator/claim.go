@@ -223,13 +223,13 @@ func (c *Claim) usable(what string) error {
 // PutIntent records that the block [from, next) is about to be written, in
 // one Txn with the claim check, nested in the session's next write round. It
 // returns ErrFenced if the claim is gone.
-func (c *Claim) PutIntent(ctx context.Context, from, next int64) error {
+func (c *Claim) PutIntent(ctx context.Context, from, next int64, opts ...WriteOption) error {
 	what := fmt.Sprintf("intent %s [%d, %d)", c.p, from, next)
 	if err := c.usable(what); err != nil {
 		return err
 	}
 	v, _ := json.Marshal(Intent{From: from, Next: next, Epoch: c.epoch})
-	res := c.s.do(ctx, newOp(c.keys.claim, c.owned(), []clientv3.Op{clientv3.OpPut(c.keys.intent, string(v))}, nil))
+	res := c.s.do(ctx, c.s.newWrite(c.keys.claim, c.owned(), []clientv3.Op{clientv3.OpPut(c.keys.intent, string(v))}, nil, opts))
 	switch {
 	case errors.Is(res.err, errNotAlive):
 		c.markLost()
@@ -257,7 +257,7 @@ func (c *Claim) PutIntent(ctx context.Context, from, next int64) error {
 //     back, never by sending it again blindly. When all fail: *CommitError.
 //     An attempt that ctx or its TTL/8 timeout ends while it still waits in
 //     the queue was never sent, and is tried again without a read-back.
-func (c *Claim) Commit(ctx context.Context, next, rows int64) error {
+func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOption) error {
 	what := fmt.Sprintf("commit %s at %d", c.p, next)
 	if err := c.usable(what); err != nil {
 		return err
@@ -296,7 +296,7 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64) error {
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		res := c.s.do(actx, newOp(c.keys.claim, cmps, then, els))
+		res := c.s.do(actx, c.s.newWrite(c.keys.claim, cmps, then, els, opts))
 		cancel()
 		switch {
 		case errors.Is(res.err, errNotAlive):

@@ -82,6 +82,11 @@ type op struct {
 	// outcome of an op whose waiter had left while it was in flight.
 	orphan func(opResult)
 
+	// linger is how long the op may wait for others to share its round;
+	// due is when it must be sent, set when it is queued.
+	linger time.Duration
+	due    time.Time
+
 	state opState  // guarded by Session.rmu
 	res   opResult // set before done is closed
 	done  chan struct{}
@@ -145,6 +150,10 @@ func (s *Session) roundTimeout() time.Duration { return s.ttl / 8 }
 // enqueue queues ops for the next round. It reports false when the round
 // loop has ended: the session is closed or lost.
 func (s *Session) enqueue(ops ...*op) bool {
+	now := time.Now()
+	for _, o := range ops {
+		o.due = now.Add(min(o.linger, s.ttl/16))
+	}
 	s.rmu.Lock()
 	if s.roundsEnded {
 		s.rmu.Unlock()
@@ -190,14 +199,19 @@ func (s *Session) await(ctx context.Context, o *op) opResult {
 	}
 }
 
-// runRounds is the round loop. It sends a round when ops are queued and none
-// is in flight, waiting WithLinger's delay first when it was idle. It exits
-// when the session is closed, abandoned or lost, after the round in flight
-// (bounded by roundTimeout); the ops still queued then fail unsent with
-// errNotAlive.
+// runRounds is the round loop. It sends a round when none is in flight and
+// the first queued op is due: at once for an op without linger, else when
+// its linger (WithLinger, or Linger on the write) has passed. A round takes
+// every op queued by then, due or not, so ops that linger ride along with
+// one that cannot wait. It exits when the session is closed, abandoned or
+// lost, after the round in flight (bounded by roundTimeout); the ops still
+// queued then fail unsent with errNotAlive.
 func (s *Session) runRounds() {
 	defer s.wg.Done()
 	defer s.endRounds()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-s.stop:
@@ -205,11 +219,20 @@ func (s *Session) runRounds() {
 		case <-s.lost:
 			return
 		case <-s.wake:
+		case <-timer.C:
 		}
-		if s.linger > 0 && !s.waitLinger() {
-			return
-		}
-		for s.sendRound() {
+		for {
+			due, ok := s.firstDue()
+			if !ok {
+				break
+			}
+			if wait := time.Until(due); wait > 0 {
+				timer.Reset(wait)
+				break
+			}
+			if !s.sendRound() {
+				break
+			}
 			select {
 			case <-s.stop:
 				return
@@ -221,18 +244,17 @@ func (s *Session) runRounds() {
 	}
 }
 
-// waitLinger waits the linger delay; false when the session ended meanwhile.
-func (s *Session) waitLinger() bool {
-	t := time.NewTimer(s.linger)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.stop:
-		return false
-	case <-s.lost:
-		return false
+// firstDue returns when the earliest queued op must be sent.
+func (s *Session) firstDue() (time.Time, bool) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	var due time.Time
+	for _, o := range s.queue {
+		if o.state != opCancelled && (due.IsZero() || o.due.Before(due)) {
+			due = o.due
+		}
 	}
+	return due, !due.IsZero()
 }
 
 // endRounds refuses new ops and fails the queued ones unsent.

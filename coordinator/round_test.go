@@ -610,3 +610,54 @@ func TestRoundOptionsAreValidated(t *testing.T) {
 		})
 	}
 }
+
+// Writes made with Linger wait for others to share their round; a write
+// without linger goes at once, and takes the lingering ones along.
+func TestLingeringWritesShareARound(t *testing.T) {
+	etcd := harness.StartEtcd(t, 1)
+	ctx := ctxFor(t, 30*time.Second)
+	c := newCoordinator(t, etcd.Client(t), "linger")
+	s := join(t, ctx, c, "a", coordinator.DefaultTTL)
+	claims := claimAll(t, ctx, s, partitions("t", 3))
+	const linger = 300 * time.Millisecond
+
+	// Two lingering commits made 50ms apart: one round.
+	before := c.Rounds()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				<-time.After(50 * time.Millisecond) // the second write comes later
+			}
+			errs[i] = claims[i].Commit(ctx, 10, 10, coordinator.Linger(linger))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	if took, rounds := time.Since(start), c.Rounds()-before; rounds != 1 || took < linger {
+		t.Fatalf("two lingering commits took %d rounds in %s, want 1 round after the %s linger", rounds, took, linger)
+	}
+
+	// A lingering intent, then an urgent commit: both go at once, in one round.
+	before, start = c.Rounds(), time.Now()
+	intent := make(chan error, 1)
+	go func() { intent <- claims[0].PutIntent(ctx, 10, 20, coordinator.Linger(linger)) }()
+	harness.Await(t, 5*time.Second, "the intent queued", func() bool { return time.Since(start) > 20*time.Millisecond })
+	if err := claims[2].Commit(ctx, 5, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-intent; err != nil {
+		t.Fatal(err)
+	}
+	if took, rounds := time.Since(start), c.Rounds()-before; rounds != 1 || took >= linger {
+		t.Fatalf("a lingering intent and an urgent commit took %d rounds in %s, want 1 round before the linger ends", rounds, took)
+	}
+}

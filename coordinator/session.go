@@ -45,6 +45,26 @@ func WithTTL(ttl time.Duration) SessionOption { return func(c *sessionConfig) { 
 // counts against a commit attempt's TTL/8.
 func WithLinger(d time.Duration) SessionOption { return func(c *sessionConfig) { c.linger = d } }
 
+// WriteOption configures one write of a claim (PutIntent, Commit).
+type WriteOption func(*op)
+
+// Linger lets the write wait up to d for other writes to share its round
+// (at most TTL/16), instead of the session's WithLinger delay. A replica
+// gives it to the blocks of partitions that caught up with the log end, whose
+// latency matters less than the transactions a trickle would cost, and not
+// to full blocks, which carry their own weight.
+func Linger(d time.Duration) WriteOption { return func(o *op) { o.linger = max(d, 0) } }
+
+// newWrite is newOp with the session's linger and the write's options.
+func (s *Session) newWrite(key string, cmps []clientv3.Cmp, then, els []clientv3.Op, opts []WriteOption) *op {
+	o := newOp(key, cmps, then, els)
+	o.linger = s.linger
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
+
 func (c sessionConfig) validate() error {
 	if err := ValidTTL(c.ttl); err != nil {
 		return err

@@ -385,9 +385,10 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		k := int(h.Sum32() % uint32(n))
 		toClaim = append(toClaim[k:], toClaim[:k]...)
 	}
+	var claimed []*coordinator.Claim
 	for _, p := range toClaim {
 		if ctx.Err() != nil || !s.Alive() {
-			return
+			break
 		}
 		r.mu.Lock()
 		_, have := r.owned[p]
@@ -402,6 +403,24 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			}
 			continue
 		}
+		claimed = append(claimed, c)
+	}
+	if r.start(ctx, hard, claimed, wg, exited) > 0 {
+		changed = true
+	}
+	if changed {
+		r.stats.Rebalances.Add(1)
+	}
+}
+
+// start runs a partition for each new claim and returns how many it
+// started. Where the start policy decides a partition's first offset, the
+// bounds of all of them are read at once: one ListOffsets per broker.
+func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, wg *sync.WaitGroup, exited chan<- *partition) int {
+	pts := make([]*partition, 0, len(claims))
+	var unplaced []kafka.TopicPartition
+	for _, c := range claims {
+		p := c.Partition()
 		f, err := r.consumer.Open(p.Topic, p.Partition)
 		if err != nil {
 			r.log.Error("cannot read partition", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
@@ -409,11 +428,31 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			continue
 		}
 		pt := newPartition(r, c, f)
+		pts = append(pts, pt)
+		if c.Offsets().ModRevision == 0 {
+			unplaced = append(unplaced, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+		}
+	}
+	if len(unplaced) > 0 {
+		// A partition this misses finds its bounds alone when it starts.
+		bounds, _, err := r.consumer.Bounds(ctx, unplaced)
+		if err != nil {
+			r.log.Warn("reading the bounds of new partitions failed", zap.Error(err))
+		}
+		for _, pt := range pts {
+			if b, ok := bounds[kafka.TopicPartition{Topic: pt.p.Topic, Partition: pt.p.Partition}]; ok {
+				pt.policyStart = b[0]
+				if r.cfg.Fetch.StartPolicy == kafka.StartLatest {
+					pt.policyStart = b[1]
+				}
+			}
+		}
+	}
+	for _, pt := range pts {
 		r.mu.Lock()
-		r.owned[p] = pt
+		r.owned[pt.p] = pt
 		r.mu.Unlock()
 		r.stats.Claims.Add(1)
-		changed = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -421,9 +460,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			exited <- pt
 		}()
 	}
-	if changed {
-		r.stats.Rebalances.Add(1)
-	}
+	return len(pts)
 }
 
 // resetsSeen tells the partitions an operator reset that their offsets
