@@ -67,6 +67,19 @@ type block struct {
 	from, next int64
 	records    []sinks.Record
 	bytes      int // what its batches hold of the memory budget
+	// full: it ended by size (rows, bytes, the budget), so its etcd writes
+	// go at once; a block that ended because the partition went quiet
+	// lets them linger for others to share their round.
+	full bool
+}
+
+// writeOptions are the block's etcd write options: a lingering round for a
+// block of a quiet partition, none for a full one.
+func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
+	if b.full || pt.r.cfg.CommitLinger <= 0 {
+		return nil
+	}
+	return []coordinator.WriteOption{coordinator.Linger(pt.r.cfg.CommitLinger)}
 }
 
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
@@ -271,9 +284,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	empties := 0
 	throttled := false
 	for {
-		if len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes ||
-			(!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
-			((empties >= cfg.MaxEmptyPolls || throttled) && !b.empty()) ||
+		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
+		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
+			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
 			(cfg.CommitMode == EveryBatch && !b.empty()) {
 			return b, nil
 		}
@@ -389,7 +402,8 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Next:       b.next,
 		Records:    b.records,
 	}
-	g := guard.New(committer{pt.claim, int64(len(b.records))}, pt, b.from, b.next)
+	opts := pt.writeOptions(b)
+	g := guard.New(committer{pt.claim, int64(len(b.records)), opts}, pt, b.from, b.next)
 	defer g.Release()
 
 	if pt.r.cfg.CommitMode == EveryBatch {
@@ -415,7 +429,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	}
 
 	if len(b.records) > 0 {
-		if err := pt.claim.PutIntent(ctx, b.from, b.next); err != nil {
+		if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -454,10 +468,11 @@ func (pt *partition) Rewind(from int64) {
 type committer struct {
 	claim *coordinator.Claim
 	rows  int64
+	opts  []coordinator.WriteOption
 }
 
 func (c committer) Commit(ctx context.Context, next int64) error {
-	return c.claim.Commit(ctx, next, c.rows)
+	return c.claim.Commit(ctx, next, c.rows, c.opts...)
 }
 
 // caughtUp reports whether a batch reached what can be read now: the last

@@ -385,21 +385,21 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		k := int(h.Sum32() % uint32(n))
 		toClaim = append(toClaim[k:], toClaim[:k]...)
 	}
+	r.mu.Lock()
+	toClaim = slices.DeleteFunc(toClaim, func(p coordinator.Partition) bool { _, have := r.owned[p]; return have })
+	r.mu.Unlock()
+	var got []*coordinator.Claim
+	var errs []error
+	if ctx.Err() == nil && s.Alive() && len(toClaim) > 0 {
+		// Every claim is its own compare, the partitions share
+		// transactions: a replica planned hundreds claims them in a few.
+		got, errs = s.ClaimAll(ctx, toClaim)
+	}
 	var claimed []*coordinator.Claim
-	for _, p := range toClaim {
-		if ctx.Err() != nil || !s.Alive() {
-			break
-		}
-		r.mu.Lock()
-		_, have := r.owned[p]
-		r.mu.Unlock()
-		if have {
-			continue
-		}
-		c, err := s.Claim(ctx, p)
-		if err != nil {
+	for i, c := range got {
+		if err := errs[i]; err != nil {
 			if !errors.Is(err, coordinator.ErrClaimed) {
-				r.log.Warn("claim failed", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
+				r.log.Warn("claim failed", zap.String("topic", toClaim[i].Topic), zap.Int("partition", toClaim[i].Partition), zap.Error(err))
 			}
 			continue
 		}

@@ -83,6 +83,7 @@ type runOptions struct {
 	leaseTTL       time.Duration
 	maxBlockRows   int
 	maxBlockBytes  byteSize
+	commitLinger   time.Duration
 	maxBufferBytes byteSize
 	flushInterval  time.Duration
 	maxEmptyPolls  int
@@ -151,6 +152,7 @@ once. Exit status 0.`,
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
+	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
 	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
@@ -200,6 +202,7 @@ func (o *runOptions) validate() error {
 		MaxBlockRows:    o.maxBlockRows,
 		FlushInterval:   o.flushInterval,
 		MaxEmptyPolls:   o.maxEmptyPolls,
+		CommitLinger:    o.commitLinger,
 		CommitMode:      mode,
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
@@ -208,6 +211,12 @@ func (o *runOptions) validate() error {
 	if o.cfg.ReplicaID == "" {
 		host, _ := os.Hostname()
 		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if o.commitLinger < 0 {
+		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)
+	}
+	if o.commitLinger == 0 {
+		o.cfg.CommitLinger = -1 // the library's zero is its default
 	}
 	if o.leaseTTL <= 0 || o.maxBlockRows <= 0 || o.flushInterval <= 0 || o.maxEmptyPolls <= 0 {
 		// Zero would mean "default" to the library; on the command line it
