@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -211,5 +212,43 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 	t.Logf("worst trickle latency %s", worst)
 	if worst > 2*time.Second {
 		t.Fatalf("a trickling record took %s to reach the sink, want under 2s", worst)
+	}
+}
+
+// The start policy, read for all new partitions with one ListOffsets per
+// broker: latest skips what was there before the group started, earliest
+// takes it.
+func TestStartPolicyForNewPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		policy kafka.StartPolicy
+		want   int64 // records per partition in the sink
+	}{{kafka.StartLatest, 3}, {kafka.StartEarliest, 8}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			e := newEnv(t, "policy", 3)
+			e.produce(5)
+			sink := newCountingSink()
+			cfg := e.config("r1")
+			cfg.Fetch.StartPolicy = tc.policy
+			rn := e.start(cfg, sink)
+			start := int64(5)
+			if tc.policy == kafka.StartEarliest {
+				start = 0
+			}
+			await(t, 10*time.Second, "every partition started where the policy says", func() bool {
+				lags := rn.r.Lag()
+				for _, l := range lags {
+					if l.Committed != start {
+						return false
+					}
+				}
+				return len(lags) == 3
+			})
+			e.produce(3)
+			ends := e.logEnds()
+			await(t, 10*time.Second, "the new records committed", func() bool { return e.allCommitted(ends) })
+			if got := sink.total.Load(); got != 3*tc.want {
+				t.Fatalf("%d records written with start policy %s, want %d", got, tc.policy, 3*tc.want)
+			}
+		})
 	}
 }

@@ -27,9 +27,9 @@ type partition struct {
 	log   *zap.Logger
 
 	gen int64 // generation of the offsets the position came from
-	// policyStart is where the start policy puts the partition, found for
-	// many partitions at once when they were claimed; -1 unknown.
-	policyStart int64
+	// policyStart, when set, has where the start policy puts the
+	// partition, read for many partitions at once when they were claimed.
+	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
 
@@ -49,14 +49,13 @@ type partition struct {
 func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition {
 	p := c.Partition()
 	pt := &partition{
-		r:           r,
-		policyStart: -1,
-		claim:       c,
-		p:           p,
-		f:           f,
-		log:         r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
+		r:     r,
+		claim: c,
+		p:     p,
+		f:     f,
+		log:   r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
 	return pt
@@ -258,8 +257,10 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if have {
 		return next, nil
 	}
-	if pt.policyStart >= 0 {
-		return pt.policyStart, nil
+	if pt.policyStart != nil {
+		if start, ok := pt.policyStart.start(ctx, pt.p, pt.r.cfg.Fetch.StartPolicy); ok {
+			return start, nil
+		}
 	}
 	earliest, logEnd, err := pt.f.Bounds(ctx)
 	if err != nil {

@@ -429,30 +429,32 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		}
 		pt := newPartition(r, c, f)
 		pts = append(pts, pt)
+		r.mu.Lock()
+		r.owned[pt.p] = pt
+		r.mu.Unlock()
+		r.stats.Claims.Add(1)
 		if c.Offsets().ModRevision == 0 {
 			unplaced = append(unplaced, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 		}
 	}
 	if len(unplaced) > 0 {
-		// A partition this misses finds its bounds alone when it starts.
-		bounds, _, err := r.consumer.Bounds(ctx, unplaced)
-		if err != nil {
-			r.log.Warn("reading the bounds of new partitions failed", zap.Error(err))
-		}
-		for _, pt := range pts {
-			if b, ok := bounds[kafka.TopicPartition{Topic: pt.p.Topic, Partition: pt.p.Partition}]; ok {
-				pt.policyStart = b[0]
-				if r.cfg.Fetch.StartPolicy == kafka.StartLatest {
-					pt.policyStart = b[1]
-				}
+		// One request per broker for all of them, on the side: the
+		// session's loop does not wait on Kafka, and a partition that
+		// this misses finds its bounds alone.
+		sb := &startBounds{done: make(chan struct{})}
+		go func() {
+			defer close(sb.done)
+			b, _, err := r.consumer.Bounds(hard, unplaced)
+			if err != nil {
+				r.log.Warn("reading the bounds of new partitions failed", zap.Error(err))
 			}
+			sb.bounds = b
+		}()
+		for _, pt := range pts {
+			pt.policyStart = sb
 		}
 	}
 	for _, pt := range pts {
-		r.mu.Lock()
-		r.owned[pt.p] = pt
-		r.mu.Unlock()
-		r.stats.Claims.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -461,6 +463,27 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		}()
 	}
 	return len(pts)
+}
+
+// startBounds are the bounds of newly claimed partitions, read for all of
+// them at once; bounds is set when done is closed.
+type startBounds struct {
+	done   chan struct{}
+	bounds map[kafka.TopicPartition][2]int64
+}
+
+// start returns where the start policy puts p, if the shared read found it.
+func (sb *startBounds) start(ctx context.Context, p coordinator.Partition, policy kafka.StartPolicy) (int64, bool) {
+	select {
+	case <-sb.done:
+	case <-ctx.Done():
+		return 0, false
+	}
+	b, ok := sb.bounds[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+	if policy == kafka.StartLatest {
+		return b[1], ok
+	}
+	return b[0], ok
 }
 
 // resetsSeen tells the partitions an operator reset that their offsets
