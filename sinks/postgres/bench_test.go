@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -bench Round -benchtime 20x ./sinks/postgres/
 func BenchmarkRound(b *testing.B) {
 	pg := harness.StartPostgres(b)
-	const rows = 10 // per block
+	const rows = 10                                             // per block
 	value := `{"pad":"` + strings.Repeat("x", 90) + `","n":%d}` // about 100 bytes
 	for _, mode := range []string{"raw", "columns"} {
 		for _, parts := range []int{8, 64} {
