@@ -78,9 +78,9 @@ type Sink interface {
 // slices once WriteBlocks returns. Beyond those:
 //
 //   - blocks holds at most one block per topic-partition, in no particular
-//     order; a call with two blocks of one partition is refused whole.
-//     WriteBlocks is called concurrently with Write and other WriteBlocks,
-//     never for a partition that another call is writing.
+//     order; a sink may refuse a call that breaks this, whole. WriteBlocks
+//     is called concurrently with Write and other WriteBlocks, never for a
+//     partition that another call is writing.
 //   - errs has one entry per block, errs[i] for blocks[i], nil entries
 //     included: len(errs) == len(blocks).
 //   - Each block is all-or-nothing and independent of the others' outcomes:

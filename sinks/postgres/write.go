@@ -409,7 +409,9 @@ func (a *attempt) deadLetters(w *blockWrite) (q string, args []any) {
 }
 
 // rawSource feeds the raw table's COPY, one reused row at a time (pgx
-// encodes each row before it asks for the next).
+// encodes each row before it asks for the next). Its error, and
+// stageRawSource's, fails the whole call; encodeHeaders, the one step
+// that returns errors, encodes strings only and has no input it refuses.
 type rawSource struct {
 	r   *run
 	i   int
