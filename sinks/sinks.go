@@ -1,7 +1,7 @@
 // Package sinks is the contract between a replica and the store it writes to.
 // Each store lives in a package of its own below this one and returns a
 // concrete type from its New; the replica only needs Sink, and finds the
-// optional upgrades (Resumer) by type assertion.
+// optional upgrades (Resumer, BatchWriter) by type assertion.
 package sinks
 
 import (
@@ -65,6 +65,41 @@ type Block struct {
 type Sink interface {
 	Write(ctx context.Context, b *Block) error
 	Close() error
+}
+
+// BatchWriter is implemented by sinks that can store the blocks of several
+// partitions in one call, so that the blocks of a round (blocks that ended
+// together) cost the store one round trip or one transaction instead of
+// one each. If a Sink does not implement BatchWriter, the replica calls
+// Write once per block.
+//
+// Each block is written under Write's rules, as Write would write it alone
+// (Check included), and the sink must not keep or change any block's
+// slices once WriteBlocks returns. Beyond those:
+//
+//   - blocks holds at most one block per topic-partition, in no particular
+//     order; a sink may refuse a call that breaks this, whole. WriteBlocks
+//     is called concurrently with Write and other WriteBlocks, never for a
+//     partition that another call is writing.
+//   - errs has one entry per block, errs[i] for blocks[i], nil entries
+//     included: len(errs) == len(blocks).
+//   - Each block is all-or-nothing and independent of the others' outcomes:
+//     errs[i] is nil only when all of blocks[i] is durable (its offset is
+//     committed next), whatever became of the others. A block refused on
+//     its own account, as fenced (an error wrapping ErrFenced) or by Check,
+//     does not fail the others; its entry is what Write would have returned
+//     for it, and a sink that stores blocks in transactions stores nothing
+//     of it.
+//   - An error of the whole call (the store unreachable after the sink's
+//     own retries, ctx done, the sink closed) is returned for every block,
+//     each entry wrapping it; only a block refused by Check keeps its own
+//     error. As after a failed Write, the replica writes such a block
+//     again, and whatever the failed call left of it gives way to that.
+type BatchWriter interface {
+	// WriteBlocks stores blocks, at most one per partition; errs has one
+	// entry per block, nil when that block is durable, and each block
+	// stands or falls on its own.
+	WriteBlocks(ctx context.Context, blocks []*Block) (errs []error)
 }
 
 // Resumer is implemented by sinks that store their own offsets together with

@@ -11,7 +11,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// ErrClosed is returned by Write after Close.
+// ErrClosed is returned by Write and WriteBlocks after Close.
 var ErrClosed = errors.New("discard sink is closed")
 
 // Sink counts what it is written. It is safe for concurrent use.
@@ -20,6 +20,8 @@ type Sink struct {
 	blocks  atomic.Int64
 	closed  atomic.Bool
 }
+
+var _ sinks.BatchWriter = (*Sink)(nil)
 
 // New returns a sink with its counters at zero.
 func New() *Sink { return &Sink{} }
@@ -39,6 +41,16 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	s.records.Add(int64(len(b.Records)))
 	s.blocks.Add(1)
 	return nil
+}
+
+// WriteBlocks counts each block as Write does, with an error for each
+// block Write would refuse; see sinks.BatchWriter.
+func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	for i, b := range blocks {
+		errs[i] = s.Write(ctx, b)
+	}
+	return errs
 }
 
 // Close makes later writes fail with ErrClosed. It is idempotent and always

@@ -44,6 +44,40 @@ func TestCounts(t *testing.T) {
 	}
 }
 
+func TestWriteBlocksCounts(t *testing.T) {
+	s := discard.New()
+	ctx := context.Background()
+	blocks := []*sinks.Block{
+		{Topic: "orders", From: 0, Next: 3, Records: make([]sinks.Record, 3)},
+		nil,
+		{Topic: "orders", Partition: 1, From: 0, Next: 9},
+		{Topic: "payments", From: 0, Next: 2, Records: make([]sinks.Record, 2)},
+	}
+	errs := s.WriteBlocks(ctx, blocks)
+	if len(errs) != 4 || errs[0] != nil || errs[1] == nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("WriteBlocks = %v, want an error for the nil block only", errs)
+	}
+	if s.Records() != 5 || s.Blocks() != 3 {
+		t.Errorf("counted %d records in %d blocks, want 5 in 3", s.Records(), s.Blocks())
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for i, err := range s.WriteBlocks(cctx, blocks[:1]) {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled WriteBlocks, block %d: %v", i, err)
+		}
+	}
+	s.Close()
+	for i, err := range s.WriteBlocks(ctx, []*sinks.Block{blocks[0], blocks[2]}) {
+		if !errors.Is(err, discard.ErrClosed) {
+			t.Errorf("WriteBlocks after Close, block %d: %v", i, err)
+		}
+	}
+	if s.Records() != 5 || s.Blocks() != 3 {
+		t.Errorf("after refused calls: %d records in %d blocks, want 5 in 3", s.Records(), s.Blocks())
+	}
+}
+
 func BenchmarkWrite(b *testing.B) {
 	s := discard.New()
 	blk := &sinks.Block{Topic: "orders", From: 0, Next: 500, Records: make([]sinks.Record, 500)}

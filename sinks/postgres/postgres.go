@@ -56,10 +56,11 @@
 // a nil header value is "value": null. ReadAll reads the table back as
 // records.
 //
-// Rows go in with one COPY. A block that brings offsets the table holds
-// already (re-delivery after an operator reset) goes through a staging
-// table and INSERT ... ON CONFLICT DO NOTHING instead: the rows held are
-// kept as they are.
+// Rows go in with one COPY, those of all the blocks of a WriteBlocks
+// together. A block that brings offsets the table holds already
+// (re-delivery after an operator reset) goes through a staging table and
+// INSERT ... ON CONFLICT DO NOTHING instead: the rows held are kept as
+// they are.
 //
 // # Columns mode
 //
@@ -73,7 +74,8 @@
 // kafka_offset, kafka_key (bytea: a text column would get the hex form)
 // and kafka_timestamp, when the table has them, are filled from the record
 // instead of its value: they tie each row to its offset. The rows are copied into a
-// staging table and inserted with one INSERT ... SELECT.
+// staging table and inserted with one INSERT ... SELECT, those of all the
+// blocks of a WriteBlocks together.
 //
 // # Dead letters
 //
@@ -89,8 +91,8 @@
 // In raw mode only a row refused by a constraint or trigger added to the
 // table. When the insert of a block fails on its rows' data, the rows are
 // halved under savepoints until each refused row is alone, so a few bad
-// records cost a few statements each and never hold back their neighbours.
-// DeadLetters counts them.
+// records cost a few statements each and never hold back their neighbours,
+// nor the other blocks written with them. DeadLetters counts them.
 //
 // # Offsets, fencing and exactly-once
 //
@@ -110,6 +112,15 @@
 // an operator reset (a new generation) the block is written whole, and the
 // stored next follows it back.
 //
+// WriteBlocks (sinks.BatchWriter) writes the blocks of several partitions
+// in one transaction, each checked against its own offsets row as above:
+// it locks the rows in the order of (topic, partition), which every
+// transaction of the sink follows, so that two writers of overlapping
+// partitions wait for each other instead of deadlocking; a block whose
+// row holds a higher epoch is refused with sinks.ErrFenced before
+// anything is written, and the other blocks commit; each block sets its
+// own row. Write is WriteBlocks of one block.
+//
 // Resume returns the stored next and generation; the replica starts from it
 // when it is ahead of etcd's and of the same generation, so a crash between
 // this commit and the etcd commit replays nothing.
@@ -123,16 +134,20 @@
 //
 // # Lost connections
 //
-// A Write that loses its connection (PostgreSQL restarted, failed over or
-// unreachable) is retried as a whole with backoff for up to retry_timeout.
-// Whether a lost commit happened is read from the offsets row by the next
-// attempt, as above, so nothing is applied twice. Retries counts them.
+// A write that loses its connection (PostgreSQL restarted, failed over or
+// unreachable) is retried as a whole, all its blocks, with backoff for up
+// to retry_timeout. Whether a lost commit happened is read from the offsets
+// rows by the next attempt, as above, so nothing is applied twice. Retries
+// counts them.
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,18 +159,18 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// ErrClosed is returned by Write and Resume after Close.
+// ErrClosed is returned by Write, WriteBlocks and Resume after Close.
 var ErrClosed = errors.New("postgres sink is closed")
 
 // Sink writes blocks to PostgreSQL. It is safe for concurrent use; writes
-// to different partitions run in parallel, each on a connection of its own
-// from the pool.
+// to different partitions run in parallel, each Write or WriteBlocks on a
+// connection of its own from the pool.
 type Sink struct {
 	cfg  config
 	pool *pgxpool.Pool
 	sql  statements
 
-	// life is held shared by Write and Resume and exclusively by Close, so
+	// life is held shared by writes and Resume and exclusively by Close, so
 	// that Close waits for the writes in flight and none starts after it.
 	life   sync.RWMutex
 	closed bool
@@ -166,6 +181,7 @@ type Sink struct {
 
 var _ sinks.Sink = (*Sink)(nil)
 var _ sinks.Resumer = (*Sink)(nil)
+var _ sinks.BatchWriter = (*Sink)(nil)
 
 // New connects to the database of url, creates the tables that are missing
 // and, in columns mode, reads the table's columns. ctx bounds only this;
@@ -232,8 +248,8 @@ func (s *Sink) Mode() Mode { return s.cfg.mode }
 // in writes that committed.
 func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
 
-// Retries counts the attempts that Write made again after losing its
-// connection.
+// Retries counts the attempts that Write and WriteBlocks made again after
+// losing their connection.
 func (s *Sink) Retries() int64 { return s.retries.Load() }
 
 // Write stores b and the partition's (next, epoch, generation) in one
@@ -241,46 +257,101 @@ func (s *Sink) Retries() int64 { return s.retries.Load() }
 // sinks.ErrFenced means a newer owner wrote to the partition: nothing was
 // stored, and writing again cannot succeed. A cancelled ctx fails the write
 // with an error wrapping ctx's, unless the commit went through already.
+// Write is WriteBlocks of one block.
 func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
-	if b == nil {
-		return errors.New("write: nil block")
+	return s.WriteBlocks(ctx, []*sinks.Block{b})[0]
+}
+
+// WriteBlocks stores blocks of different partitions in one transaction,
+// each block together with its partition's (next, epoch, generation) and
+// checked against that partition's offsets row exactly as Write checks a
+// block; see sinks.BatchWriter and the package documentation. A block
+// refused as fenced (an error wrapping sinks.ErrFenced) stores nothing and
+// the others commit; a block that Check refuses is left out. An error of
+// the transaction (a lost connection past retry_timeout, ctx done, a
+// statement that failed) is every block's: nothing of the call is stored.
+// The whole call holds one connection from the pool.
+func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	order := make([]int, 0, len(blocks)) // the blocks to write, by (topic, partition)
+	for i, b := range blocks {
+		if b == nil {
+			errs[i] = errors.New("write: nil block")
+			continue
+		}
+		if err := b.Check(); err != nil {
+			errs[i] = fmt.Errorf("write %s: %w", b, err)
+			continue
+		}
+		order = append(order, i)
 	}
-	if err := b.Check(); err != nil {
-		return fmt.Errorf("write %s: %w", b, err)
+	// One order for every transaction, so that two of them that lock the
+	// same offsets rows (a zombie's and the owner's) cannot deadlock.
+	slices.SortFunc(order, func(i, j int) int {
+		return cmp.Or(strings.Compare(blocks[i].Topic, blocks[j].Topic), cmp.Compare(blocks[i].Partition, blocks[j].Partition))
+	})
+	fail := func(err error) []error {
+		for _, i := range order {
+			errs[i] = fmt.Errorf("write %s: %w", blocks[i], err)
+		}
+		return errs
 	}
+	sorted := make([]*sinks.Block, len(order))
+	rows := 0
+	for k, i := range order {
+		sorted[k] = blocks[i]
+		rows += len(blocks[i].Records)
+		if k > 0 && sorted[k].Topic == sorted[k-1].Topic && sorted[k].Partition == sorted[k-1].Partition {
+			return fail(fmt.Errorf("two blocks of %s/%d in one call", sorted[k].Topic, sorted[k].Partition))
+		}
+	}
+	if len(sorted) == 0 {
+		return errs
+	}
+
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed {
-		return fmt.Errorf("write %s: %w", b, ErrClosed)
+		return fail(ErrClosed)
 	}
 	var giveUp time.Time
 	wait := retryFirst
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("write %s: %w", b, err)
+			return fail(err)
 		}
-		dead, err := s.writeOnce(ctx, b)
+		ws, err := s.writeOnce(ctx, sorted)
 		switch {
 		case err == nil:
-			s.deadLetters.Add(int64(dead))
-			return nil
+			for k, w := range ws {
+				if w.fenced != nil {
+					errs[order[k]] = fmt.Errorf("write %s: %w", w.b, w.fenced)
+					continue
+				}
+				s.deadLetters.Add(int64(len(w.dead)))
+			}
+			return errs
 		case ctx.Err() != nil:
-			return fmt.Errorf("write %s: %w: %w", b, ctx.Err(), err)
-		case errors.Is(err, sinks.ErrFenced), !transient(err):
-			return fmt.Errorf("write %s: %w", b, err)
+			return fail(fmt.Errorf("%w: %w", ctx.Err(), err))
+		case !transient(err):
+			return fail(err)
 		}
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
 		if time.Now().Add(wait).After(giveUp) {
-			return fmt.Errorf("write %s: still failing after %d attempts in %s: %w", b, attempt, s.cfg.retryTimeout, err)
+			return fail(fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err))
 		}
 		s.retries.Add(1)
-		s.cfg.log.Warn("write lost its connection; retrying",
-			zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next),
-			zap.Int("attempt", attempt), zap.Error(err))
+		fields := []zap.Field{zap.Int("attempt", attempt), zap.Error(err)}
+		if b := sorted[0]; len(sorted) == 1 {
+			fields = append(fields, zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next))
+		} else {
+			fields = append(fields, zap.Int("blocks", len(sorted)), zap.Int("rows", rows))
+		}
+		s.cfg.log.Warn("write lost its connection; retrying", fields...)
 		if err := sleep(ctx, wait); err != nil {
-			return fmt.Errorf("write %s: %w", b, err)
+			return fail(err)
 		}
 		wait = min(2*wait, retryMax)
 	}

@@ -36,7 +36,7 @@ func sinkURL(pg *harness.Postgres, params string) (url string, n int64) {
 	return url, n
 }
 
-func open(t *testing.T, url string, opts ...postgres.Option) *postgres.Sink {
+func open(t testing.TB, url string, opts ...postgres.Option) *postgres.Sink {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -63,7 +63,9 @@ func createDeadLetterTable(t pgx.Identifier) string {
 // a session), made when the pool opens the connection. Rows are staged
 // only on the slow path, and ON COMMIT DELETE ROWS empties them at the end
 // of a transaction that used them; transactions that did not touch them
-// skip that truncation.
+// skip that truncation. The rows of all the blocks of a call are staged
+// together, numbered by ord across the blocks, each row naming its
+// partition, so that one insert takes them all.
 const (
 	stageRaw  = "offsetkeeper_stage_raw"
 	stageCols = "offsetkeeper_stage_columns"
@@ -71,6 +73,8 @@ const (
 
 const createStageRaw = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageRaw + ` (
 	ord integer NOT NULL,
+	topic text NOT NULL,
+	partition integer NOT NULL,
 	"offset" bigint NOT NULL,
 	key bytea,
 	value text,
@@ -81,14 +85,16 @@ const createStageRaw = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageRaw + ` (
 
 const createStageCols = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageCols + ` (
 	ord integer NOT NULL,
+	topic text NOT NULL,
+	partition integer NOT NULL,
 	"offset" bigint NOT NULL,
 	key bytea,
 	"timestamp" timestamptz NOT NULL,
 	value text NOT NULL
 ) ON COMMIT DELETE ROWS`
 
-var stageRawColumns = []string{"ord", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
-var stageColsColumns = []string{"ord", "offset", "key", "timestamp", "value"}
+var stageRawColumns = []string{"ord", "topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
+var stageColsColumns = []string{"ord", "topic", "partition", "offset", "key", "timestamp", "value"}
 
 // ensureTables creates the tables the mode needs, under the advisory lock.
 func ensureTables(ctx context.Context, pool *pgxpool.Pool, c *config) error {
@@ -112,8 +118,8 @@ func ensureTables(ctx context.Context, pool *pgxpool.Pool, c *config) error {
 // Columns of a columns-mode table that come from the record rather than
 // from its value; a field of the value with one of these names is ignored.
 var metaColumns = map[string]string{
-	"kafka_topic":     "m.topic",
-	"kafka_partition": "m.partition",
+	"kafka_topic":     "s.topic",
+	"kafka_partition": "s.partition",
 	"kafka_offset":    `s."offset"`,
 	"kafka_key":       "s.key",
 	"kafka_timestamp": `s."timestamp"`,
@@ -185,14 +191,13 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 	for i, c := range cols {
 		names[i], exprs[i] = c.name, c.expr
 	}
-	// $1 topic, $2 partition, $3 and $4 the staged rows [lo, hi).
+	// $1 and $2: the staged rows [lo, hi).
 	return `INSERT INTO ` + t.Sanitize() + ` (` + strings.Join(names, ", ") + `)
 SELECT ` + strings.Join(exprs, ", ") + `
-FROM (SELECT $1::text AS topic, $2::integer AS partition) m
-CROSS JOIN ` + stageCols + ` s
+FROM ` + stageCols + ` s
 CROSS JOIN LATERAL (SELECT s.value::jsonb AS v) j
 CROSS JOIN LATERAL jsonb_populate_record(NULL::` + t.Sanitize() + `, j.v) r
-WHERE s.ord >= $3 AND s.ord < $4
+WHERE s.ord >= $1 AND s.ord < $2
 ORDER BY s.ord`, nil
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -22,8 +23,8 @@ type statements struct {
 	setOffsets string
 	resume     string
 	deadLetter string
-	rawInsert  string // stage → table, skipping rows already held
-	colsInsert string // stage → table through jsonb_populate_record
+	rawInsert  string // staged rows [$1, $2) → table, skipping rows already held; $3: value NULL
+	colsInsert string // staged rows [$1, $2) → table through jsonb_populate_record
 }
 
 func buildStatements(c *config, colsInsert string) statements {
@@ -42,9 +43,9 @@ FROM unnest($3::bigint[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::text[
 ON CONFLICT (topic, partition, "offset") DO UPDATE
 SET key = excluded.key, value = excluded.value, "timestamp" = excluded."timestamp", error = excluded.error, failed_at = now()`,
 		rawInsert: `INSERT INTO ` + c.table.Sanitize() + ` (topic, partition, "offset", key, value, value_bytes, "timestamp", headers)
-SELECT $1::text, $2::integer, s."offset", s.key, CASE WHEN $5::boolean THEN NULL ELSE s.value::jsonb END, s.value_bytes, s."timestamp", s.headers
+SELECT s.topic, s.partition, s."offset", s.key, CASE WHEN $3::boolean THEN NULL ELSE s.value::jsonb END, s.value_bytes, s."timestamp", s.headers
 FROM ` + stageRaw + ` s
-WHERE s.ord >= $3 AND s.ord < $4
+WHERE s.ord >= $1 AND s.ord < $2
 ORDER BY s.ord
 ON CONFLICT (topic, partition, "offset") DO NOTHING`,
 		colsInsert: colsInsert,
@@ -65,30 +66,103 @@ type deadLetter struct {
 	reason string
 }
 
-// attempt is one try at a Write: one transaction.
-type attempt struct {
-	s    *Sink
-	tx   pgx.Tx
-	b    *sinks.Block
-	recs []sinks.Record // the block's records the sink does not hold yet
-	dead []deadLetter
+// blockWrite is one block's share of an attempt.
+type blockWrite struct {
+	b      *sinks.Block
+	st     stored         // the partition's offsets row, locked
+	fenced error          // why the block is refused: a newer epoch wrote the partition
+	recs   []sinks.Record // the block's records the sink does not hold yet
+	next   int64          // the next offset to store
+	dead   []deadLetter
 }
 
-// writeOnce writes b in one transaction and returns how many of its
-// records went to the dead-letter table. It is safe to call again after
-// any failure, including one whose commit may or may not have happened: it
-// starts by reading the partition's offsets row under a lock, and the
+// plan decides from the locked offsets row what the block still has to
+// do, exactly as for a block written alone: refuse it if a newer epoch
+// wrote the partition, else skip what lies below the stored next of the
+// same generation.
+func (w *blockWrite) plan(offsets string) {
+	b := w.b
+	if w.st.epoch > b.Epoch {
+		w.fenced = fmt.Errorf("%w: epoch %d is below epoch %d stored in %s", sinks.ErrFenced, b.Epoch, w.st.epoch, offsets)
+		return
+	}
+	w.recs, w.next = b.Records, b.Next
+	if w.st.exists() && w.st.generation == b.Generation {
+		// Within a generation the partition's offsets only move forward
+		// through the sink: what lies below the stored next is in.
+		i := sort.Search(len(b.Records), func(i int) bool { return b.Records[i].Offset >= w.st.next })
+		w.recs = b.Records[i:]
+		w.next = max(w.next, w.st.next)
+	}
+}
+
+// redelivery reports whether the block comes again after an operator's
+// reset: it may bring offsets the table holds.
+func (w *blockWrite) redelivery() bool { return w.st.exists() && w.st.generation != w.b.Generation }
+
+// run is the records of several blocks as one sequence, the way one COPY
+// or one insert takes them: those of ws[0], then those of ws[1], and so
+// on. A record's position in the run is its ord in the staging table.
+type run struct {
+	ws     []*blockWrite // blocks with records only
+	starts []int         // starts[k]: the position of ws[k].recs[0]; starts[len(ws)]: the run's length
+}
+
+func newRun(ws []*blockWrite) *run {
+	r := &run{starts: []int{0}}
+	for _, w := range ws {
+		if len(w.recs) > 0 {
+			r.ws = append(r.ws, w)
+			r.starts = append(r.starts, r.starts[len(r.starts)-1]+len(w.recs))
+		}
+	}
+	return r
+}
+
+func (r *run) len() int { return r.starts[len(r.ws)] }
+
+// at returns the record at position i and its block.
+func (r *run) at(i int) (*blockWrite, *sinks.Record) {
+	k, found := slices.BinarySearch(r.starts, i)
+	if !found {
+		k--
+	}
+	w := r.ws[k]
+	return w, &w.recs[i-r.starts[k]]
+}
+
+// attempt is one try at a call: one transaction for all its blocks.
+type attempt struct {
+	s  *Sink
+	tx pgx.Tx
+}
+
+// writeOnce writes blocks, ordered by (topic, partition) with one block
+// per partition, in one transaction, and returns what became of each:
+// refused as fenced, or written with so many dead letters. An error is
+// the whole transaction's: nothing was stored, or the commit may or may
+// not have happened. It is safe to call again after any failure: it
+// starts by reading the partitions' offsets rows under a lock, and the
 // records below the stored next of the same generation are already in, so
 // they are not written twice.
-func (s *Sink) writeOnce(ctx context.Context, b *sinks.Block) (int, error) {
+//
+// The rows are locked in the blocks' order, which every transaction of the
+// sink follows, so two of them (a zombie's and the owner's) wait for each
+// other instead of deadlocking. A fenced block is known from its row
+// before any block is written: it writes nothing, needs nothing rolled
+// back, and the others go on. The records of all the other blocks go in
+// together (one COPY, or one staging and one insert), each keeping its own
+// dead letters and setting its own offsets row.
+func (s *Sink) writeOnce(ctx context.Context, blocks []*sinks.Block) ([]*blockWrite, error) {
+	off := s.cfg.offsets.Sanitize()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		// After Commit this is a no-op; after a failure it must not be cut
@@ -99,133 +173,176 @@ func (s *Sink) writeOnce(ctx context.Context, b *sinks.Block) (int, error) {
 		_ = tx.Rollback(rctx)
 	}()
 
+	ws := make([]*blockWrite, len(blocks))
 	batch := &pgx.Batch{}
-	var st stored
-	batch.Queue(s.sql.lock, s.cfg.group, b.Topic, b.Partition).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&st.next, &st.epoch, &st.generation)
-	})
+	for i, b := range blocks {
+		w := &blockWrite{b: b}
+		ws[i] = w
+		batch.Queue(s.sql.lock, s.cfg.group, b.Topic, b.Partition).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&w.st.next, &w.st.epoch, &w.st.generation)
+		})
+	}
 	if s.cfg.mode == Raw {
 		batch.Queue(`SAVEPOINT offsetkeeper_copy`)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return 0, fmt.Errorf("lock the offsets row in %s: %w", s.cfg.offsets.Sanitize(), err)
+		return nil, fmt.Errorf("lock the offsets rows in %s: %w", off, err)
 	}
-	if st.epoch > b.Epoch {
-		return 0, fmt.Errorf("%w: epoch %d is below epoch %d stored in %s", sinks.ErrFenced, b.Epoch, st.epoch, s.cfg.offsets.Sanitize())
+	var live []*blockWrite
+	for _, w := range ws {
+		if w.plan(off); w.fenced == nil {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		return ws, nil // all fenced: nothing to store
 	}
 
-	a := &attempt{s: s, tx: tx, b: b, recs: b.Records}
-	next := b.Next
-	if st.exists() && st.generation == b.Generation {
-		// Within a generation the partition's offsets only move forward
-		// through the sink: what lies below the stored next is in.
-		i := sort.Search(len(b.Records), func(i int) bool { return b.Records[i].Offset >= st.next })
-		a.recs = b.Records[i:]
-		next = max(next, st.next)
+	a := &attempt{s: s, tx: tx}
+	switch s.cfg.mode {
+	case Raw:
+		err = a.raw(ctx, live)
+	default:
+		err = a.columns(ctx, live)
 	}
-	if len(a.recs) > 0 {
-		switch s.cfg.mode {
-		case Raw:
-			// After an operator's reset the block may bring offsets the
-			// table holds: skip the COPY that would fail on them.
-			redelivery := st.exists() && st.generation != b.Generation
-			err = a.raw(ctx, redelivery)
-		default:
-			err = a.columns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The dead letters and the offsets rows, in one round trip.
+	batch = &pgx.Batch{}
+	var what []string
+	for _, w := range live {
+		if q, args := a.deadLetters(w); q != "" {
+			batch.Queue(q, args...)
+			what = append(what, "insert into "+s.cfg.deadLetters.Sanitize())
 		}
-		if err != nil {
-			return 0, err
-		}
+		b := w.b
+		batch.Queue(s.sql.setOffsets, s.cfg.group, b.Topic, b.Partition, w.next, b.Epoch, b.Generation)
+		what = append(what, fmt.Sprintf("update the offsets row of %s/%d in %s", b.Topic, b.Partition, off))
 	}
-	if err := a.deadLetters(ctx); err != nil {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, s.sql.setOffsets, s.cfg.group, b.Topic, b.Partition, next, b.Epoch, b.Generation); err != nil {
-		return 0, fmt.Errorf("update the offsets row in %s: %w", s.cfg.offsets.Sanitize(), err)
+	if err := sendAll(ctx, tx, batch, what); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return nil, fmt.Errorf("commit: %w", err)
 	}
-	if len(a.dead) > 0 {
-		s.cfg.log.Warn("records moved to the dead-letter table",
-			zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next),
-			zap.Int("rows", len(a.dead)), zap.Int64("offset", a.dead[0].rec.Offset), zap.String("error", a.dead[0].reason))
+	for _, w := range live {
+		if len(w.dead) > 0 {
+			b := w.b
+			s.cfg.log.Warn("records moved to the dead-letter table",
+				zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", b.Next),
+				zap.Int("rows", len(w.dead)), zap.Int64("offset", w.dead[0].rec.Offset), zap.String("error", w.dead[0].reason))
+		}
 	}
-	return len(a.dead), nil
+	return ws, nil
 }
 
-// raw writes the records into the raw table: a COPY straight into it
-// first, and if the rows themselves made it fail (offsets the table holds
-// already, a value jsonb refuses), through the staging table, which skips
-// rows already held and finds the rows the table refuses.
-func (a *attempt) raw(ctx context.Context, redelivery bool) error {
-	s := a.s
-	if !redelivery {
-		src := &rawSource{b: a.b, recs: a.recs, row: make([]any, len(rawColumns))}
-		_, err := a.tx.CopyFrom(ctx, s.cfg.table, rawColumns, src)
-		if err == nil {
-			return nil
-		}
-		if src.err != nil {
-			return src.err
-		}
-		if !recordFault(err) {
-			return fmt.Errorf("copy into %s: %w", s.cfg.table.Sanitize(), err)
-		}
-		if _, err := a.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT offsetkeeper_copy`); err != nil {
-			return fmt.Errorf("roll back the copy into %s: %w", s.cfg.table.Sanitize(), err)
+// sendAll runs the statements of batch in one round trip; what names each
+// in the error of the first that fails.
+func sendAll(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, what []string) error {
+	br := tx.SendBatch(ctx, batch)
+	for _, w := range what {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("%s: %w", w, err)
 		}
 	}
-	src := &stageRawSource{recs: a.recs, row: make([]any, len(stageRawColumns))}
+	return br.Close()
+}
+
+// raw writes the blocks' records into the raw table: one COPY of all of
+// them straight into it first, and if the rows themselves made it fail
+// (offsets the table holds already, a value jsonb refuses), through the
+// staging table, which skips rows already held and finds the rows the
+// table refuses. Blocks that come again after an operator's reset may
+// bring offsets the table holds: they skip the COPY that would fail on
+// them.
+func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
+	s := a.s
+	var direct, staged []*blockWrite
+	for _, w := range live {
+		if w.redelivery() {
+			staged = append(staged, w)
+		} else {
+			direct = append(direct, w)
+		}
+	}
+	if r := newRun(direct); r.len() > 0 {
+		src := &rawSource{r: r, row: make([]any, len(rawColumns))}
+		_, err := a.tx.CopyFrom(ctx, s.cfg.table, rawColumns, src)
+		switch {
+		case err == nil:
+		case src.err != nil:
+			return src.err
+		case !recordFault(err):
+			return fmt.Errorf("copy into %s: %w", s.cfg.table.Sanitize(), err)
+		default:
+			if _, err := a.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT offsetkeeper_copy`); err != nil {
+				return fmt.Errorf("roll back the copy into %s: %w", s.cfg.table.Sanitize(), err)
+			}
+			staged = live
+		}
+	}
+	r := newRun(staged)
+	if r.len() == 0 {
+		return nil
+	}
+	src := &stageRawSource{r: r, row: make([]any, len(stageRawColumns))}
 	if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{stageRaw}, stageRawColumns, src); err != nil {
 		if src.err != nil {
 			return src.err
 		}
 		return fmt.Errorf("copy into %s: %w", stageRaw, err)
 	}
-	return a.place(ctx, 0, len(a.recs), func(lo, hi int, noJSON bool) (string, []any) {
-		return s.sql.rawInsert, []any{a.b.Topic, a.b.Partition, lo, hi, noJSON}
+	return a.place(ctx, r, 0, r.len(), func(lo, hi int, noJSON bool) (string, []any) {
+		return s.sql.rawInsert, []any{lo, hi, noJSON}
 	}, true)
 }
 
-// columns writes the records into the columns table through the staging
-// table; a record whose value is no JSON object goes to the dead-letter
-// table without asking the server.
-func (a *attempt) columns(ctx context.Context) error {
+// columns writes the blocks' records into the columns table through the
+// staging table; a record whose value is no JSON object goes to the
+// dead-letter table without asking the server.
+func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 	s := a.s
-	staged := make([]int, 0, len(a.recs)) // indices into a.recs
-	for i := range a.recs {
-		if why := objectReason(a.recs[i].Value); why != "" {
-			a.dead = append(a.dead, deadLetter{&a.recs[i], why})
-			continue
+	for _, w := range live {
+		var keep []sinks.Record // w.recs without the dead, once there is one
+		for i := range w.recs {
+			why := objectReason(w.recs[i].Value)
+			if why == "" {
+				if keep != nil {
+					keep = append(keep, w.recs[i])
+				}
+				continue
+			}
+			if keep == nil {
+				keep = append(make([]sinks.Record, 0, len(w.recs)), w.recs[:i]...)
+			}
+			w.dead = append(w.dead, deadLetter{&w.recs[i], why})
 		}
-		staged = append(staged, i)
+		if keep != nil {
+			w.recs = keep
+		}
 	}
-	if len(staged) == 0 {
+	r := newRun(live)
+	if r.len() == 0 {
 		return nil
 	}
-	src := &stageColsSource{recs: a.recs, staged: staged, row: make([]any, len(stageColsColumns))}
+	src := &stageColsSource{r: r, row: make([]any, len(stageColsColumns))}
 	if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{stageCols}, stageColsColumns, src); err != nil {
 		return fmt.Errorf("copy into %s: %w", stageCols, err)
 	}
-	// place sees staged positions; dead letters must name the record.
-	recs := a.recs
-	a.recs = make([]sinks.Record, len(staged))
-	for j, i := range staged {
-		a.recs[j] = recs[i]
-	}
-	return a.place(ctx, 0, len(staged), func(lo, hi int, _ bool) (string, []any) {
-		return s.sql.colsInsert, []any{a.b.Topic, a.b.Partition, lo, hi}
+	return a.place(ctx, r, 0, r.len(), func(lo, hi int, _ bool) (string, []any) {
+		return s.sql.colsInsert, []any{lo, hi}
 	}, false)
 }
 
-// place inserts the staged rows [lo, hi). When the rows' own data makes
-// the insert fail, it halves the range until the failing row is alone,
-// which costs a few statements per bad record instead of one per row; that
-// row goes to the dead-letter table (in raw mode after one more try
-// without its jsonb copy, which only numbers beyond numeric's range need),
-// and its neighbours go in.
-func (a *attempt) place(ctx context.Context, lo, hi int, stmt func(lo, hi int, noJSON bool) (string, []any), retryNoJSON bool) error {
+// place inserts the staged rows [lo, hi) of run r. When the rows' own data
+// makes the insert fail, it halves the range until the failing row is
+// alone, which costs a few statements per bad record instead of one per
+// row; that row goes to its block's dead letters (in raw mode after one
+// more try without its jsonb copy, which only numbers beyond numeric's
+// range need), and its neighbours go in, those of other blocks too.
+func (a *attempt) place(ctx context.Context, r *run, lo, hi int, stmt func(lo, hi int, noJSON bool) (string, []any), retryNoJSON bool) error {
 	if lo >= hi {
 		return nil
 	}
@@ -236,10 +353,10 @@ func (a *attempt) place(ctx context.Context, lo, hi int, stmt func(lo, hi int, n
 	}
 	if hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if err := a.place(ctx, lo, mid, stmt, retryNoJSON); err != nil {
+		if err := a.place(ctx, r, lo, mid, stmt, retryNoJSON); err != nil {
 			return err
 		}
-		return a.place(ctx, mid, hi, stmt, retryNoJSON)
+		return a.place(ctx, r, mid, hi, stmt, retryNoJSON)
 	}
 	if retryNoJSON {
 		q, args := stmt(lo, hi, true)
@@ -248,7 +365,8 @@ func (a *attempt) place(ctx context.Context, lo, hi int, stmt func(lo, hi int, n
 			return err2
 		}
 	}
-	a.dead = append(a.dead, deadLetter{&a.recs[lo], reason(err)})
+	w, rec := r.at(lo)
+	w.dead = append(w.dead, deadLetter{rec, reason(err)})
 	return nil
 }
 
@@ -275,46 +393,45 @@ func (a *attempt) try(ctx context.Context, q string, args ...any) error {
 	return err
 }
 
-// deadLetters stores the refused records of the attempt, in its
-// transaction: they are counted as delivered when the offset moves past.
-func (a *attempt) deadLetters(ctx context.Context) error {
-	if len(a.dead) == 0 {
-		return nil
+// deadLetters is the statement that stores the block's refused records,
+// in the attempt's transaction: they are counted as delivered when the
+// offset moves past. q is "" when there are none.
+func (a *attempt) deadLetters(w *blockWrite) (q string, args []any) {
+	n := len(w.dead)
+	if n == 0 {
+		return "", nil
 	}
-	n := len(a.dead)
 	offs, keys, vals, times, errs := make([]int64, n), make([][]byte, n), make([][]byte, n), make([]time.Time, n), make([]string, n)
-	for i, d := range a.dead {
+	for i, d := range w.dead {
 		offs[i], keys[i], vals[i], times[i], errs[i] = d.rec.Offset, d.rec.Key, d.rec.Value, d.rec.Time, d.reason
 	}
-	if _, err := a.tx.Exec(ctx, a.s.sql.deadLetter, a.b.Topic, a.b.Partition, offs, keys, vals, times, errs); err != nil {
-		return fmt.Errorf("insert into %s: %w", a.s.cfg.deadLetters.Sanitize(), err)
-	}
-	return nil
+	return a.s.sql.deadLetter, []any{w.b.Topic, w.b.Partition, offs, keys, vals, times, errs}
 }
 
 // rawSource feeds the raw table's COPY, one reused row at a time (pgx
-// encodes each row before it asks for the next).
+// encodes each row before it asks for the next). Its error, and
+// stageRawSource's, fails the whole call; encodeHeaders, the one step
+// that returns errors, encodes strings only and has no input it refuses.
 type rawSource struct {
-	b    *sinks.Block
-	recs []sinks.Record
-	i    int
-	row  []any
-	err  error
+	r   *run
+	i   int
+	row []any
+	err error
 }
 
 func (r *rawSource) Next() bool {
 	r.i++
-	return r.i <= len(r.recs) && r.err == nil
+	return r.i <= r.r.len() && r.err == nil
 }
 
 func (r *rawSource) Values() ([]any, error) {
-	rec := &r.recs[r.i-1]
+	w, rec := r.r.at(r.i - 1)
 	h, err := encodeHeaders(rec.Headers)
 	if err != nil {
-		r.err = fmt.Errorf("offset %d: %w", rec.Offset, err)
+		r.err = fmt.Errorf("%s offset %d: %w", w.b, rec.Offset, err)
 		return nil, r.err
 	}
-	r.row[0], r.row[1], r.row[2], r.row[3] = r.b.Topic, int32(r.b.Partition), rec.Offset, rec.Key
+	r.row[0], r.row[1], r.row[2], r.row[3] = w.b.Topic, int32(w.b.Partition), rec.Offset, rec.Key
 	r.row[4], r.row[5], r.row[6], r.row[7] = jsonbValue(rec.Value), rec.Value, rec.Time, h
 	return r.row, nil
 }
@@ -324,52 +441,52 @@ func (r *rawSource) Err() error { return r.err }
 // stageRawSource feeds the raw staging table; value is the text jsonb is
 // made from, when the value is JSON.
 type stageRawSource struct {
-	recs []sinks.Record
-	i    int
-	row  []any
-	err  error
+	r   *run
+	i   int
+	row []any
+	err error
 }
 
 func (r *stageRawSource) Next() bool {
 	r.i++
-	return r.i <= len(r.recs) && r.err == nil
+	return r.i <= r.r.len() && r.err == nil
 }
 
 func (r *stageRawSource) Values() ([]any, error) {
-	rec := &r.recs[r.i-1]
+	w, rec := r.r.at(r.i - 1)
 	h, err := encodeHeaders(rec.Headers)
 	if err != nil {
-		r.err = fmt.Errorf("offset %d: %w", rec.Offset, err)
+		r.err = fmt.Errorf("%s offset %d: %w", w.b, rec.Offset, err)
 		return nil, r.err
 	}
 	var text any
 	if v := jsonbValue(rec.Value); v != nil {
 		text = v
 	}
-	r.row[0], r.row[1], r.row[2], r.row[3] = int32(r.i-1), rec.Offset, rec.Key, text
-	r.row[4], r.row[5], r.row[6] = rec.Value, rec.Time, h
+	r.row[0], r.row[1], r.row[2], r.row[3], r.row[4] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset, rec.Key
+	r.row[5], r.row[6], r.row[7], r.row[8] = text, rec.Value, rec.Time, h
 	return r.row, nil
 }
 
 func (r *stageRawSource) Err() error { return r.err }
 
 // stageColsSource feeds the columns staging table with the records that
-// passed objectReason, numbered 0, 1, ... in the order given.
+// passed objectReason.
 type stageColsSource struct {
-	recs   []sinks.Record
-	staged []int
-	i      int
-	row    []any
+	r   *run
+	i   int
+	row []any
 }
 
 func (r *stageColsSource) Next() bool {
 	r.i++
-	return r.i <= len(r.staged)
+	return r.i <= r.r.len()
 }
 
 func (r *stageColsSource) Values() ([]any, error) {
-	rec := &r.recs[r.staged[r.i-1]]
-	r.row[0], r.row[1], r.row[2], r.row[3], r.row[4] = int32(r.i-1), rec.Offset, rec.Key, rec.Time, rec.Value
+	w, rec := r.r.at(r.i - 1)
+	r.row[0], r.row[1], r.row[2], r.row[3] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset
+	r.row[4], r.row[5], r.row[6] = rec.Key, rec.Time, rec.Value
 	return r.row, nil
 }
 

@@ -116,6 +116,38 @@ func (m *memSink) Write(ctx context.Context, b *sinks.Block) error {
 	return nil
 }
 
+// WriteBlocks writes the blocks one Write each, unless a batch mutant
+// breaks the contract of sinks.BatchWriter.
+func (m *memSink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	switch m.mutant {
+	case "batch-fence-all":
+		m.mu.Lock()
+		for _, b := range blocks {
+			if b.Epoch < m.epochs[part{b.Topic, b.Partition}] {
+				m.mu.Unlock()
+				for i := range errs {
+					errs[i] = sinks.ErrFenced
+				}
+				return errs
+			}
+		}
+		m.mu.Unlock()
+	case "batch-drop-last":
+		if len(blocks) > 1 {
+			blocks = blocks[:len(blocks)-1]
+		}
+	case "batch-short":
+		errs = errs[:len(errs)-min(len(errs), 1)]
+	}
+	for i, b := range blocks {
+		if i < len(errs) {
+			errs[i] = m.Write(ctx, b)
+		}
+	}
+	return errs
+}
+
 func (m *memSink) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -164,6 +196,17 @@ func TestAppending(t *testing.T) {
 	}, sinktest.Options{})
 }
 
+// noBatch hides a sink's WriteBlocks: the suite must skip the subtests of
+// sinks.BatchWriter and pass.
+type noBatch struct{ sinks.Sink }
+
+func TestNoBatch(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		m := newMem(true, true, "")
+		return noBatch{m}, m
+	}, sinktest.Options{ReplayExact: true, ReplayOverlap: true, Fences: true})
+}
+
 func TestNoReader(t *testing.T) {
 	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 		return newMem(false, false, ""), nil
@@ -199,9 +242,8 @@ func TestMutantsFail(t *testing.T) {
 		{"ignore-partition", true, []string{"PartitionsAndTopics"}},
 		{"ignore-topic", true, []string{"PartitionsAndTopics"}},
 		{"refuse-empty", true, []string{"EmptyBlock"}},
-		{"retain", true, []string{"BlockNotRetained"}},
-		{"mutate", true, []string{"BlockNotRetained"}},
-		{"", false, []string{"Replay", "Redeliver"}}, // appends but claims to deduplicate
+		{"mutate", true, []string{"BlockNotRetained", "WriteBlocks"}},
+		{"", false, []string{"Replay", "Redeliver", "WriteBlocks"}}, // appends but claims to deduplicate
 		{"lose-replays", false, []string{"Replay"}},
 		// With deduplication, rewriting the block repairs the garbled record:
 		// that is the contract working, so only the appending mutant fails.
@@ -211,7 +253,11 @@ func TestMutantsFail(t *testing.T) {
 		{"write-after-close", true, []string{"WriteAfterClose"}},
 		{"close-twice", true, []string{"WriteAfterClose"}},
 		{"unsorted", false, []string{"Blocks"}},
-		{"no-fence", true, []string{"Fencing"}},
+		{"no-fence", true, []string{"Fencing", "WriteBlocksFencing"}},
+		{"batch-fence-all", true, []string{"WriteBlocksFencing"}},
+		{"batch-drop-last", true, []string{"WriteBlocks", "WriteBlocksConcurrent"}},
+		{"batch-short", true, []string{"WriteBlocks", "WriteBlocksFencing", "WriteBlocksLifecycle"}},
+		{"retain", true, []string{"BlockNotRetained", "WriteBlocks"}},
 	} {
 		name := cmp.Or(tc.mutant, "appending")
 		if tc.dedup {
