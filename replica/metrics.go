@@ -107,6 +107,9 @@ func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
 		stat("offsetkeeper_sink_write_errors_total",
 			"Sink writes that failed.",
 			prometheus.CounterValue, func(s *Stats) int64 { return s.SinkErrors.Load() }),
+		stat("offsetkeeper_sink_calls_total",
+			"Calls to the sink: one per block, or one per round of blocks for a sink that takes several at once (PostgreSQL, discard).",
+			prometheus.CounterValue, func(s *Stats) int64 { return s.SinkCalls.Load() }),
 		stat("offsetkeeper_claims",
 			"Partitions this replica holds now.",
 			prometheus.GaugeValue, func(s *Stats) int64 { return s.Claims.Load() }),
@@ -127,6 +130,12 @@ func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
 				}
 				return 0
 			}},
+		{own("offsetkeeper_etcd_rounds_total",
+			"Write transactions sent to etcd: each carries the claims, intents, commits and releases of many partitions, one nested transaction each."),
+			prometheus.CounterValue, func(r *Replica) float64 { return float64(r.coord.Rounds()) }},
+		{own("offsetkeeper_etcd_round_writes_total",
+			"Partition writes (claims, intents, commits, releases) sent in etcd rounds; divided by offsetkeeper_etcd_rounds_total, the partitions per round."),
+			prometheus.CounterValue, func(r *Replica) float64 { return float64(r.coord.RoundOps()) }},
 		{own("offsetkeeper_fetch_requests_total",
 			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads."),
 			prometheus.CounterValue, func(r *Replica) float64 { n, _, _ := r.Fetching(); return float64(n) }},

@@ -417,7 +417,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		pt.committed(b)
 		if len(b.records) > 0 {
 			start = time.Now()
-			if err := pt.r.sink.Write(ctx, blk); err != nil {
+			if err := pt.r.writer.Write(ctx, blk); err != nil {
 				pt.r.stats.SinkErrors.Add(1)
 				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
 					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
@@ -434,7 +434,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			return err
 		}
 		start := time.Now()
-		if err := pt.r.sink.Write(ctx, blk); err != nil {
+		if err := pt.r.writer.Write(ctx, blk); err != nil {
 			pt.r.stats.SinkErrors.Add(1)
 			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
 		}

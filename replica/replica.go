@@ -29,9 +29,12 @@ type Replica struct {
 	cfg   Config
 	coord *coordinator.Coordinator
 	sink  sinks.Sink
-	log   *zap.Logger
-	stats Stats
-	hist  *timings // block rows, sink write and commit latencies
+	// writer is how partitions write blocks: in rounds when the sink is a
+	// sinks.BatchWriter, else one Write each. Set by Run.
+	writer blockWriter
+	log    *zap.Logger
+	stats  Stats
+	hist   *timings // block rows, sink write and commit latencies
 
 	// consumer fetches every partition the replica owns: one fetch loop
 	// per broker, one memory budget. Set while Run runs; guarded by mu
@@ -145,6 +148,15 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.consumer = consumer
 	r.mu.Unlock()
+	r.writer = countedSink{r.sink, &r.stats.SinkCalls}
+	if bw, ok := r.sink.(sinks.BatchWriter); ok {
+		rounds := newSinkRounds(bw, &r.stats.SinkCalls)
+		stop, ended := make(chan struct{}), make(chan struct{})
+		go func() { defer close(ended); rounds.run(stop) }()
+		// Deferred before the partitions stop: runs after them.
+		defer func() { close(stop); <-ended }()
+		r.writer = rounds
+	}
 	defer func() {
 		consumer.Close()
 		r.mu.Lock()

@@ -13,6 +13,7 @@ type Stats struct {
 	OffsetResets   atomic.Int64 // out-of-range offsets reset by the start policy
 	CommitFailures atomic.Int64 // blocks in the sink whose offset could not be committed
 	SinkErrors     atomic.Int64 // failed sink writes
+	SinkCalls      atomic.Int64 // calls to the sink: Write, or WriteBlocks for several blocks
 	Claims         atomic.Int64 // partitions held now
 	Rebalances     atomic.Int64 // plans that claimed or released something
 	Sessions       atomic.Int64 // sessions joined (more than one: rejoined after a loss)

@@ -1,0 +1,146 @@
+package replica
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// blockWriter is how a partition hands its block to the sink.
+type blockWriter interface {
+	Write(ctx context.Context, b *sinks.Block) error
+}
+
+// sinkRounds gathers the blocks that partitions write at about the same
+// time into one WriteBlocks call of a sink that can take several (group
+// commit, as the etcd rounds): while one call is in flight the next one
+// gathers, so an idle replica adds no latency and a busy one batches. Each
+// partition still gets its own block's outcome.
+//
+// One goroutine, run, sends the calls; it is started and ended by the
+// replica's Run.
+type sinkRounds struct {
+	sink  sinks.BatchWriter
+	calls *atomic.Int64 // sink calls made, for metrics
+
+	mu    sync.Mutex
+	queue []*sinkWrite
+	wake  chan struct{} // cap 1
+}
+
+// sinkWrite is one partition's block waiting for, or in, a call.
+type sinkWrite struct {
+	ctx   context.Context
+	block *sinks.Block
+	sent  bool       // guarded by sinkRounds.mu
+	done  chan error // cap 1: the block's outcome
+}
+
+// countedSink is a sink without rounds: one Write per block, counted.
+type countedSink struct {
+	sink  sinks.Sink
+	calls *atomic.Int64
+}
+
+func (c countedSink) Write(ctx context.Context, b *sinks.Block) error {
+	c.calls.Add(1)
+	return c.sink.Write(ctx, b)
+}
+
+func newSinkRounds(s sinks.BatchWriter, calls *atomic.Int64) *sinkRounds {
+	return &sinkRounds{sink: s, calls: calls, wake: make(chan struct{}, 1)}
+}
+
+// Write queues b for the next call and waits for its outcome. A waiter whose
+// ctx ends before its block is sent takes it back; once sent, it waits for
+// the call, which ends early only when every waiter in it has given up.
+func (s *sinkRounds) Write(ctx context.Context, b *sinks.Block) error {
+	w := &sinkWrite{ctx: ctx, block: b, done: make(chan error, 1)}
+	s.mu.Lock()
+	s.queue = append(s.queue, w)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if !w.sent {
+		for i, q := range s.queue {
+			if q == w {
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+	s.mu.Unlock()
+	return <-w.done
+}
+
+// run sends the queued blocks, one call at a time, until stop is closed.
+// Blocks queued then are refused with context.Canceled.
+func (s *sinkRounds) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			s.mu.Lock()
+			left := s.queue
+			s.queue = nil
+			s.mu.Unlock()
+			for _, w := range left {
+				w.done <- context.Canceled
+			}
+			return
+		case <-s.wake:
+		}
+		for s.send() {
+		}
+	}
+}
+
+// send makes one call of everything queued; false when nothing was.
+func (s *sinkRounds) send() bool {
+	s.mu.Lock()
+	batch := s.queue
+	s.queue = nil
+	for _, w := range batch {
+		w.sent = true
+	}
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return false
+	}
+	// The call ends early only when all its waiters have given up.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	blocks := make([]*sinks.Block, len(batch))
+	for i, w := range batch {
+		blocks[i] = w.block
+		stopAfter := context.AfterFunc(w.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stopAfter()
+	}
+	s.calls.Add(1)
+	errs := s.sink.WriteBlocks(ctx, blocks)
+	for i, w := range batch {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		}
+		w.done <- err
+	}
+	return true
+}
