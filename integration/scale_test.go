@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -250,5 +251,65 @@ func TestStartPolicyForNewPartitions(t *testing.T) {
 				t.Fatalf("%d records written with start policy %s, want %d", got, tc.policy, 3*tc.want)
 			}
 		})
+	}
+}
+
+// Eight partitions' commits go to etcd in shared rounds. One partition's
+// claim is taken over while its block is in the sink: in the round that
+// commits them, that partition alone is fenced and stops; the other seven
+// commit, in fewer transactions than partitions.
+func TestRoundFencesOnePartitionOthersCommit(t *testing.T) {
+	const parts, victim = 8, 3
+	e := newEnv(t, "round", parts)
+	e.produce(10)
+	gate := make(chan struct{})
+	var inSink atomic.Int64
+	h := &hookSink{inner: newCountingSink(), before: func(ctx context.Context, b *sinks.Block) error {
+		inSink.Add(1)
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	cfg := e.config("r1")
+	cfg.LeaseTTL = 10 * time.Second // no lease trouble while the sink waits
+	rn := e.start(cfg, h)
+	await(t, 10*time.Second, "every partition's first block in the sink", func() bool { return inSink.Load() == parts })
+
+	// Another replica takes the victim's claim, as after a lost lease.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := coordinator.Partition{Topic: e.topic, Partition: victim}
+	if _, err := e.admin.Delete(ctx, e.coord.Keys().Claim(p)); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.coord.Join(ctx, coordinator.Member{ID: "r2", Host: "test"}, coordinator.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Abandon()
+	if _, err := other.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	before := harness.EtcdRevision(t, e.admin)
+	close(gate)
+	want := map[int]int64{}
+	for q := range parts {
+		if q != victim {
+			want[q] = 10
+		}
+	}
+	await(t, 10*time.Second, "the other seven committed", func() bool { return e.allCommitted(want) })
+	await(t, 10*time.Second, "the victim fenced", func() bool { return rn.r.Stats().Fenced.Load() == 1 })
+	if got := e.committed()[victim]; got != 0 {
+		t.Fatalf("the fenced partition committed %d, want nothing", got)
+	}
+	if owner := e.snapshot().Claims[p].Replica; owner != "r2" {
+		t.Fatalf("partition %d claimed by %q after the fence, want r2", victim, owner)
+	}
+	if txns := harness.EtcdRevision(t, e.admin) - before; txns >= parts-1 {
+		t.Fatalf("seven commits took %d etcd write transactions, want them to share rounds", txns)
 	}
 }
