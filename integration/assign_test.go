@@ -245,8 +245,18 @@ func TestScaleThousandPartitionsTenReplicas(t *testing.T) {
 	for i := 0; i < replicas; i++ {
 		want[fmt.Sprintf("r%02d", i)] = parts / replicas
 	}
-	await(t, 120*time.Second, "1,000 partitions balanced over 10 replicas", func() bool {
-		return balanced(e.owners(), want)
+	await(t, 120*time.Second, "1,000 partitions balanced over 10 replicas, each running its claims", func() bool {
+		if !balanced(e.owners(), want) {
+			return false
+		}
+		// A replica learns of its claims one etcd answer after etcd
+		// holds them: give that answer time to arrive.
+		for _, r := range rs {
+			if len(r.Owned()) != parts/replicas {
+				return false
+			}
+		}
+		return true
 	})
 	took, reqs := time.Since(start), requests.Load()
 	for _, r := range rs {
