@@ -32,6 +32,9 @@ type partition struct {
 	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
+	// spare is the records slice of the last finished block, for the
+	// next one to fill.
+	spare []sinks.Record
 
 	// Progress, read by Lag from other goroutines.
 	next    atomic.Int64 // committed offset
@@ -179,7 +182,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			derr = pt.deliver(wctx, b)
 		}
 		// Committed or rolled back, the block's batches are done with.
-		pt.f.Free(b.bytes)
+		pt.finish(b)
 		if err := pt.handle(wctx, derr); err != nil {
 			return err
 		}
@@ -280,7 +283,8 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 // what it has so far with the error.
 func (pt *partition) poll(ctx context.Context) (*block, error) {
 	cfg := &pt.r.cfg
-	b := &block{from: pt.f.Offset(), next: pt.f.Offset()}
+	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare}
+	pt.spare = nil
 	var first time.Time
 	empties := 0
 	throttled := false
@@ -306,8 +310,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 				pt.pending.Store(0)
 				pt.f.SeekTo(o.Next)
 				pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
-				pt.f.Free(b.bytes)
-				*b = block{from: o.Next, next: o.Next}
+				pt.finish(b)
+				*b = block{from: o.Next, next: o.Next, records: pt.spare}
+				pt.spare = nil
 				first, empties, throttled = time.Time{}, 0, false
 				continue
 			}
@@ -362,6 +367,17 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			first = time.Now()
 		}
 	}
+}
+
+// finish gives a finished block's bytes back to the budget and keeps its
+// records slice for the next block: a sink keeps no slice of a block once
+// its write returns, and a block of 65,536 rows would otherwise grow a new
+// slice of several megabytes every time.
+func (pt *partition) finish(b *block) {
+	pt.f.Free(b.bytes)
+	b.bytes = 0
+	clear(b.records) // keep no record's bytes alive
+	pt.spare, b.records = b.records[:0], nil
 }
 
 // pollRange reads exactly [from, next), cutting the last batch at next and
