@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -219,15 +218,11 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		return r
 	}
 	got := make(map[TopicPartition]*rawFetchPartition, len(r.parts))
-	withRecords := 0
 	for i := range res.Topics {
 		t := &res.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			got[TopicPartition{t.Topic, int(p.Partition)}] = p
-			if len(p.Records) > 0 {
-				withRecords++
-			}
 		}
 	}
 	for _, part := range r.parts {
@@ -243,12 +238,6 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		if p.ErrorCode != 0 {
 			part.code = p.ErrorCode
 			continue
-		}
-		if withRecords > 1 {
-			// Records point into the buffer they are decoded from: give
-			// each partition a buffer of its own, so that what one holds
-			// does not keep the others' bytes alive.
-			p.Records = bytes.Clone(p.Records)
 		}
 		part.batch, part.err = part.cur.f.decodePartition(ctx, part.from, p)
 	}

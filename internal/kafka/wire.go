@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,8 +19,8 @@ import (
 // batches byte by byte, though, and dominates the cost of a drain. So the
 // request is wrapped in a rawFetchRequest: kafka-go's protocol.RawExchanger
 // hook hands it the connection, it writes itself with kafka-go's encoder and
-// reads the response whole into one buffer, which fetch_batch.go parses in
-// place.
+// reads the response as it arrives, each partition's record batches into a
+// buffer of their own, which decode.go parses in place.
 
 // maxRawFetchVersion is the newest Fetch version parsed here: v12 and later
 // are flexible versions, with another encoding. kafka-go v0.4.51 supports up
@@ -81,11 +83,21 @@ func (r *rawFetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error
 	if got := int32(binary.BigEndian.Uint32(head[4:])); got != id {
 		return nil, fmt.Errorf("fetch response: correlation id mismatch (expected=%d, found=%d)", id, got)
 	}
-	body := make([]byte, size-4)
-	if _, err := io.ReadFull(rw, body); err != nil {
+	// The body is parsed as it arrives: each partition's records are read
+	// into a buffer of their own, so that what one partition holds keeps
+	// no other's bytes alive, and no buffer the size of the whole
+	// response is needed.
+	body := io.LimitReader(rw, int64(size-4))
+	res, err := readFetchResponse(bufio.NewReaderSize(body, 16<<10), int(size-4), r.version)
+	if err != nil {
+		return nil, err
+	}
+	// Fields of a version parsed here that it does not know would be left
+	// on the connection: skip them.
+	if _, err := io.Copy(io.Discard, body); err != nil {
 		return nil, unexpectedEOF(err)
 	}
-	return parseFetchResponse(body, r.version)
+	return res, nil
 }
 
 func unexpectedEOF(err error) error {
@@ -124,7 +136,12 @@ type rawFetchPartition struct {
 // parseFetchResponse parses the body of a fetch response (after the
 // correlation id) of a non-flexible version, v0 to v11.
 func parseFetchResponse(b []byte, version int16) (*rawFetchResponse, error) {
-	r := wireReader{b: b}
+	return readFetchResponse(bufio.NewReader(bytes.NewReader(b)), len(b), version)
+}
+
+// readFetchResponse reads a fetch response body of n bytes from br.
+func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchResponse, error) {
+	r := wireReader{r: br, left: n}
 	res := &rawFetchResponse{}
 	if version >= 1 {
 		r.int32() // throttle time
@@ -179,24 +196,31 @@ func parseFetchResponse(b []byte, version int16) (*rawFetchResponse, error) {
 
 var errShortResponse = errors.New("truncated")
 
-// wireReader reads the big-endian fields of a non-flexible Kafka message.
-// After an error every read returns zero.
+// wireReader reads the big-endian fields of a non-flexible Kafka message
+// from a stream of left bytes. After an error every read returns zero.
 type wireReader struct {
-	b   []byte
-	err error
+	r    *bufio.Reader
+	left int
+	err  error
 }
 
+// take returns the next n bytes, valid until the next read.
 func (r *wireReader) take(n int) []byte {
 	if r.err != nil {
 		return nil
 	}
-	if n < 0 || n > len(r.b) {
+	if n < 0 || n > r.left {
 		r.err = errShortResponse
 		return nil
 	}
-	s := r.b[:n:n]
-	r.b = r.b[n:]
-	return s
+	b, err := r.r.Peek(n)
+	if err != nil {
+		r.err = unexpectedEOF(err)
+		return nil
+	}
+	_, _ = r.r.Discard(n)
+	r.left -= n
+	return b
 }
 
 func (r *wireReader) int16() int16 {
@@ -228,13 +252,25 @@ func (r *wireReader) string() string {
 	return string(r.take(int(n)))
 }
 
-// bytes returns nullable bytes: nil for null (and after an error).
+// bytes returns nullable bytes in a buffer of their own: nil for null (and
+// after an error). A length beyond what is left of the message is an
+// error, so it is never allocated.
 func (r *wireReader) bytes() []byte {
-	n := r.int32()
-	if n < 0 {
+	n := int(r.int32())
+	if n < 0 || r.err != nil {
 		return nil
 	}
-	return r.take(int(n))
+	if n > r.left {
+		r.err = errShortResponse
+		return nil
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		r.err = unexpectedEOF(err)
+		return nil
+	}
+	r.left -= n
+	return b
 }
 
 // arrayLen returns the length of a nullable array, 0 for null. A length
@@ -245,7 +281,7 @@ func (r *wireReader) arrayLen() int {
 	if n < 0 || r.err != nil {
 		return 0
 	}
-	if int(n) > len(r.b) {
+	if int(n) > r.left {
 		r.err = errShortResponse
 		return 0
 	}
