@@ -360,7 +360,13 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if len(b.records) == 0 && len(batch.Records) > 0 {
 			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
 		}
-		b.records = append(b.records, batch.Records...)
+		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
+			// The batch's own slice, which is ours, saves a copy: with
+			// many partitions a block is often one batch.
+			b.records = batch.Records
+		} else {
+			b.records = append(b.records, batch.Records...)
+		}
 		b.bytes += batch.Bytes
 		b.next = batch.Next
 		if first.IsZero() {
