@@ -247,6 +247,24 @@ func (s *latencySink) Write(ctx context.Context, blk *sinks.Block) error {
 	if err := s.Sink.Write(ctx, blk); err != nil {
 		return err
 	}
+	s.seen(blk)
+	return nil
+}
+
+// WriteBlocks implements sinks.BatchWriter, so the replica writes in
+// rounds as it does to discard: without it, the embedded sink's
+// WriteBlocks would be called, and this sink would see nothing.
+func (s *latencySink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := s.Sink.WriteBlocks(ctx, blocks)
+	for i, b := range blocks {
+		if errs[i] == nil {
+			s.seen(b)
+		}
+	}
+	return errs
+}
+
+func (s *latencySink) seen(blk *sinks.Block) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -258,7 +276,6 @@ func (s *latencySink) Write(ctx context.Context, blk *sinks.Block) error {
 		}
 	}
 	s.records.Add(int64(len(blk.Records)))
-	return nil
 }
 
 // reset forgets everything seen so far.
@@ -345,7 +362,7 @@ loop:
 
 // trickleProducer is a kgo client that sends each record at once to the
 // partition it names.
-func trickleProducer(b *testing.B, k *harness.Kafka) *kgo.Client {
+func trickleProducer(b testing.TB, k *harness.Kafka) *kgo.Client {
 	b.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(k.Brokers()...),

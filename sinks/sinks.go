@@ -95,6 +95,11 @@ type Sink interface {
 //     each entry wrapping it; only a block refused by Check keeps its own
 //     error. As after a failed Write, the replica writes such a block
 //     again, and whatever the failed call left of it gives way to that.
+//
+// A sink that wraps another (to count, time or filter its writes) and embeds
+// it gets the inner sink's WriteBlocks promoted: the replica then calls that
+// and never the wrapper's Write. Such a wrapper implements WriteBlocks
+// itself, or holds the inner sink in a named field.
 type BatchWriter interface {
 	// WriteBlocks stores blocks, at most one per partition; errs has one
 	// entry per block, nil when that block is durable, and each block
