@@ -313,3 +313,27 @@ func TestRoundFencesOnePartitionOthersCommit(t *testing.T) {
 		t.Fatalf("seven commits took %d etcd write transactions, want them to share rounds", txns)
 	}
 }
+
+// An idle replica sends about one fetch per broker per MaxWait, whatever
+// its partition count: here 300 partitions on 2 brokers.
+func TestIdleReplicaFetchesOncePerBrokerPerMaxWait(t *testing.T) {
+	const maxWait = 200 * time.Millisecond
+	e := newEnv(t, "idle", 300, harness.NumBrokers(2))
+	cfg := e.config("r1")
+	cfg.Fetch.MaxWait = maxWait
+	rn := e.start(cfg, newCountingSink())
+	await(t, 20*time.Second, "every partition claimed and polled", func() bool {
+		n, _, _ := rn.r.Fetching()
+		return len(rn.r.Owned()) == 300 && n > 10
+	})
+	n0, _, _ := rn.r.Fetching()
+	start := time.Now()
+	await(t, 10*time.Second, "two seconds of idling", func() bool { return time.Since(start) >= 2*time.Second })
+	n1, _, _ := rn.r.Fetching()
+	perSec := float64(n1-n0) / time.Since(start).Seconds()
+	t.Logf("%.1f fetch requests/s for 300 idle partitions on 2 brokers", perSec)
+	// Two brokers, one long poll of 200ms each: 10 a second.
+	if want := 2 / maxWait.Seconds(); perSec > 1.5*want {
+		t.Fatalf("%.1f fetch requests/s idle, want about %.0f (one per broker per MaxWait)", perSec, want)
+	}
+}

@@ -142,12 +142,16 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 		return nil, time.Time{}
 	}
 	share := c.share()
+	// A second request is for partitions that may have more now; those
+	// whose last answer was empty wait for the next request of all, so
+	// that an idle replica keeps one long poll per broker, not two.
+	second := b.inFlight > 0
 	var parts, starved []*fetchPart
 	var wait time.Time
 	var sum int64
 	for i := range n {
 		cur := b.cursors[(b.rot+i)%n]
-		if !cur.fetchable(now, share) {
+		if !cur.fetchable(now, share) || (second && cur.quiet) {
 			if cur.retryAt.After(now) && (wait.IsZero() || cur.retryAt.Before(wait)) {
 				wait = cur.retryAt
 			}
@@ -319,14 +323,14 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				cur.fail(p.err)
 			}
 		case p.batch.Next > p.batch.From:
-			cur.attempt = 0
+			cur.attempt, cur.quiet = 0, false
 			cur.queue = append(cur.queue, p.batch)
 			cur.held += int64(p.batch.Bytes)
 			c.held.Add(int64(p.batch.Bytes))
 			cur.fetchAt = p.batch.Next
 			cur.notify()
 		default:
-			cur.attempt = 0
+			cur.attempt, cur.quiet = 0, true
 			end := cur.hw
 			if c.cfg.IsolationLevel == ReadCommitted {
 				end = cur.lso

@@ -39,6 +39,7 @@ type Cursor struct {
 	err          error // a failure to return from the next Fetch
 	outOfRange   bool  // the broker refused fetchAt: the reader resets it
 	starved      bool  // the broker had data for it that did not fit a response
+	quiet        bool  // its last answer was empty
 	retryAt      time.Time
 	attempt      int
 	closed       bool
@@ -98,7 +99,7 @@ func (cur *Cursor) align(pos int64) {
 	cur.release(dropped)
 	cur.fetchAt, cur.expect = pos, pos
 	cur.seq++
-	cur.outOfRange, cur.err, cur.starved = false, nil, false
+	cur.outOfRange, cur.err, cur.starved, cur.quiet = false, nil, false, false
 	cur.retryAt, cur.attempt = time.Time{}, 0
 	if cur.loop != nil {
 		cur.loop.poke()
