@@ -261,7 +261,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 		return next, nil
 	}
 	if pt.policyStart != nil {
-		if start, ok := pt.policyStart.start(ctx, pt.p, pt.r.cfg.Fetch.StartPolicy); ok {
+		if start, ok := pt.policyStart.start(ctx, pt.p); ok {
 			return start, nil
 		}
 	}

@@ -456,11 +456,11 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		sb := &startBounds{done: make(chan struct{})}
 		go func() {
 			defer close(sb.done)
-			b, _, err := r.consumer.Bounds(hard, unplaced)
+			starts, err := r.consumer.StartOffsets(hard, unplaced)
 			if err != nil {
-				r.log.Warn("reading the bounds of new partitions failed", zap.Error(err))
+				r.log.Warn("reading the start offsets of new partitions failed", zap.Error(err))
 			}
-			sb.bounds = b
+			sb.starts = starts
 		}()
 		for _, pt := range pts {
 			pt.policyStart = sb
@@ -477,25 +477,22 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 	return len(pts)
 }
 
-// startBounds are the bounds of newly claimed partitions, read for all of
-// them at once; bounds is set when done is closed.
+// startBounds are where the start policy puts newly claimed partitions,
+// read for all of them at once; starts is set when done is closed.
 type startBounds struct {
 	done   chan struct{}
-	bounds map[kafka.TopicPartition][2]int64
+	starts map[kafka.TopicPartition]int64
 }
 
 // start returns where the start policy puts p, if the shared read found it.
-func (sb *startBounds) start(ctx context.Context, p coordinator.Partition, policy kafka.StartPolicy) (int64, bool) {
+func (sb *startBounds) start(ctx context.Context, p coordinator.Partition) (int64, bool) {
 	select {
 	case <-sb.done:
 	case <-ctx.Done():
 		return 0, false
 	}
-	b, ok := sb.bounds[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
-	if policy == kafka.StartLatest {
-		return b[1], ok
-	}
-	return b[0], ok
+	at, ok := sb.starts[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+	return at, ok
 }
 
 // resetsSeen tells the partitions an operator reset that their offsets

@@ -169,3 +169,51 @@ func TestConsumerFollowsLeaderMoves(t *testing.T) {
 		}
 	}
 }
+
+// Start offsets of many partitions on several brokers: one ListOffsets
+// request per broker, each partition's log start or log end by the policy.
+func TestStartOffsetsOneRequestPerBroker(t *testing.T) {
+	const parts = 30
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "starts", parts)
+	for p := range parts {
+		vals := make([]string, p+1)
+		for i := range vals {
+			vals[i] = "v"
+		}
+		k.ProduceValues(t, "starts", p, vals...)
+		k.DeleteRecords(t, "starts", p, int64(p/2))
+	}
+	var lists atomic.Int64
+	k.Cluster().ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		lists.Add(1)
+		return nil, nil, false
+	})
+	tps := make([]TopicPartition, parts)
+	for p := range tps {
+		tps[p] = TopicPartition{"starts", p}
+	}
+	for _, policy := range []StartPolicy{StartEarliest, StartLatest} {
+		cfg := testFetchConfig(k)
+		cfg.StartPolicy = policy
+		c := openConsumer(t, cfg)
+		before := lists.Load()
+		got, err := c.StartOffsets(context.Background(), tps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range parts {
+			want := int64(p / 2) // the log start
+			if policy == StartLatest {
+				want = int64(p + 1)
+			}
+			if got[tps[p]] != want {
+				t.Fatalf("%s start of partition %d: %d, want %d", policy, p, got[tps[p]], want)
+			}
+		}
+		if n := lists.Load() - before; n != 3 {
+			t.Fatalf("%d ListOffsets requests for %d partitions on 3 brokers, want 3", n, parts)
+		}
+	}
+}
