@@ -317,7 +317,13 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 				continue
 			}
 		}
-		batch, err := pt.f.Fetch(ctx)
+		fetch := pt.f.Fetch
+		if b.empty() && !pt.resetSeen.Load() {
+			// Nothing in hand, so no rule waits on an empty poll: sleep
+			// until records come (or a reset or a stop wakes us).
+			fetch = pt.f.Next
+		}
+		batch, err := fetch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return b, errStopped

@@ -507,6 +507,7 @@ func (r *Replica) resetsSeen(events []*clientv3.Event) {
 		}
 		if pt, ok := r.owned[p]; ok {
 			pt.resetSeen.Store(true)
+			pt.f.Wake() // an idle partition waits for records: look now
 		}
 	}
 }

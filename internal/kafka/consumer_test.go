@@ -217,3 +217,43 @@ func TestStartOffsetsOneRequestPerBroker(t *testing.T) {
 		}
 	}
 }
+
+// Next waits past MaxWait for records, and returns at once on Wake.
+func TestCursorNextWaitsForRecordsOrWake(t *testing.T) {
+	k := harness.StartKafka(t, harness.SeedTopics(1, "quiet"))
+	cfg := testFetchConfig(k) // MaxWait 100ms
+	c := openConsumer(t, cfg)
+	cur := openCursor(t, c, "quiet", 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan PolledBatch, 1)
+	go func() {
+		b, err := cur.Next(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	start := time.Now()
+	harness.Await(t, 5*time.Second, "three MaxWaits", func() bool { return time.Since(start) > 3*cfg.MaxWait })
+	select {
+	case b := <-got:
+		t.Fatalf("Next returned %+v on an idle partition before records or Wake", b)
+	default:
+	}
+	cur.Wake()
+	if b := <-got; b.Next != b.From {
+		t.Fatalf("Next after Wake returned records [%d, %d)", b.From, b.Next)
+	}
+	go func() {
+		b, err := cur.Next(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	k.ProduceValues(t, "quiet", 0, "a", "b")
+	if b := <-got; len(b.Records) != 2 {
+		t.Fatalf("Next returned %d records, want the 2 produced", len(b.Records))
+	}
+}

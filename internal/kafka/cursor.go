@@ -40,6 +40,7 @@ type Cursor struct {
 	outOfRange   bool  // the broker refused fetchAt: the reader resets it
 	starved      bool  // the broker had data for it that did not fit a response
 	quiet        bool  // its last answer was empty
+	woken        bool  // Wake was called: the next wait returns at once
 	retryAt      time.Time
 	attempt      int
 	closed       bool
@@ -168,6 +169,26 @@ func (cur *Cursor) Close() error {
 // says the cursor holds its share of the budget: nothing more comes until
 // Free. Fetch returns ctx.Err() as soon as ctx ends.
 func (cur *Cursor) Fetch(ctx context.Context) (PolledBatch, error) {
+	return cur.fetch(ctx, true)
+}
+
+// Next is Fetch without the MaxWait: it waits until there is a batch, ctx
+// ends, or Wake is called (then it returns an empty batch). A reader with
+// nothing in hand uses it, so that an idle partition costs nothing between
+// the broker loop's polls.
+func (cur *Cursor) Next(ctx context.Context) (PolledBatch, error) {
+	return cur.fetch(ctx, false)
+}
+
+// Wake makes a Next that waits, or the next one, return at once.
+func (cur *Cursor) Wake() {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	cur.woken = true
+	cur.notify()
+}
+
+func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error) {
 	f, c := cur.f, cur.c
 	if f.closed.Load() {
 		return PolledBatch{}, f.errorf(f.offset, errClosed)
@@ -233,6 +254,11 @@ func (cur *Cursor) Fetch(ctx context.Context) (PolledBatch, error) {
 			continue // in range after all, or a passing failure: fetch again
 		}
 		empty := PolledBatch{From: f.offset, Next: f.offset, HighWatermark: cur.hw, LastStable: cur.lso}
+		if cur.woken {
+			cur.woken = false
+			c.mu.Unlock()
+			return empty, nil
+		}
 		if cur.held > 0 && cur.held >= c.share() && !cur.throttled {
 			cur.throttled = true
 			c.mu.Unlock()
@@ -240,7 +266,7 @@ func (cur *Cursor) Fetch(ctx context.Context) (PolledBatch, error) {
 			return empty, nil
 		}
 		c.mu.Unlock()
-		if timeout == nil {
+		if timeout == nil && bounded {
 			t := time.NewTimer(f.cfg.MaxWait)
 			defer t.Stop()
 			timeout = t.C
