@@ -295,8 +295,11 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOptio
 				return c.commitFailed(next, attempt-1, leaseLost(what))
 			}
 		}
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		res := c.s.do(actx, c.s.newWrite(c.keys.claim, cmps, then, els, opts))
+		o := c.s.newWrite(c.keys.claim, cmps, then, els, opts)
+		// The time the write may linger in the queue is not the round's:
+		// the attempt is bounded by the round's timeout beyond it.
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout+min(o.linger, ttl/16))
+		res := c.s.do(actx, o)
 		cancel()
 		switch {
 		case errors.Is(res.err, errNotAlive):

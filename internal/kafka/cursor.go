@@ -72,6 +72,15 @@ func (cur *Cursor) fetchable(now time.Time, share int64) bool {
 		len(cur.queue) < maxQueued && cur.held < share && !now.Before(cur.retryAt)
 }
 
+// queuedBytes is what the batches fetched ahead hold. c.mu is held.
+func (cur *Cursor) queuedBytes() int64 {
+	var n int64
+	for _, b := range cur.queue {
+		n += int64(b.Bytes)
+	}
+	return n
+}
+
 // release gives n held bytes back to the budget. c.mu is held.
 func (cur *Cursor) release(n int64) {
 	n = min(n, cur.held)
@@ -212,11 +221,23 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			return PolledBatch{}, f.errorf(f.offset, errClosed)
 		}
 		cur.align(f.offset)
+		// The reader's block may take half the share; the other half is
+		// fetched ahead while the block is written and committed.
+		if inHand := cur.held - cur.queuedBytes(); inHand > 0 && inHand >= c.share()/2 && !cur.throttled {
+			cur.throttled = true
+			empty := PolledBatch{From: f.offset, Next: f.offset, HighWatermark: cur.hw, LastStable: cur.lso, Throttled: true}
+			c.mu.Unlock()
+			return empty, nil
+		}
 		if len(cur.queue) > 0 {
 			b := cur.queue[0]
 			cur.queue[0] = PolledBatch{}
 			cur.queue = cur.queue[1:]
 			cur.expect = b.Next
+			// The log end as known now, not when the batch was fetched: a
+			// reader that sees it caught up ends its block, which it must
+			// not do with more batches fetched behind this one.
+			b.HighWatermark, b.LastStable = max(b.HighWatermark, cur.hw), max(b.LastStable, cur.lso)
 			if cur.loop != nil {
 				cur.loop.poke()
 			}
@@ -257,12 +278,6 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 		if cur.woken {
 			cur.woken = false
 			c.mu.Unlock()
-			return empty, nil
-		}
-		if cur.held > 0 && cur.held >= c.share() && !cur.throttled {
-			cur.throttled = true
-			c.mu.Unlock()
-			empty.Throttled = true
 			return empty, nil
 		}
 		c.mu.Unlock()

@@ -52,9 +52,10 @@ type PolledBatch struct {
 	// budget until Free gives it back.
 	Bytes int
 
-	// Throttled is set on an empty batch when the partition holds its
-	// share of the Consumer's budget: nothing more is fetched for it until
-	// its reader frees some. A reader ends its block then.
+	// Throttled is set on an empty batch when the reader holds half the
+	// partition's share of the Consumer's budget in batches it has not
+	// freed: it ends its block then, and the other half is fetched ahead
+	// while that block is written.
 	Throttled bool
 }
 
