@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
@@ -335,5 +336,60 @@ func TestIdleReplicaFetchesOncePerBrokerPerMaxWait(t *testing.T) {
 	// Two brokers, one long poll of 200ms each: 10 a second.
 	if want := 2 / maxWait.Seconds(); perSec > 1.5*want {
 		t.Fatalf("%.1f fetch requests/s idle, want about %.0f (one per broker per MaxWait)", perSec, want)
+	}
+}
+
+// resumingSink is a counting sink that says it stores its own offsets
+// (and holds none yet).
+type resumingSink struct{ *countingSink }
+
+func (resumingSink) Resume(context.Context, string, int) (int64, int64, bool, error) {
+	return 0, 0, false, nil
+}
+
+// Intents are written for a sink that keys by range, and skipped for one
+// that stores its own offsets, which needs none.
+func TestIntentsOnlyForSinksWithoutOwnOffsets(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sink    sinks.Sink
+		intents bool
+	}{
+		{"plain sink", newCountingSink(), true},
+		{"resuming sink", resumingSink{newCountingSink()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "intents", 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := e.admin.Watch(ctx, e.coord.Keys().IntentsPrefix(), clientv3.WithPrefix())
+			var puts atomic.Int64
+			go func() {
+				for wr := range w {
+					for _, ev := range wr.Events {
+						if ev.Type == clientv3.EventTypePut {
+							puts.Add(1)
+						}
+					}
+				}
+			}()
+			e.produce(50)
+			e.start(e.config("r1"), tc.sink)
+			await(t, 10*time.Second, "everything committed", func() bool { return e.allCommitted(perPartition(2, 50)) })
+			if tc.intents {
+				await(t, 5*time.Second, "the intents seen", func() bool { return puts.Load() >= 2 })
+				return
+			}
+			// The commits came after any intent would have: an intent
+			// written would be in the watch before them.
+			rev := harness.EtcdRevision(t, e.admin)
+			await(t, 5*time.Second, "the watch caught up", func() bool {
+				resp, err := e.admin.Get(ctx, e.coord.Keys().IntentsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithCountOnly())
+				return err == nil && resp.Count == 0
+			})
+			if n := puts.Load(); n != 0 {
+				t.Fatalf("%d intents written for a sink that stores its own offsets, want none", n)
+			}
+		})
 	}
 }

@@ -458,8 +458,14 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	}
 
 	if len(b.records) > 0 {
-		if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
-			return err
+		if _, resumes := pt.r.sink.(sinks.Resumer); !resumes {
+			// A sink that stores its own offsets with the rows needs no
+			// intent: a new owner resumes from what it holds, and it
+			// refuses a lower epoch, so the intent would only cost an etcd
+			// write per block.
+			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
+				return err
+			}
 		}
 		start := time.Now()
 		if err := pt.r.writer.Write(ctx, blk); err != nil {
