@@ -24,6 +24,11 @@ import (
 // batch's decompressed buffer), which is never written again. Record sets in
 // the older formats, magic 0 and 1, are handed to kafka-go's decoder.
 //
+// Nothing the input declares, a length or a count, sizes an allocation
+// beyond what the bytes at hand can hold: records are counted against the
+// bytes they take at least, and compressed records are decompressed within
+// the decoder's limit (inflate.go).
+//
 // The layout of a v2 batch, offsets from its start:
 //
 //	 0 base offset      int64
@@ -57,6 +62,15 @@ const (
 
 // controlAbort is the type of an abort marker, in the key of a control record.
 const controlAbort = 0
+
+// minRecordLength is the fewest bytes a record takes: its length, its
+// attributes, its timestamp and offset deltas and its key and value lengths,
+// a byte each.
+const minRecordLength = 6
+
+// minHeaderLength is the fewest bytes a record header takes: its key and
+// value lengths.
+const minHeaderLength = 2
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -106,7 +120,9 @@ func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
 }
 
 // scanBatches walks the whole batches of raw without checking them and
-// returns the number of records they claim, to size the records slice.
+// returns the number of records they claim, to size the records slice: at
+// most what the bytes of each batch can hold (the records of a compressed
+// batch are counted again once decompressed).
 func scanBatches(raw []byte) (records int) {
 	for len(raw) >= batchLengthEnd {
 		length := int32(binary.BigEndian.Uint32(raw[8:]))
@@ -116,7 +132,7 @@ func scanBatches(raw []byte) (records int) {
 		end := batchLengthEnd + int(length)
 		if end >= batchHeaderLength && raw[batchMagicOffset] == 2 {
 			if n := int32(binary.BigEndian.Uint32(raw[57:])); n > 0 {
-				records += int(n)
+				records += min(int(n), (end-batchHeaderLength)/minRecordLength)
 			}
 		}
 		raw = raw[end:]
@@ -145,50 +161,83 @@ func (b *recordBatch) compression() compress.Compression {
 	return compress.Compression(b.attributes & attrCompression)
 }
 
-// payload returns the encoded records of b, decompressed.
-func (b *recordBatch) payload() ([]byte, error) {
+// payload returns the encoded records of b, decompressed within the
+// decoder's limit, which the bytes decompressed count against.
+func (d *decoder) payload(b *recordBatch) ([]byte, error) {
 	c := b.compression()
 	if c == compress.None {
 		return b.records, nil
 	}
-	codec := c.Codec()
-	if codec == nil {
+	if c.Codec() == nil {
 		return nil, fmt.Errorf("record batch at %d: unsupported compression codec %d", b.baseOffset, c)
 	}
-	r := codec.NewReader(bytes.NewReader(b.records))
-	defer r.Close()
-	out, err := readAll(r, max(4*len(b.records), 4<<10))
+	out, err := d.inflate(b.baseOffset, c, b.records)
 	if err != nil {
-		return nil, fmt.Errorf("record batch at %d: decompress %s: %w", b.baseOffset, c, err)
+		return nil, err
+	}
+	if b.attributes&attrControl == 0 {
+		// The records this batch can hold, now that its bytes are known.
+		d.records = slices.Grow(d.records, min(int(b.numRecords), len(out)/minRecordLength))
 	}
 	return out, nil
 }
 
-// readAll is io.ReadAll with a first buffer of size hint.
-func readAll(r io.Reader, hint int) ([]byte, error) {
-	b := make([]byte, 0, hint)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return nil, err
-		}
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
+// inflate decompresses the records of the batch or message at offset,
+// within what is left of the decoder's limit, and counts what it produced.
+func (d *decoder) inflate(offset int64, c compress.Compression, src []byte) ([]byte, error) {
+	left := d.limit() - d.inflated
+	out, err := inflate(c, src, left)
+	if err != nil {
+		return nil, d.inflateError(offset, c, src, left, err)
 	}
+	d.inflated += len(out)
+	return out, nil
+}
+
+func (d *decoder) inflateError(offset int64, c compress.Compression, src []byte, left int, err error) error {
+	if o := (*overLimit)(nil); errors.As(err, &o) {
+		return &BatchTooLargeError{BaseOffset: offset, Codec: c, Compressed: len(src), Size: o.size, Limit: left}
+	}
+	return fmt.Errorf("record batch at %d: decompress %s: %w", offset, c, err)
+}
+
+// limit returns how many bytes decode may decompress: maxBytes, or
+// defaultMaxDecompressed when it is zero.
+func (d *decoder) limit() int {
+	switch {
+	case d.maxBytes == 0:
+		return defaultMaxDecompressed
+	case d.maxBytes < 0:
+		return 0
+	}
+	return d.maxBytes
 }
 
 // decoder turns the record batches of one fetch response into records,
 // dropping records before from, control records and, under read_committed,
 // aborted records; next ends up past every offset it saw.
+//
+// The records of compressed batches, which the records returned alias, are
+// decompressed within maxBytes: decode fails with a *BatchTooLargeError
+// (matching ErrBatchTooLarge) at the first batch that would go past it,
+// with records and next holding what the batches before it gave (next at
+// most that batch's base offset). inflated tells what the decode
+// decompressed, to count against the caller's memory budget.
 type decoder struct {
 	from      int64
 	committed bool
 	aborted   []fetchapi.ResponseTransaction
+	// maxBytes bounds the bytes one decode decompresses, all batches
+	// together: when 0, defaultMaxDecompressed (64 MiB); when negative,
+	// nothing (a compressed batch with any content fails). Uncompressed
+	// batches, which the records alias in the input, do not count.
+	maxBytes int
+
+	// inflated is the number of bytes the last decode decompressed, which
+	// its records hold on to (buffers that grew as a stream arrived, for
+	// gzip and zstd frames without a content size, may have up to twice
+	// that capacity).
+	inflated int
 
 	records []sinks.Record
 	next    int64
@@ -210,6 +259,7 @@ type decoder struct {
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
 	d.stuckBase = -1
+	d.inflated = 0
 	if len(raw) == 0 {
 		return nil
 	}
@@ -217,7 +267,7 @@ func (d *decoder) decode(raw []byte) error {
 		d.sortAborted()
 	}
 	if n := scanBatches(raw); n > 0 {
-		d.records = make([]sinks.Record, 0, min(n, len(raw)))
+		d.records = make([]sinks.Record, 0, n)
 	}
 	for {
 		if n := legacyEntry(raw); n > 0 {
@@ -236,7 +286,7 @@ func (d *decoder) decode(raw []byte) error {
 		}
 		raw = rest
 		d.batchStart(b.baseOffset)
-		data, err := b.payload()
+		data, err := d.payload(&b)
 		if err != nil {
 			return err
 		}
@@ -383,7 +433,7 @@ func nullableBytes(b []byte, p int) ([]byte, int, bool) {
 // readHeaders decodes the encoded headers of a record.
 func (d *decoder) readHeaders(b []byte) ([]sinks.Header, bool) {
 	count, p := varint(b)
-	if p <= 0 || count < 0 || count > int64(len(b)) {
+	if p <= 0 || count < 0 || count > int64((len(b)-p)/minHeaderLength) {
 		return nil, false
 	}
 	if count == 0 {
@@ -470,6 +520,9 @@ func (d *decoder) readControl(b *recordBatch, data []byte) error {
 // firstBatchBase returns the base offset of the first whole batch of raw.
 func firstBatchBase(raw []byte) (int64, bool, error) {
 	if n := legacyEntry(raw); n > 0 {
+		if err := (&decoder{}).checkLegacy(raw[:n]); err != nil {
+			return 0, false, err
+		}
 		rr, err := readLegacy(raw[:n])
 		if err != nil || rr == nil {
 			return 0, false, err
@@ -503,7 +556,68 @@ func readLegacy(raw []byte) (protocol.RecordReader, error) {
 	return rs.Records, nil
 }
 
+// checkLegacy checks that the message of format v0 or v1 that raw holds,
+// when it is compressed, decompresses within what is left of the decoder's
+// limit, before kafka-go, which knows no limit, decompresses it again; its
+// content counts as decompressed, as the records copy it.
+func (d *decoder) checkLegacy(raw []byte) error {
+	attributes, value, ok := legacyValue(raw)
+	c := compress.Compression(attributes & attrCompression)
+	if !ok || c == compress.None || c.Codec() == nil || len(value) == 0 {
+		return nil // kafka-go decodes it or reports what is wrong
+	}
+	offset := int64(binary.BigEndian.Uint64(raw))
+	left := d.limit() - d.inflated
+	out, err := inflate(c, value, left)
+	if err == nil && c == compress.Zstd {
+		err = zstdWindowsFit(value, left)
+	}
+	if err != nil {
+		return d.inflateError(offset, c, value, left, err)
+	}
+	d.inflated += len(out)
+	return nil
+}
+
+// legacyValue returns the attributes and the value of the message of format
+// v0 or v1 that raw holds, framed by legacyEntry; ok is false when its
+// checksum is wrong or it is malformed.
+func legacyValue(raw []byte) (attributes byte, value []byte, ok bool) {
+	const crcOffset = 12
+	if crc32.ChecksumIEEE(raw[batchMagicOffset:]) != binary.BigEndian.Uint32(raw[crcOffset:]) {
+		return 0, nil, false
+	}
+	p := batchMagicOffset + 1
+	if len(raw) <= p {
+		return 0, nil, false
+	}
+	attributes = raw[p]
+	p++
+	if raw[batchMagicOffset] == 1 {
+		p += 8 // the timestamp
+	}
+	for range 2 { // the key, then the value
+		if len(raw)-p < 4 {
+			return 0, nil, false
+		}
+		n := int32(binary.BigEndian.Uint32(raw[p:]))
+		p += 4
+		value = nil
+		if n >= 0 {
+			if int64(n) > int64(len(raw)-p) {
+				return 0, nil, false
+			}
+			value = raw[p : p+int(n)]
+			p += int(n)
+		}
+	}
+	return attributes, value, true
+}
+
 func (d *decoder) decodeLegacy(raw []byte) error {
+	if err := d.checkLegacy(raw); err != nil {
+		return err
+	}
 	rr, err := readLegacy(raw)
 	if err != nil || rr == nil {
 		return err

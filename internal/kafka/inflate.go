@@ -1,0 +1,591 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/segmentio/kafka-go/compress"
+)
+
+// The records of a compressed batch are decompressed here, within a limit:
+// no length read from the input sizes a buffer beyond what the input can
+// produce or beyond the limit, whichever is less. Sizes that a format
+// declares up front (a snappy block's length, a zstd frame's content size
+// and window, a gzip trailer's size) are checked against the limit before
+// anything is allocated; streams are read into a buffer that grows, at
+// most doubling, as output arrives, and reading stops one byte past the
+// limit. Snappy, with kafka-go's xerial framing, and the lz4 frame format
+// are parsed here and decoded straight into the output; gzip and zstd
+// frames without a content size are streamed through kafka-go's pooled
+// readers.
+
+// defaultMaxDecompressed is the limit of a decoder whose maxBytes is zero:
+// 64 MiB, four times the largest batch a broker accepts by default
+// (message.max.bytes is 1 MiB) inflated sixteenfold, and well below what a
+// replica can hold.
+const defaultMaxDecompressed = 64 << 20
+
+// ErrBatchTooLarge is the error, matched with errors.Is, of a record batch
+// whose records decompress to more bytes than the decoder may still
+// produce. The error is a *BatchTooLargeError.
+var ErrBatchTooLarge = errors.New("record batch too large to decompress")
+
+// BatchTooLargeError reports a compressed record batch that needs more
+// bytes than the decoder's limit left. The decoder stops at that batch: the
+// records before it are decoded.
+type BatchTooLargeError struct {
+	// BaseOffset is the base offset of the batch, or the offset of the
+	// message of format v0 or v1.
+	BaseOffset int64
+	// Codec is the compression codec of the batch.
+	Codec compress.Compression
+	// Compressed is the size of the compressed records.
+	Compressed int
+	// Size is what the batch needs at least: its decompressed size, when
+	// the batch declares it, else a byte more than Limit or, for a zstd
+	// frame, the window it needs to be decoded.
+	Size int64
+	// Limit is what the decoder could still decompress.
+	Limit int
+}
+
+func (e *BatchTooLargeError) Error() string {
+	return fmt.Sprintf("record batch at %d: %s records of %d bytes need at least %d bytes decompressed, over the limit of %d",
+		e.BaseOffset, e.Codec, e.Compressed, e.Size, e.Limit)
+}
+
+// Unwrap returns ErrBatchTooLarge.
+func (e *BatchTooLargeError) Unwrap() error { return ErrBatchTooLarge }
+
+// overLimit is the error of inflate for input that needs more than its
+// limit: at least size bytes.
+type overLimit struct{ size int64 }
+
+func (e *overLimit) Error() string { return fmt.Sprintf("needs at least %d bytes", e.size) }
+
+// inflate decompresses src, compressed with c, to at most limit bytes. Past
+// the limit it fails with an *overLimit.
+func inflate(c compress.Compression, src []byte, limit int) ([]byte, error) {
+	limit = max(limit, 0)
+	if len(src) == 0 {
+		// What kafka-go's readers make of no input, whatever the codec.
+		return nil, nil
+	}
+	switch c {
+	case compress.Gzip:
+		return inflateGzip(src, limit)
+	case compress.Snappy:
+		return inflateSnappy(src, limit)
+	case compress.Lz4:
+		return inflateLZ4(src, limit)
+	case compress.Zstd:
+		return inflateZstd(src, limit)
+	}
+	return nil, fmt.Errorf("unsupported compression codec %d", c)
+}
+
+// readBounded appends to dst what r produces, at most limit bytes, in a
+// buffer of hint bytes at first (if dst has no room), growing as output
+// arrives. When r has more, it fails with an *overLimit.
+func readBounded(r io.Reader, dst []byte, hint, limit int) ([]byte, error) {
+	start := len(dst)
+	if cap(dst)-len(dst) < hint {
+		dst = slices.Grow(dst, min(hint, limit))
+	}
+	// probe reads past a full buffer, so that a buffer sized exactly to
+	// the output needs no growing to see its end.
+	var probe [512]byte
+	empty := 0
+	for {
+		var n int
+		var err error
+		if room := min(cap(dst), start+limit) - len(dst); room > 0 {
+			n, err = r.Read(dst[len(dst) : len(dst)+room])
+			dst = dst[:len(dst)+n]
+		} else {
+			n, err = r.Read(probe[:])
+			if n > 0 {
+				got := len(dst) - start
+				if n > limit-got {
+					return nil, &overLimit{size: int64(limit) + 1}
+				}
+				dst = slices.Grow(dst, min(max(got, n), limit-got))
+				dst = append(dst, probe[:n]...)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return dst, nil
+			}
+			return nil, err
+		}
+		if n > 0 {
+			empty = 0
+		} else if empty++; empty > 100 {
+			return nil, io.ErrNoProgress
+		}
+	}
+}
+
+// maxDeflateExpansion bounds the bytes a deflate stream of n bytes inflates
+// to: its densest code, a 258-byte match, takes at least a bit, hence
+// 258*8/2 plus a little, as zlib's documentation puts it.
+const maxDeflateExpansion = 1032
+
+func inflateGzip(src []byte, limit int) ([]byte, error) {
+	// A gzip member ends with its size modulo 4 GiB: a hint good for the
+	// single member producers write.
+	hint := 4 * len(src)
+	if len(src) >= 18 {
+		hint = int(binary.LittleEndian.Uint32(src[len(src)-4:]))
+	}
+	hint = min(hint, maxDeflateExpansion*len(src))
+	r := compress.Gzip.Codec().NewReader(bytes.NewReader(src))
+	defer r.Close()
+	return readBounded(r, nil, hint, limit)
+}
+
+// Snappy. kafka-go and the Java client frame snappy blocks as xerial's
+// snappy-java does: a 16-byte header (a magic number and two versions), then
+// chunks, each a 4-byte big-endian length and a snappy block. Data without
+// the header is one snappy block.
+
+var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+const xerialHeaderLength = 16
+
+// maxSnappyExpansion bounds the bytes a snappy block of n bytes decodes to,
+// by 22n: its densest element, a copy with a 2-byte offset, takes 3 bytes
+// for at most 64. (Only S2's extensions, which no Kafka client writes and
+// brokers reject, go further.)
+const maxSnappyExpansion = 22
+
+// snappyBlockLength returns the length that the snappy block b decodes to.
+func snappyBlockLength(b []byte) (int, error) {
+	n, err := snappy.DecodedLen(b)
+	if err != nil {
+		return 0, err
+	}
+	if n > maxSnappyExpansion*len(b) {
+		return 0, fmt.Errorf("snappy block of %d bytes claims %d bytes decoded, more than it can hold", len(b), n)
+	}
+	return n, nil
+}
+
+func inflateSnappy(src []byte, limit int) ([]byte, error) {
+	if len(src) < xerialHeaderLength || !bytes.Equal(src[:len(xerialMagic)], xerialMagic) {
+		n, err := snappyBlockLength(src)
+		if err != nil {
+			return nil, err
+		}
+		if n > limit {
+			return nil, &overLimit{size: int64(n)}
+		}
+		return decodeSnappy(make([]byte, n), src)
+	}
+	// Check the framing and add up the decoded lengths, then decode each
+	// chunk in its place.
+	total := 0
+	for p := xerialHeaderLength; p < len(src); {
+		chunk, next, err := xerialChunk(src, p)
+		if err != nil {
+			return nil, err
+		}
+		n, err := snappyBlockLength(chunk)
+		if err != nil {
+			return nil, fmt.Errorf("xerial chunk at %d: %w", p, err)
+		}
+		if n > limit-total {
+			return nil, &overLimit{size: int64(total) + int64(n)}
+		}
+		total += n
+		p = next
+	}
+	out := make([]byte, total)
+	at := 0
+	for p := xerialHeaderLength; p < len(src); {
+		chunk, next, _ := xerialChunk(src, p)
+		n, _ := snappy.DecodedLen(chunk)
+		if _, err := decodeSnappy(out[at:at+n:at+n], chunk); err != nil {
+			return nil, fmt.Errorf("xerial chunk at %d: %w", p, err)
+		}
+		at += n
+		p = next
+	}
+	return out, nil
+}
+
+// xerialChunk returns the chunk of src at p and the position after it.
+func xerialChunk(src []byte, p int) (chunk []byte, next int, err error) {
+	if len(src)-p < 4 {
+		return nil, 0, fmt.Errorf("xerial chunk at %d: truncated length", p)
+	}
+	n := binary.BigEndian.Uint32(src[p:])
+	p += 4
+	if uint64(n) > uint64(len(src)-p) {
+		return nil, 0, fmt.Errorf("xerial chunk at %d: length %d past the %d bytes left", p-4, n, len(src)-p)
+	}
+	return src[p : p+int(n)], p + int(n), nil
+}
+
+// decodeSnappy decodes the snappy block src into dst, of its decoded length.
+func decodeSnappy(dst, src []byte) ([]byte, error) {
+	out, err := snappy.Decode(dst, src)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(dst) || len(out) > 0 && &out[0] != &dst[0] {
+		return nil, errors.New("snappy block decoded past its length")
+	}
+	return dst, nil
+}
+
+// Zstd. A frame that declares its content size is decoded at once into a
+// buffer of that size (no window buffer then); a frame that does not is
+// streamed, in its window, which must fit in the limit too. Frames are
+// walked here, block header by block header, so that each is checked before
+// a decoder sees it.
+
+// zstdDecoder decodes frames of known size, at most GOMAXPROCS (up to 4) at
+// once, with buffers it keeps for the next.
+var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil)
+})
+
+func inflateZstd(src []byte, limit int) ([]byte, error) {
+	var out []byte
+	for p := 0; p < len(src); {
+		var h zstd.Header
+		if err := h.Decode(src[p:]); err != nil {
+			return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
+		}
+		if h.Skippable {
+			if uint64(h.SkippableSize) > uint64(len(src)-p-h.HeaderSize) {
+				return nil, fmt.Errorf("zstd skippable frame at %d: length %d past the end", p, h.SkippableSize)
+			}
+			p += h.HeaderSize + int(h.SkippableSize)
+			continue
+		}
+		n, err := zstdFrameLength(src[p:], &h)
+		if err != nil {
+			return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
+		}
+		frame := src[p : p+n]
+		left := limit - len(out)
+		if h.HasFCS {
+			if h.FrameContentSize > uint64(left) {
+				return nil, &overLimit{size: int64(len(out)) + int64(min(h.FrameContentSize, 1<<62))}
+			}
+			dec, err := zstdDecoder()
+			if err != nil {
+				return nil, err
+			}
+			if out, err = dec.DecodeAll(frame, out); err != nil {
+				return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
+			}
+		} else {
+			if h.WindowSize > uint64(left) {
+				return nil, &overLimit{size: int64(len(out)) + int64(h.WindowSize)}
+			}
+			r := compress.Zstd.Codec().NewReader(bytes.NewReader(frame))
+			out, err = readBounded(r, out, 4*len(frame), left)
+			r.Close()
+			if err != nil {
+				var o *overLimit
+				if errors.As(err, &o) {
+					return nil, &overLimit{size: int64(limit) + 1}
+				}
+				return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
+			}
+		}
+		p += n
+	}
+	return out, nil
+}
+
+// zstdWindowsFit checks that each frame of src, a valid zstd stream, has a
+// window of at most limit bytes, as kafka-go's streaming reader allocates
+// the window a frame declares.
+func zstdWindowsFit(src []byte, limit int) error {
+	for p := 0; p < len(src); {
+		var h zstd.Header
+		if err := h.Decode(src[p:]); err != nil {
+			return fmt.Errorf("zstd frame at %d: %w", p, err)
+		}
+		if h.Skippable {
+			p += h.HeaderSize + int(h.SkippableSize)
+			continue
+		}
+		if h.WindowSize > uint64(limit) {
+			return &overLimit{size: int64(h.WindowSize)}
+		}
+		n, err := zstdFrameLength(src[p:], &h)
+		if err != nil {
+			return fmt.Errorf("zstd frame at %d: %w", p, err)
+		}
+		p += n
+	}
+	return nil
+}
+
+// zstdFrameLength returns the length of the frame that b starts with,
+// whose header is h.
+func zstdFrameLength(b []byte, h *zstd.Header) (int, error) {
+	p := h.HeaderSize
+	for {
+		if len(b)-p < 3 {
+			return 0, io.ErrUnexpectedEOF
+		}
+		bh := int(b[p]) | int(b[p+1])<<8 | int(b[p+2])<<16
+		p += 3
+		switch size := bh >> 3; bh >> 1 & 3 {
+		case 0, 2: // raw, compressed
+			p += size
+		case 1: // RLE: one byte, repeated
+			p++
+		default:
+			return 0, errors.New("reserved block type")
+		}
+		if p > len(b) {
+			return 0, io.ErrUnexpectedEOF
+		}
+		if bh&1 != 0 {
+			break
+		}
+	}
+	if h.HasCheckSum {
+		p += 4
+	}
+	if p > len(b) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return p, nil
+}
+
+// LZ4, in its frame format, which Kafka clients write (the legacy format
+// they do not). A frame is a magic number, a descriptor, blocks, each a
+// 4-byte little-endian length (its top bit for an uncompressed block), an
+// end mark and an optional checksum of the content.
+
+const (
+	lz4Magic         = 0x184D2204
+	lz4SkippableMask = 0xFFFFFFF0
+	lz4Skippable     = 0x184D2A50
+
+	lz4FlagDictID          = 1 << 0
+	lz4FlagReserved        = 1 << 1
+	lz4FlagContentChecksum = 1 << 2
+	lz4FlagContentSize     = 1 << 3
+	lz4FlagBlockChecksum   = 1 << 4
+	lz4FlagIndependent     = 1 << 5
+
+	// lz4MaxExpansion bounds the bytes an lz4 block of n bytes decodes
+	// to: each byte of a match length beyond the first adds 255.
+	lz4MaxExpansion = 255
+)
+
+var errLZ4Truncated = errors.New("lz4: truncated frame")
+
+func inflateLZ4(src []byte, limit int) ([]byte, error) {
+	out := make([]byte, 0, min(4*len(src), limit))
+	for p := 0; p < len(src); {
+		if len(src)-p < 4 {
+			return nil, errLZ4Truncated
+		}
+		magic := binary.LittleEndian.Uint32(src[p:])
+		if magic&lz4SkippableMask == lz4Skippable {
+			if len(src)-p < 8 {
+				return nil, errLZ4Truncated
+			}
+			n := binary.LittleEndian.Uint32(src[p+4:])
+			if uint64(n) > uint64(len(src)-p-8) {
+				return nil, errLZ4Truncated
+			}
+			p += 8 + int(n)
+			continue
+		}
+		if magic != lz4Magic {
+			return nil, fmt.Errorf("lz4: frame at %d: magic number %#x", p, magic)
+		}
+		var err error
+		if out, p, err = inflateLZ4Frame(src, p+4, out, limit); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// inflateLZ4Frame appends to out the content of the frame whose descriptor
+// is at src[p:] and returns the position after the frame.
+func inflateLZ4Frame(src []byte, p int, out []byte, limit int) ([]byte, int, error) {
+	if len(src)-p < 3 {
+		return nil, 0, errLZ4Truncated
+	}
+	flags, bd := src[p], src[p+1]
+	desc := 2
+	if flags&lz4FlagContentSize != 0 {
+		desc += 8
+	}
+	if flags&lz4FlagDictID != 0 {
+		desc += 4
+	}
+	if len(src)-p < desc+1 {
+		return nil, 0, errLZ4Truncated
+	}
+	if sum := byte(xxh32(src[p:p+desc]) >> 8); sum != src[p+desc] {
+		return nil, 0, fmt.Errorf("lz4: descriptor checksum %#x, computed %#x", src[p+desc], sum)
+	}
+	switch {
+	case flags>>6 != 1:
+		return nil, 0, fmt.Errorf("lz4: frame version %d", flags>>6)
+	case flags&lz4FlagReserved != 0 || bd&0x8F != 0:
+		return nil, 0, errors.New("lz4: reserved descriptor bits set")
+	case flags&lz4FlagDictID != 0:
+		return nil, 0, errors.New("lz4: dictionaries are not supported")
+	case bd>>4 < 4:
+		return nil, 0, fmt.Errorf("lz4: block size index %d", bd>>4)
+	}
+	blockMax := 1 << (8 + 2*(bd>>4)) // 64 KiB to 4 MiB
+	start := len(out)
+	contentSize := uint64(0)
+	if flags&lz4FlagContentSize != 0 {
+		contentSize = binary.LittleEndian.Uint64(src[p+2:])
+		if contentSize > uint64(limit-start) {
+			return nil, 0, &overLimit{size: int64(start) + int64(min(contentSize, 1<<62))}
+		}
+		out = slices.Grow(out, int(contentSize))
+	}
+	p += desc + 1
+	for {
+		if len(src)-p < 4 {
+			return nil, 0, errLZ4Truncated
+		}
+		size := binary.LittleEndian.Uint32(src[p:])
+		p += 4
+		if size == 0 {
+			break // the end mark
+		}
+		n := int(size &^ (1 << 31))
+		if n > blockMax {
+			return nil, 0, fmt.Errorf("lz4: block of %d bytes, over the frame's %d", n, blockMax)
+		}
+		if n > len(src)-p {
+			return nil, 0, errLZ4Truncated
+		}
+		block := src[p : p+n]
+		p += n
+		if flags&lz4FlagBlockChecksum != 0 {
+			if len(src)-p < 4 {
+				return nil, 0, errLZ4Truncated
+			}
+			if want, got := binary.LittleEndian.Uint32(src[p:]), xxh32(block); got != want {
+				return nil, 0, fmt.Errorf("lz4: block checksum %#x, computed %#x", want, got)
+			}
+			p += 4
+		}
+		var dict []byte
+		if flags&lz4FlagIndependent == 0 {
+			dict = out[max(start, len(out)-64<<10):len(out):len(out)]
+		}
+		var err error
+		if size>>31 != 0 {
+			if n > limit-len(out) {
+				return nil, 0, &overLimit{size: int64(len(out)) + int64(n)}
+			}
+			out = append(out, block...)
+		} else if out, err = uncompressLZ4Block(out, block, dict, blockMax, limit); err != nil {
+			return nil, 0, err
+		}
+	}
+	if flags&lz4FlagContentChecksum != 0 {
+		if len(src)-p < 4 {
+			return nil, 0, errLZ4Truncated
+		}
+		if want, got := binary.LittleEndian.Uint32(src[p:]), xxh32(out[start:]); got != want {
+			return nil, 0, fmt.Errorf("lz4: content checksum %#x, computed %#x", want, got)
+		}
+		p += 4
+	}
+	if flags&lz4FlagContentSize != 0 && uint64(len(out)-start) != contentSize {
+		return nil, 0, fmt.Errorf("lz4: content of %d bytes, declared %d", len(out)-start, contentSize)
+	}
+	return out, p, nil
+}
+
+// uncompressLZ4Block appends to out the lz4 block src decodes to, at most
+// blockMax bytes and the limit. It decodes into the room out has, and grows
+// out, at most doubling, only when that room was too little.
+func uncompressLZ4Block(out, src, dict []byte, blockMax, limit int) ([]byte, error) {
+	bound := min(blockMax, lz4MaxExpansion*len(src))
+	for {
+		room := min(cap(out)-len(out), bound, limit-len(out))
+		n, err := lz4.UncompressBlockWithDict(src, out[len(out):len(out)+room], dict)
+		if err == nil {
+			return out[:len(out)+n], nil
+		}
+		if room == bound {
+			return nil, fmt.Errorf("lz4: %w", err)
+		}
+		if room == limit-len(out) {
+			// Too little room within the limit: whether the block is
+			// larger or corrupt, decoding it aside tells.
+			if n, err := lz4.UncompressBlockWithDict(src, make([]byte, bound), dict); err == nil {
+				return nil, &overLimit{size: int64(len(out)) + int64(n)}
+			}
+			return nil, fmt.Errorf("lz4: %w", err)
+		}
+		// dict may alias out: keep it pointing at the same bytes.
+		at := len(out) - len(dict)
+		out = slices.Grow(out, min(max(len(out), bound), limit-len(out)))
+		if dict != nil {
+			dict = out[at:len(out):len(out)]
+		}
+	}
+}
+
+// xxh32 is the 32-bit xxHash of b with seed 0, the checksum of lz4 frames.
+func xxh32(b []byte) uint32 {
+	const (
+		prime1 uint32 = 2654435761
+		prime2 uint32 = 2246822519
+		prime3 uint32 = 3266489917
+		prime4 uint32 = 668265263
+		prime5 uint32 = 374761393
+	)
+	h := uint32(len(b))
+	if len(b) >= 16 {
+		v1, v2, v3, v4 := prime1, prime2, uint32(0), uint32(0)
+		v1 += prime2 // seed + prime1 + prime2, modulo 2^32
+		v4 -= prime1
+		for ; len(b) >= 16; b = b[16:] {
+			v1 = bits.RotateLeft32(v1+binary.LittleEndian.Uint32(b)*prime2, 13) * prime1
+			v2 = bits.RotateLeft32(v2+binary.LittleEndian.Uint32(b[4:])*prime2, 13) * prime1
+			v3 = bits.RotateLeft32(v3+binary.LittleEndian.Uint32(b[8:])*prime2, 13) * prime1
+			v4 = bits.RotateLeft32(v4+binary.LittleEndian.Uint32(b[12:])*prime2, 13) * prime1
+		}
+		h += bits.RotateLeft32(v1, 1) + bits.RotateLeft32(v2, 7) + bits.RotateLeft32(v3, 12) + bits.RotateLeft32(v4, 18)
+	} else {
+		h += prime5
+	}
+	for ; len(b) >= 4; b = b[4:] {
+		h = bits.RotateLeft32(h+binary.LittleEndian.Uint32(b)*prime3, 17) * prime4
+	}
+	for _, c := range b {
+		h = bits.RotateLeft32(h+uint32(c)*prime5, 11) * prime1
+	}
+	h ^= h >> 15
+	h *= prime2
+	h ^= h >> 13
+	h *= prime3
+	h ^= h >> 16
+	return h
+}
