@@ -19,14 +19,13 @@ import (
 // The records of a compressed batch are decompressed here, within a limit:
 // no length read from the input sizes a buffer beyond what the input can
 // produce or beyond the limit, whichever is less. Sizes that a format
-// declares up front (a snappy block's length, a zstd frame's content size
-// and window, a gzip trailer's size) are checked against the limit before
-// anything is allocated; streams are read into a buffer that grows, at
-// most doubling, as output arrives, and reading stops one byte past the
-// limit. Snappy, with kafka-go's xerial framing, and the lz4 frame format
-// are parsed here and decoded straight into the output; gzip and zstd
-// frames without a content size are streamed through kafka-go's pooled
-// readers.
+// declares (a snappy block's length, the content size of a zstd or lz4
+// frame, the size in a gzip trailer) are checked against both before
+// anything is allocated. The framing of snappy (kafka-go's xerial chunks),
+// zstd and lz4 is parsed here, and their blocks decoded straight into a
+// buffer sized to what they hold; gzip, which only tells in its trailer, is
+// streamed through kafka-go's pooled reader into a buffer that grows, at
+// most doubling, as output arrives, and reading stops at the limit.
 
 // defaultMaxDecompressed is the limit of a decoder whose maxBytes is zero:
 // 64 MiB, four times the largest batch a broker accepts by default
@@ -51,8 +50,7 @@ type BatchTooLargeError struct {
 	// Compressed is the size of the compressed records.
 	Compressed int
 	// Size is what the batch needs at least: its decompressed size, when
-	// the batch declares it, else a byte more than Limit or, for a zstd
-	// frame, the window it needs to be decoded.
+	// the batch declares it, else a byte more than Limit.
 	Size int64
 	// Limit is what the decoder could still decompress.
 	Limit int
@@ -249,19 +247,31 @@ func decodeSnappy(dst, src []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// Zstd. A frame that declares its content size is decoded at once into a
-// buffer of that size (no window buffer then); a frame that does not is
-// streamed, in its window, which must fit in the limit too. Frames are
-// walked here, block header by block header, so that each is checked before
-// a decoder sees it.
+// Zstd. Frames are walked here, block header by block header, before the
+// decoder sees them: a frame's content size, or else a guess at what its
+// blocks hold, sizes the buffer it is decoded into at once, within the
+// limit, and the decoder may not go past that buffer. A raw or RLE block
+// says its size; a compressed block holds at most 128 KiB, which encoders
+// fill but for the last, guessed to hold as much for its length as those
+// before it, or four times its length. A frame that needs more room than
+// the guess is decoded again in all its blocks can hold. (Decoding at once,
+// the output is the history: no window buffer, whatever window a frame
+// declares.)
 
-// zstdDecoder decodes frames of known size, at most GOMAXPROCS (up to 4) at
-// once, with buffers it keeps for the next.
+// zstdDecoder decodes frames at once, into the room of the buffer it is
+// given, at most GOMAXPROCS (up to 4) at a time, with state it keeps.
 var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil)
+	return zstd.NewReader(nil, zstd.WithDecodeAllCapLimit(true))
 })
 
+// zstdMaxBlock is the most a zstd block decodes to.
+const zstdMaxBlock = 128 << 10
+
 func inflateZstd(src []byte, limit int) ([]byte, error) {
+	dec, err := zstdDecoder()
+	if err != nil {
+		return nil, err
+	}
 	var out []byte
 	for p := 0; p < len(src); {
 		var h zstd.Header
@@ -275,88 +285,88 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 			p += h.HeaderSize + int(h.SkippableSize)
 			continue
 		}
-		n, err := zstdFrameLength(src[p:], &h)
+		n, most, guess, err := zstdFrame(src[p:], &h)
 		if err != nil {
 			return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
 		}
-		frame := src[p : p+n]
 		left := limit - len(out)
 		if h.HasFCS {
 			if h.FrameContentSize > uint64(left) {
 				return nil, &overLimit{size: int64(len(out)) + int64(min(h.FrameContentSize, 1<<62))}
 			}
-			dec, err := zstdDecoder()
-			if err != nil {
-				return nil, err
-			}
-			if out, err = dec.DecodeAll(frame, out); err != nil {
+			most, guess = int64(h.FrameContentSize), int64(h.FrameContentSize)
+		}
+		within := min(most, int64(left))
+		for room := min(guess, within); ; room = within {
+			out = slices.Grow(out, int(room))
+			decoded, err := dec.DecodeAll(src[p:p+n], out[:len(out):len(out)+int(room)])
+			switch {
+			case err == nil:
+				out = decoded
+			case room < within:
+				// Perhaps too little room (the decoder does not always
+				// say so): try again with all there can be.
+				continue
+			case within < most:
+				// The frame does not decode within the limit, where it
+				// does not fit (or is corrupt, which tells the same).
+				return nil, &overLimit{size: int64(limit) + 1}
+			default:
 				return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
 			}
-		} else {
-			if h.WindowSize > uint64(left) {
-				return nil, &overLimit{size: int64(len(out)) + int64(h.WindowSize)}
-			}
-			r := compress.Zstd.Codec().NewReader(bytes.NewReader(frame))
-			out, err = readBounded(r, out, 4*len(frame), left)
-			r.Close()
-			if err != nil {
-				var o *overLimit
-				if errors.As(err, &o) {
-					return nil, &overLimit{size: int64(limit) + 1}
-				}
-				return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
-			}
+			break
 		}
 		p += n
+	}
+	if cap(out)-len(out) > max(len(out), 4<<10) {
+		// A frame of a block or two, whose blocks held less than they
+		// could: drop the room the records would hold on to.
+		out = slices.Clone(out)
 	}
 	return out, nil
 }
 
-// zstdWindowsFit checks that each frame of src, a valid zstd stream, has a
-// window of at most limit bytes, as kafka-go's streaming reader allocates
-// the window a frame declares.
-func zstdWindowsFit(src []byte, limit int) error {
-	for p := 0; p < len(src); {
-		var h zstd.Header
-		if err := h.Decode(src[p:]); err != nil {
-			return fmt.Errorf("zstd frame at %d: %w", p, err)
-		}
-		if h.Skippable {
-			p += h.HeaderSize + int(h.SkippableSize)
-			continue
-		}
-		if h.WindowSize > uint64(limit) {
-			return &overLimit{size: int64(h.WindowSize)}
-		}
-		n, err := zstdFrameLength(src[p:], &h)
-		if err != nil {
-			return fmt.Errorf("zstd frame at %d: %w", p, err)
-		}
-		p += n
+// zstdFrame returns the length of the frame that b starts with, whose
+// header is h, the most it can decode to and a guess at what it does.
+func zstdFrame(b []byte, h *zstd.Header) (n int, most, guess int64, err error) {
+	blockMax := int64(zstdMaxBlock)
+	if !h.SingleSegment {
+		blockMax = min(blockMax, int64(h.WindowSize))
 	}
-	return nil
-}
-
-// zstdFrameLength returns the length of the frame that b starts with,
-// whose header is h.
-func zstdFrameLength(b []byte, h *zstd.Header) (int, error) {
 	p := h.HeaderSize
+	var compressed, in int64 // the compressed blocks before, and their length
 	for {
 		if len(b)-p < 3 {
-			return 0, io.ErrUnexpectedEOF
+			return 0, 0, 0, io.ErrUnexpectedEOF
 		}
 		bh := int(b[p]) | int(b[p+1])<<8 | int(b[p+2])<<16
 		p += 3
-		switch size := bh >> 3; bh >> 1 & 3 {
-		case 0, 2: // raw, compressed
+		size := bh >> 3
+		switch bh >> 1 & 3 {
+		case 0: // raw
 			p += size
-		case 1: // RLE: one byte, repeated
+			most += int64(size)
+			guess = most
+		case 1: // RLE: a byte, repeated size times
 			p++
+			most += int64(size)
+			guess = most
+		case 2: // compressed
+			p += size
+			if in > 0 {
+				ratio := min((compressed*blockMax+in-1)/in, blockMax)
+				guess = most + min(blockMax, int64(size)*ratio*9/8+64)
+			} else {
+				guess = most + min(blockMax, 4*int64(size)+64)
+			}
+			most += blockMax
+			compressed++
+			in += int64(size)
 		default:
-			return 0, errors.New("reserved block type")
+			return 0, 0, 0, errors.New("reserved block type")
 		}
 		if p > len(b) {
-			return 0, io.ErrUnexpectedEOF
+			return 0, 0, 0, io.ErrUnexpectedEOF
 		}
 		if bh&1 != 0 {
 			break
@@ -366,15 +376,21 @@ func zstdFrameLength(b []byte, h *zstd.Header) (int, error) {
 		p += 4
 	}
 	if p > len(b) {
-		return 0, io.ErrUnexpectedEOF
+		return 0, 0, 0, io.ErrUnexpectedEOF
 	}
-	return p, nil
+	return p, most, guess, nil
 }
 
 // LZ4, in its frame format, which Kafka clients write (the legacy format
 // they do not). A frame is a magic number, a descriptor, blocks, each a
-// 4-byte little-endian length (its top bit for an uncompressed block), an
-// end mark and an optional checksum of the content.
+// 4-byte little-endian length (its top bit for an uncompressed block) and
+// data, an end mark and an optional checksum of the content. Blocks are
+// decoded straight into the output, which is sized to the content size the
+// frame declares or, when it does not, to what its blocks hold: a block
+// before the last, the frame's block size (which encoders fill), at most
+// 255 times its length (each byte of a match length adds at most 255
+// bytes); the last, as much for its length as the blocks before it, or
+// four times its length, at first, the room doubling as needed.
 
 const (
 	lz4Magic         = 0x184D2204
@@ -388,15 +404,15 @@ const (
 	lz4FlagBlockChecksum   = 1 << 4
 	lz4FlagIndependent     = 1 << 5
 
-	// lz4MaxExpansion bounds the bytes an lz4 block of n bytes decodes
-	// to: each byte of a match length beyond the first adds 255.
 	lz4MaxExpansion = 255
 )
 
 var errLZ4Truncated = errors.New("lz4: truncated frame")
 
 func inflateLZ4(src []byte, limit int) ([]byte, error) {
-	out := make([]byte, 0, min(4*len(src), limit))
+	// Check the frames and size the output, then decode them.
+	var frames []*lz4Frame
+	most := 0
 	for p := 0; p < len(src); {
 		if len(src)-p < 4 {
 			return nil, errLZ4Truncated
@@ -416,58 +432,109 @@ func inflateLZ4(src []byte, limit int) ([]byte, error) {
 		if magic != lz4Magic {
 			return nil, fmt.Errorf("lz4: frame at %d: magic number %#x", p, magic)
 		}
+		f, err := readLZ4Frame(src, p+4)
+		if err != nil {
+			return nil, err
+		}
+		if f.flags&lz4FlagContentSize != 0 {
+			if f.contentSize > uint64(limit) {
+				return nil, &overLimit{size: int64(min(f.contentSize, 1<<62))}
+			}
+			f.most = int(f.contentSize)
+		}
+		most = min(most+f.most, limit)
+		frames = append(frames, f)
+		p = f.end
+	}
+	out := make([]byte, 0, most)
+	for _, f := range frames {
 		var err error
-		if out, p, err = inflateLZ4Frame(src, p+4, out, limit); err != nil {
+		if out, err = f.inflate(src, out, limit); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// inflateLZ4Frame appends to out the content of the frame whose descriptor
-// is at src[p:] and returns the position after the frame.
-func inflateLZ4Frame(src []byte, p int, out []byte, limit int) ([]byte, int, error) {
+// lz4Frame is the descriptor of an lz4 frame and where its blocks are.
+type lz4Frame struct {
+	flags       byte
+	blockMax    int
+	contentSize uint64
+	blocks      int // where the first block is
+	end         int // where the frame ends
+	// most is what the blocks hold at most, but the last: as much as
+	// the blocks before it for its length, or four times its length.
+	most int
+}
+
+// readLZ4Frame checks the descriptor at src[p:] and the framing of the
+// blocks after it.
+func readLZ4Frame(src []byte, p int) (*lz4Frame, error) {
 	if len(src)-p < 3 {
-		return nil, 0, errLZ4Truncated
+		return nil, errLZ4Truncated
 	}
-	flags, bd := src[p], src[p+1]
+	f := &lz4Frame{flags: src[p]}
+	bd := src[p+1]
 	desc := 2
-	if flags&lz4FlagContentSize != 0 {
+	if f.flags&lz4FlagContentSize != 0 {
 		desc += 8
 	}
-	if flags&lz4FlagDictID != 0 {
+	if f.flags&lz4FlagDictID != 0 {
 		desc += 4
 	}
 	if len(src)-p < desc+1 {
-		return nil, 0, errLZ4Truncated
+		return nil, errLZ4Truncated
 	}
 	if sum := byte(xxh32(src[p:p+desc]) >> 8); sum != src[p+desc] {
-		return nil, 0, fmt.Errorf("lz4: descriptor checksum %#x, computed %#x", src[p+desc], sum)
+		return nil, fmt.Errorf("lz4: descriptor checksum %#x, computed %#x", src[p+desc], sum)
 	}
 	switch {
-	case flags>>6 != 1:
-		return nil, 0, fmt.Errorf("lz4: frame version %d", flags>>6)
-	case flags&lz4FlagReserved != 0 || bd&0x8F != 0:
-		return nil, 0, errors.New("lz4: reserved descriptor bits set")
-	case flags&lz4FlagDictID != 0:
-		return nil, 0, errors.New("lz4: dictionaries are not supported")
+	case f.flags>>6 != 1:
+		return nil, fmt.Errorf("lz4: frame version %d", f.flags>>6)
+	case f.flags&lz4FlagReserved != 0 || bd&0x8F != 0:
+		return nil, errors.New("lz4: reserved descriptor bits set")
+	case f.flags&lz4FlagDictID != 0:
+		return nil, errors.New("lz4: dictionaries are not supported")
 	case bd>>4 < 4:
-		return nil, 0, fmt.Errorf("lz4: block size index %d", bd>>4)
+		return nil, fmt.Errorf("lz4: block size index %d", bd>>4)
 	}
-	blockMax := 1 << (8 + 2*(bd>>4)) // 64 KiB to 4 MiB
-	start := len(out)
-	contentSize := uint64(0)
-	if flags&lz4FlagContentSize != 0 {
-		contentSize = binary.LittleEndian.Uint64(src[p+2:])
-		if contentSize > uint64(limit-start) {
-			return nil, 0, &overLimit{size: int64(start) + int64(min(contentSize, 1<<62))}
+	f.blockMax = 1 << (8 + 2*(bd>>4)) // 64 KiB to 4 MiB
+	if f.flags&lz4FlagContentSize != 0 {
+		f.contentSize = binary.LittleEndian.Uint64(src[p+2:])
+	}
+	f.blocks = p + desc + 1
+	in, bound, last, raw := 0, 0, 0, false // the block before
+	err := f.eachBlock(src, false, func(block []byte, isRaw bool) error {
+		f.most += bound
+		in += last
+		last, raw, bound = len(block), isRaw, len(block)
+		if !raw {
+			bound = min(f.blockMax, lz4MaxExpansion*len(block))
 		}
-		out = slices.Grow(out, int(contentSize))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	p += desc + 1
+	switch {
+	case raw:
+		f.most += last
+	case in > 0:
+		f.most += min(bound, int(int64(last)*int64(f.most)/int64(in))+64)
+	default:
+		f.most += min(bound, 4*last)
+	}
+	return f, nil
+}
+
+// eachBlock calls fn with the data of each block of f, in order, checking
+// the block checksums if asked to; it sets where the frame ends.
+func (f *lz4Frame) eachBlock(src []byte, checksums bool, fn func(block []byte, raw bool) error) error {
+	p := f.blocks
 	for {
 		if len(src)-p < 4 {
-			return nil, 0, errLZ4Truncated
+			return errLZ4Truncated
 		}
 		size := binary.LittleEndian.Uint32(src[p:])
 		p += 4
@@ -475,57 +542,77 @@ func inflateLZ4Frame(src []byte, p int, out []byte, limit int) ([]byte, int, err
 			break // the end mark
 		}
 		n := int(size &^ (1 << 31))
-		if n > blockMax {
-			return nil, 0, fmt.Errorf("lz4: block of %d bytes, over the frame's %d", n, blockMax)
+		if n > f.blockMax {
+			return fmt.Errorf("lz4: block of %d bytes, over the frame's %d", n, f.blockMax)
 		}
 		if n > len(src)-p {
-			return nil, 0, errLZ4Truncated
+			return errLZ4Truncated
 		}
 		block := src[p : p+n]
 		p += n
-		if flags&lz4FlagBlockChecksum != 0 {
+		if f.flags&lz4FlagBlockChecksum != 0 {
 			if len(src)-p < 4 {
-				return nil, 0, errLZ4Truncated
+				return errLZ4Truncated
 			}
-			if want, got := binary.LittleEndian.Uint32(src[p:]), xxh32(block); got != want {
-				return nil, 0, fmt.Errorf("lz4: block checksum %#x, computed %#x", want, got)
+			if want, got := binary.LittleEndian.Uint32(src[p:]), xxh32(block); checksums && got != want {
+				return fmt.Errorf("lz4: block checksum %#x, computed %#x", want, got)
 			}
 			p += 4
 		}
-		var dict []byte
-		if flags&lz4FlagIndependent == 0 {
-			dict = out[max(start, len(out)-64<<10):len(out):len(out)]
-		}
-		var err error
-		if size>>31 != 0 {
-			if n > limit-len(out) {
-				return nil, 0, &overLimit{size: int64(len(out)) + int64(n)}
-			}
-			out = append(out, block...)
-		} else if out, err = uncompressLZ4Block(out, block, dict, blockMax, limit); err != nil {
-			return nil, 0, err
+		if err := fn(block, size>>31 != 0); err != nil {
+			return err
 		}
 	}
-	if flags&lz4FlagContentChecksum != 0 {
+	if f.flags&lz4FlagContentChecksum != 0 {
 		if len(src)-p < 4 {
-			return nil, 0, errLZ4Truncated
-		}
-		if want, got := binary.LittleEndian.Uint32(src[p:]), xxh32(out[start:]); got != want {
-			return nil, 0, fmt.Errorf("lz4: content checksum %#x, computed %#x", want, got)
+			return errLZ4Truncated
 		}
 		p += 4
 	}
-	if flags&lz4FlagContentSize != 0 && uint64(len(out)-start) != contentSize {
-		return nil, 0, fmt.Errorf("lz4: content of %d bytes, declared %d", len(out)-start, contentSize)
+	f.end = p
+	return nil
+}
+
+// inflate appends to out the content of f, within limit.
+func (f *lz4Frame) inflate(src, out []byte, limit int) ([]byte, error) {
+	start := len(out)
+	if f.flags&lz4FlagContentSize != 0 && f.contentSize > uint64(limit-start) {
+		return nil, &overLimit{size: int64(start) + int64(min(f.contentSize, 1<<62))}
 	}
-	return out, p, nil
+	err := f.eachBlock(src, true, func(block []byte, raw bool) error {
+		if raw {
+			if len(block) > limit-len(out) {
+				return &overLimit{size: int64(len(out)) + int64(len(block))}
+			}
+			out = append(out, block...)
+			return nil
+		}
+		var dict []byte
+		if f.flags&lz4FlagIndependent == 0 {
+			dict = out[max(start, len(out)-64<<10):len(out):len(out)]
+		}
+		var err error
+		out, err = uncompressLZ4Block(out, block, dict, min(f.blockMax, lz4MaxExpansion*len(block)), limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if f.flags&lz4FlagContentChecksum != 0 {
+		if want, got := binary.LittleEndian.Uint32(src[f.end-4:]), xxh32(out[start:]); got != want {
+			return nil, fmt.Errorf("lz4: content checksum %#x, computed %#x", want, got)
+		}
+	}
+	if f.flags&lz4FlagContentSize != 0 && uint64(len(out)-start) != f.contentSize {
+		return nil, fmt.Errorf("lz4: content of %d bytes, declared %d", len(out)-start, f.contentSize)
+	}
+	return out, nil
 }
 
 // uncompressLZ4Block appends to out the lz4 block src decodes to, at most
-// blockMax bytes and the limit. It decodes into the room out has, and grows
-// out, at most doubling, only when that room was too little.
-func uncompressLZ4Block(out, src, dict []byte, blockMax, limit int) ([]byte, error) {
-	bound := min(blockMax, lz4MaxExpansion*len(src))
+// bound bytes and the limit. It decodes into the room out has, and grows
+// out, doubling the room, only when that room was too little.
+func uncompressLZ4Block(out, src, dict []byte, bound, limit int) ([]byte, error) {
 	for {
 		room := min(cap(out)-len(out), bound, limit-len(out))
 		n, err := lz4.UncompressBlockWithDict(src, out[len(out):len(out)+room], dict)
@@ -543,9 +630,8 @@ func uncompressLZ4Block(out, src, dict []byte, blockMax, limit int) ([]byte, err
 			}
 			return nil, fmt.Errorf("lz4: %w", err)
 		}
-		// dict may alias out: keep it pointing at the same bytes.
-		at := len(out) - len(dict)
-		out = slices.Grow(out, min(max(len(out), bound), limit-len(out)))
+		at := len(out) - len(dict) // dict may be in out: keep it on the same bytes
+		out = slices.Grow(out, min(max(2*room, 4<<10), bound, limit-len(out)))
 		if dict != nil {
 			dict = out[at:len(out):len(out)]
 		}
