@@ -21,8 +21,9 @@ import (
 // Record batches (message format v2, "magic 2") are parsed here straight
 // from the bytes of the fetch response: keys, values and header values of
 // the records returned sub-slice that buffer (or, for a compressed batch, the
-// batch's decompressed buffer), which is never written again. Record sets in
-// the older formats, magic 0 and 1, are handed to kafka-go's decoder.
+// batch's decompressed buffer), which is never written again. Messages in
+// the older formats, magic 0 and 1, are handed to kafka-go's decoder, but
+// for compressed ones, which are unwrapped here.
 //
 // Nothing the input declares, a length or a count, sizes an allocation
 // beyond what the bytes at hand can hold: records are counted against the
@@ -520,8 +521,14 @@ func (d *decoder) readControl(b *recordBatch, data []byte) error {
 // firstBatchBase returns the base offset of the first whole batch of raw.
 func firstBatchBase(raw []byte) (int64, bool, error) {
 	if n := legacyEntry(raw); n > 0 {
-		if err := (&decoder{}).checkLegacy(raw[:n]); err != nil {
-			return 0, false, err
+		if m, ok := parseLegacy(raw[:n]); ok {
+			if _, compressed := m.compression(); compressed {
+				recs, err := (&decoder{}).unwrapLegacy(nil, m)
+				if err != nil || len(recs) == 0 {
+					return 0, false, err
+				}
+				return recs[0].Offset, true, nil
+			}
 		}
 		rr, err := readLegacy(raw[:n])
 		if err != nil || rr == nil {
@@ -541,8 +548,10 @@ func firstBatchBase(raw []byte) (int64, bool, error) {
 }
 
 // Messages of format v0 or v1, written by brokers and clients older than
-// Kafka 0.11, are decoded by kafka-go, one (possibly compressed) message at
-// a time. These formats have no transactions and no control records.
+// Kafka 0.11, are decoded by kafka-go, one message at a time, but for a
+// compressed message, a wrapper whose value is the compressed messages it
+// holds: those are decompressed and parsed here, within the limit. These
+// formats have no transactions and no control records.
 
 // readLegacy decodes one message of format v0 or v1 with kafka-go.
 func readLegacy(raw []byte) (protocol.RecordReader, error) {
@@ -556,64 +565,115 @@ func readLegacy(raw []byte) (protocol.RecordReader, error) {
 	return rs.Records, nil
 }
 
-// checkLegacy checks that the message of format v0 or v1 that raw holds,
-// when it is compressed, decompresses within what is left of the decoder's
-// limit, before kafka-go, which knows no limit, decompresses it again; its
-// content counts as decompressed, as the records copy it.
-func (d *decoder) checkLegacy(raw []byte) error {
-	attributes, value, ok := legacyValue(raw)
-	c := compress.Compression(attributes & attrCompression)
-	if !ok || c == compress.None || c.Codec() == nil || len(value) == 0 {
-		return nil // kafka-go decodes it or reports what is wrong
-	}
-	offset := int64(binary.BigEndian.Uint64(raw))
-	if c == compress.Zstd {
-		// As brokers have it (kafka-go's streaming reader would allocate
-		// any window the frame declares).
-		return fmt.Errorf("message at %d: zstd compression needs message format v2, not v%d", offset, raw[batchMagicOffset])
-	}
-	_, err := d.inflate(offset, c, value)
-	return err
+// legacyMessage is a message of format v0 or v1.
+type legacyMessage struct {
+	offset     int64
+	attributes byte
+	timestamp  int64  // 0 in format v0
+	key, value []byte // nil when null
 }
 
-// legacyValue returns the attributes and the value of the message of format
-// v0 or v1 that raw holds, framed by legacyEntry; ok is false when its
-// checksum is wrong or it is malformed.
-func legacyValue(raw []byte) (attributes byte, value []byte, ok bool) {
+// compression returns the codec of m when it is compressed with one.
+func (m *legacyMessage) compression() (compress.Compression, bool) {
+	c := compress.Compression(m.attributes & attrCompression)
+	return c, c != compress.None && c.Codec() != nil
+}
+
+// parseLegacy parses the message of format v0 or v1 that raw holds, framed
+// as legacyEntry frames it; ok is false when its checksum is wrong or it is
+// malformed.
+func parseLegacy(raw []byte) (m legacyMessage, ok bool) {
 	const crcOffset = 12
-	if crc32.ChecksumIEEE(raw[batchMagicOffset:]) != binary.BigEndian.Uint32(raw[crcOffset:]) {
-		return 0, nil, false
-	}
 	p := batchMagicOffset + 1
-	if len(raw) <= p {
-		return 0, nil, false
+	if len(raw) <= p || raw[batchMagicOffset] > 1 ||
+		crc32.ChecksumIEEE(raw[batchMagicOffset:]) != binary.BigEndian.Uint32(raw[crcOffset:]) {
+		return m, false
 	}
-	attributes = raw[p]
+	m.offset = int64(binary.BigEndian.Uint64(raw))
+	m.attributes = raw[p]
 	p++
 	if raw[batchMagicOffset] == 1 {
-		p += 8 // the timestamp
+		if len(raw)-p < 8 {
+			return m, false
+		}
+		m.timestamp = int64(binary.BigEndian.Uint64(raw[p:]))
+		p += 8
 	}
-	for range 2 { // the key, then the value
+	for _, b := range []*[]byte{&m.key, &m.value} {
 		if len(raw)-p < 4 {
-			return 0, nil, false
+			return m, false
 		}
 		n := int32(binary.BigEndian.Uint32(raw[p:]))
 		p += 4
-		value = nil
 		if n >= 0 {
 			if int64(n) > int64(len(raw)-p) {
-				return 0, nil, false
+				return m, false
 			}
-			value = raw[p : p+int(n)]
+			*b = raw[p : p+int(n) : p+int(n)]
 			p += int(n)
 		}
 	}
-	return attributes, value, true
+	return m, true
+}
+
+// unwrapLegacy appends to recs the records of the messages that the
+// compressed message m wraps, decompressed within the decoder's limit (and
+// counted): their keys and values alias the decompressed buffer. As with
+// kafka-go, which decoded them before, a last message cut short is
+// ignored, and the offsets of the messages, relative in format v1, are
+// reckoned back from the wrapper's, that of the last message.
+func (d *decoder) unwrapLegacy(recs []sinks.Record, m legacyMessage) ([]sinks.Record, error) {
+	c, _ := m.compression()
+	if c == compress.Zstd {
+		// As brokers have it.
+		return recs, fmt.Errorf("message at %d: zstd compression needs message format v2", m.offset)
+	}
+	data, err := d.inflate(m.offset, c, m.value)
+	if err != nil {
+		return recs, err
+	}
+	start := len(recs)
+	for len(data) >= batchLengthEnd {
+		length := int32(binary.BigEndian.Uint32(data[8:]))
+		if length < 0 || int64(len(data)-batchLengthEnd) < int64(length) {
+			break
+		}
+		end := batchLengthEnd + int(length)
+		in, ok := parseLegacy(data[:end])
+		if !ok {
+			return recs, fmt.Errorf("message at %d: corrupt message %d inside", m.offset, len(recs)-start)
+		}
+		data = data[end:]
+		recs = append(recs, sinks.Record{Offset: in.offset, Key: in.key, Value: in.value, Time: time.UnixMilli(in.timestamp)})
+	}
+	if m.offset != 0 {
+		last := int64(len(recs)-start) - 1
+		for i := start; i < len(recs); i++ {
+			recs[i].Offset = m.offset - (last - recs[i].Offset)
+		}
+	}
+	return recs, nil
 }
 
 func (d *decoder) decodeLegacy(raw []byte) error {
-	if err := d.checkLegacy(raw); err != nil {
-		return err
+	if m, ok := parseLegacy(raw); ok {
+		if _, compressed := m.compression(); compressed {
+			// Decompressed here, within the limit, rather than by
+			// kafka-go, which knows none.
+			start := len(d.records)
+			recs, err := d.unwrapLegacy(d.records, m)
+			if err != nil {
+				return err
+			}
+			d.records = recs[:start]
+			for _, r := range recs[start:] {
+				if r.Offset >= d.next {
+					d.records = append(d.records, r)
+					d.next = r.Offset + 1
+				}
+			}
+			return nil
+		}
 	}
 	rr, err := readLegacy(raw)
 	if err != nil || rr == nil {
