@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -389,6 +390,9 @@ func (rr *recordReader) next() (rawRecord, error) {
 	}
 	p += n
 	r.offset = rr.b.baseOffset + offDelta
+	if r.offset == math.MaxInt64 {
+		return r, rr.corrupt("offset delta") // no offset can follow it
+	}
 	r.timestamp = rr.b.firstTimestamp + tsDelta
 	var ok bool
 	if r.key, p, ok = nullableBytes(rec, p); !ok {
@@ -652,6 +656,11 @@ func (d *decoder) unwrapLegacy(recs []sinks.Record, m legacyMessage) ([]sinks.Re
 			recs[i].Offset = m.offset - (last - recs[i].Offset)
 		}
 	}
+	for _, r := range recs[start:] {
+		if r.Offset == math.MaxInt64 {
+			return recs, fmt.Errorf("message at %d: inner offset out of range", m.offset)
+		}
+	}
 	return recs, nil
 }
 
@@ -669,7 +678,7 @@ func (d *decoder) decodeLegacy(raw []byte) error {
 			for _, r := range recs[start:] {
 				if r.Offset >= d.next {
 					d.records = append(d.records, r)
-					d.next = r.Offset + 1
+					d.next = max(d.next, r.Offset+1)
 				}
 			}
 			return nil
@@ -686,6 +695,9 @@ func (d *decoder) decodeLegacy(raw []byte) error {
 		}
 		if err != nil {
 			return fmt.Errorf("read record: %w", err)
+		}
+		if r.Offset == math.MaxInt64 {
+			return fmt.Errorf("read record: offset %d out of range", r.Offset)
 		}
 		if r.Offset >= d.next {
 			rec := sinks.Record{Offset: r.Offset, Time: r.Time}
