@@ -685,8 +685,9 @@ func codecRead(c compress.Compression, src []byte) ([]byte, error) {
 }
 
 // inflateCases compresses sets of data every way the codecs can, with
-// kafka-go's writers and with others', concatenated frames and all.
-func inflateCases(t *testing.T) map[string]struct {
+// kafka-go's writers and with others', concatenated frames and all; only
+// the small sets when small.
+func inflateCases(t *testing.T, small bool) map[string]struct {
 	codec compress.Compression
 	src   []byte
 } {
@@ -700,6 +701,9 @@ func inflateCases(t *testing.T) map[string]struct {
 		text = fmt.Appendf(text, "record %d of topic orders, partition %d; ", rng.IntN(1000), rng.IntN(8))
 	}
 	data := map[string][]byte{"empty": {}, "byte": {7}, "random": random, "text": text[:200<<10], "5MiB": text}
+	if small {
+		data = map[string][]byte{"empty": {}, "byte": {7}, "text": text[:200<<10]}
+	}
 	cases := map[string]struct {
 		codec compress.Compression
 		src   []byte
@@ -735,7 +739,7 @@ func inflateCases(t *testing.T) map[string]struct {
 		for _, opts := range [][]lz4.Option{
 			{lz4.BlockSizeOption(lz4.Block64Kb)},
 			{lz4.BlockSizeOption(lz4.Block256Kb), lz4.BlockChecksumOption(true), lz4.ChecksumOption(false)},
-			{lz4.BlockSizeOption(lz4.Block1Mb), lz4.SizeOption(uint64(len(b))), lz4.CompressionLevelOption(lz4.Level9)},
+			{lz4.BlockSizeOption(lz4.Block1Mb), lz4.SizeOption(uint64(len(b))), lz4.CompressionLevelOption(lz4.Level5)},
 		} {
 			buf.Reset()
 			w := lz4.NewWriter(&buf)
@@ -754,8 +758,10 @@ func inflateCases(t *testing.T) map[string]struct {
 			t.Fatal(err)
 		}
 		add(name+"/zstd small window", compress.Zstd, write(zw, &buf, b))
-		gz := cases[name+"/kafka-go gzip"].src
-		add(name+"/gzip members", compress.Gzip, slices.Concat(gz, gz))
+		if len(b) < 1<<20 {
+			gz := cases[name+"/kafka-go gzip"].src
+			add(name+"/gzip members", compress.Gzip, slices.Concat(gz, gz))
+		}
 	}
 	// Linked lz4 blocks, which no writer here makes: the second copies
 	// from the first, a raw block.
@@ -773,7 +779,7 @@ func inflateCases(t *testing.T) map[string]struct {
 
 // inflate decompresses as kafka-go's readers do, within its limit.
 func TestInflateMatchesCodecs(t *testing.T) {
-	for name, tc := range inflateCases(t) {
+	for name, tc := range inflateCases(t, false) {
 		t.Run(name, func(t *testing.T) {
 			want, err := codecRead(tc.codec, tc.src)
 			if err != nil {
@@ -802,7 +808,7 @@ func TestInflateMatchesCodecs(t *testing.T) {
 // input does not get past the limit.
 func TestInflateCorrupt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for name, tc := range inflateCases(t) {
+	for name, tc := range inflateCases(t, true) {
 		if len(tc.src) > 4<<10 || len(tc.src) == 0 {
 			continue
 		}
@@ -819,7 +825,7 @@ func TestInflateCorrupt(t *testing.T) {
 					t.Errorf("truncated to %d bytes: %d bytes, %v; kafka-go %d bytes, %v", n, len(got), err, len(want), wantErr)
 				}
 			}
-			for range 2000 {
+			for range 500 {
 				b := slices.Clone(tc.src)
 				for range 1 + rng.IntN(3) {
 					b[rng.IntN(len(b))] = byte(rng.Uint32())

@@ -97,7 +97,7 @@ func inflate(c compress.Compression, src []byte, limit int) ([]byte, error) {
 func readBounded(r io.Reader, dst []byte, hint, limit int) ([]byte, error) {
 	start := len(dst)
 	if cap(dst)-len(dst) < hint {
-		dst = slices.Grow(dst, min(hint, limit))
+		dst = grow(dst, min(hint, limit))
 	}
 	// probe reads past a full buffer, so that a buffer sized exactly to
 	// the output needs no growing to see its end.
@@ -116,7 +116,7 @@ func readBounded(r io.Reader, dst []byte, hint, limit int) ([]byte, error) {
 				if n > limit-got {
 					return nil, &overLimit{size: int64(limit) + 1}
 				}
-				dst = slices.Grow(dst, min(max(got, n), limit-got))
+				dst = grow(dst, min(max(got, n), limit-got))
 				dst = append(dst, probe[:n]...)
 			}
 		}
@@ -132,6 +132,18 @@ func readBounded(r io.Reader, dst []byte, hint, limit int) ([]byte, error) {
 			return nil, io.ErrNoProgress
 		}
 	}
+}
+
+// grow returns b with room for n more bytes, exactly, in a new buffer if
+// b has less. (Unlike slices.Grow, which may take more, and twice as much
+// in builds with the race detector.)
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	g := make([]byte, len(b), len(b)+n)
+	copy(g, b)
+	return g
 }
 
 // maxDeflateExpansion bounds the bytes a deflate stream of n bytes inflates
@@ -298,7 +310,7 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 		}
 		within := min(most, int64(left))
 		for room := min(guess, within); ; room = within {
-			out = slices.Grow(out, int(room))
+			out = grow(out, int(room))
 			decoded, err := dec.DecodeAll(src[p:p+n], out[:len(out):len(out)+int(room)])
 			switch {
 			case err == nil:
@@ -631,7 +643,7 @@ func uncompressLZ4Block(out, src, dict []byte, bound, limit int) ([]byte, error)
 			return nil, fmt.Errorf("lz4: %w", err)
 		}
 		at := len(out) - len(dict) // dict may be in out: keep it on the same bytes
-		out = slices.Grow(out, min(max(2*room, 4<<10), bound, limit-len(out)))
+		out = grow(out, min(max(2*room, 4<<10), bound, limit-len(out)))
 		if dict != nil {
 			dict = out[at:len(out):len(out)]
 		}
