@@ -1078,3 +1078,61 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInflate decompresses the records of a batch of 16 KiB and of
+// 1 MiB with inflate and, for comparison, as the decoder did before, with
+// kafka-go's readers into a buffer of four times the input at first.
+func BenchmarkInflate(b *testing.B) {
+	for _, size := range []int{16 << 10, 1 << 20} {
+		var recs []byte
+		for i := 0; len(recs) < size; i++ {
+			recs = appendTestRecord(recs, testRecord{offsetDelta: int64(i), key: []byte(fmt.Sprintf("key-%07d", i)),
+				value: []byte(fmt.Sprintf("value-%07d-%s", i, strings.Repeat("v", 76)))})
+		}
+		for _, c := range codecs {
+			var buf bytes.Buffer
+			w := c.Codec().NewWriter(&buf)
+			if _, err := w.Write(recs); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+			src := buf.Bytes()
+			b.Run(fmt.Sprintf("%dKiB/%s/inflate", size>>10, c), func(b *testing.B) {
+				b.SetBytes(int64(len(recs)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if out, err := inflate(c, src, 64<<20); err != nil || len(out) != len(recs) {
+						b.Fatal(len(out), err)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%dKiB/%s/kafka-go", size>>10, c), func(b *testing.B) {
+				b.SetBytes(int64(len(recs)))
+				b.ReportAllocs()
+				for b.Loop() {
+					r := c.Codec().NewReader(bytes.NewReader(src))
+					out := make([]byte, 0, 4*len(src))
+					for {
+						n, err := r.Read(out[len(out):cap(out)])
+						out = out[:len(out)+n]
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+						if len(out) == cap(out) {
+							out = slices.Grow(out, cap(out))
+						}
+					}
+					r.Close()
+					if len(out) != len(recs) {
+						b.Fatal(len(out))
+					}
+				}
+			})
+		}
+	}
+}

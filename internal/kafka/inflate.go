@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
-	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/snappy"
@@ -266,8 +265,9 @@ func decodeSnappy(dst, src []byte) ([]byte, error) {
 // says its size; a compressed block holds at most 128 KiB, which encoders
 // fill but for the last, guessed to hold as much for its length as those
 // before it, or four times its length. A frame that needs more room than
-// the guess is decoded again in all its blocks can hold. (Decoding at once,
-// the output is the history: no window buffer, whatever window a frame
+// the guess is decoded again in all its blocks can hold; a frame of a few
+// blocks is decoded aside in that much, then copied. (Decoding at once, the
+// output is the history: no window buffer, whatever window a frame
 // declares.)
 
 // zstdDecoder decodes frames at once, into the room of the buffer it is
@@ -278,6 +278,14 @@ var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 
 // zstdMaxBlock is the most a zstd block decodes to.
 const zstdMaxBlock = 128 << 10
+
+// zstdAsideMax is the most a frame of unknown size decoded aside holds:
+// such a frame, of a few blocks, the last of which guesses badly, is
+// decoded into a buffer kept for the next (in zstdAside), then copied at
+// its size.
+const zstdAsideMax = 8 * zstdMaxBlock
+
+var zstdAside = sync.Pool{New: func() any { return new([]byte) }}
 
 func inflateZstd(src []byte, limit int) ([]byte, error) {
 	dec, err := zstdDecoder()
@@ -308,10 +316,27 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 			}
 			most, guess = int64(h.FrameContentSize), int64(h.FrameContentSize)
 		}
-		within := min(most, int64(left))
-		for room := min(guess, within); ; room = within {
-			out = grow(out, int(room))
-			decoded, err := dec.DecodeAll(src[p:p+n], out[:len(out):len(out)+int(room)])
+		within := int(min(most, int64(left)))
+		if !h.HasFCS && most <= zstdAsideMax {
+			aside := zstdAside.Get().(*[]byte)
+			*aside = grow((*aside)[:0], within+zstdSlack)
+			decoded, err := decodeZstd(dec, src[p:p+n], *aside, within)
+			if err == nil {
+				out = append(grow(out, len(decoded)), decoded...)
+			}
+			zstdAside.Put(aside)
+			switch {
+			case err == nil:
+				p += n
+				continue
+			case int64(within) < most:
+				return nil, &overLimit{size: int64(limit) + 1}
+			}
+			return nil, fmt.Errorf("zstd frame at %d: %w", p, err)
+		}
+		for room := min(int(guess), within); ; room = within {
+			out = grow(out, room+zstdSlack)
+			decoded, err := decodeZstd(dec, src[p:p+n], out, room)
 			switch {
 			case err == nil:
 				out = decoded
@@ -319,7 +344,7 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 				// Perhaps too little room (the decoder does not always
 				// say so): try again with all there can be.
 				continue
-			case within < most:
+			case int64(within) < most:
 				// The frame does not decode within the limit, where it
 				// does not fit (or is corrupt, which tells the same).
 				return nil, &overLimit{size: int64(limit) + 1}
@@ -330,12 +355,21 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 		}
 		p += n
 	}
-	if cap(out)-len(out) > max(len(out), 4<<10) {
-		// A frame of a block or two, whose blocks held less than they
-		// could: drop the room the records would hold on to.
-		out = slices.Clone(out)
-	}
 	return out, nil
+}
+
+// zstdSlack is room past a frame's content that lets the decoder take its
+// fast paths, which copy 16 bytes at a time.
+const zstdSlack = 16
+
+// decodeZstd appends to dst, which has room for it and zstdSlack more, the
+// content of frame, of at most room bytes.
+func decodeZstd(dec *zstd.Decoder, frame, dst []byte, room int) ([]byte, error) {
+	decoded, err := dec.DecodeAll(frame, dst[:len(dst):len(dst)+room+zstdSlack])
+	if err == nil && len(decoded)-len(dst) > room {
+		err = zstd.ErrDecoderSizeExceeded
+	}
+	return decoded, err
 }
 
 // zstdFrame returns the length of the frame that b starts with, whose
@@ -396,13 +430,10 @@ func zstdFrame(b []byte, h *zstd.Header) (n int, most, guess int64, err error) {
 // LZ4, in its frame format, which Kafka clients write (the legacy format
 // they do not). A frame is a magic number, a descriptor, blocks, each a
 // 4-byte little-endian length (its top bit for an uncompressed block) and
-// data, an end mark and an optional checksum of the content. Blocks are
-// decoded straight into the output, which is sized to the content size the
-// frame declares or, when it does not, to what its blocks hold: a block
-// before the last, the frame's block size (which encoders fill), at most
-// 255 times its length (each byte of a match length adds at most 255
-// bytes); the last, as much for its length as the blocks before it, or
-// four times its length, at first, the room doubling as needed.
+// data, an end mark and an optional checksum of the content. What a block
+// decodes to is added up from the lengths of its sequences, without
+// decoding it: the frames are checked and measured first, then decoded
+// straight into a buffer of their size.
 
 const (
 	lz4Magic         = 0x184D2204
@@ -415,16 +446,17 @@ const (
 	lz4FlagContentSize     = 1 << 3
 	lz4FlagBlockChecksum   = 1 << 4
 	lz4FlagIndependent     = 1 << 5
-
-	lz4MaxExpansion = 255
 )
 
-var errLZ4Truncated = errors.New("lz4: truncated frame")
+var (
+	errLZ4Truncated = errors.New("lz4: truncated frame")
+	errLZ4Block     = errors.New("lz4: corrupt block")
+)
 
 func inflateLZ4(src []byte, limit int) ([]byte, error) {
-	// Check the frames and size the output, then decode them.
-	var frames []*lz4Frame
-	most := 0
+	var one [1]lz4Frame // the frame Kafka clients write
+	frames := one[:0]
+	total := 0
 	for p := 0; p < len(src); {
 		if len(src)-p < 4 {
 			return nil, errLZ4Truncated
@@ -444,24 +476,21 @@ func inflateLZ4(src []byte, limit int) ([]byte, error) {
 		if magic != lz4Magic {
 			return nil, fmt.Errorf("lz4: frame at %d: magic number %#x", p, magic)
 		}
-		f, err := readLZ4Frame(src, p+4)
-		if err != nil {
+		frames = append(frames, lz4Frame{})
+		f := &frames[len(frames)-1]
+		if err := f.read(src, p+4); err != nil {
 			return nil, err
 		}
-		if f.flags&lz4FlagContentSize != 0 {
-			if f.contentSize > uint64(limit) {
-				return nil, &overLimit{size: int64(min(f.contentSize, 1<<62))}
-			}
-			f.most = int(f.contentSize)
+		if f.size > limit-total {
+			return nil, &overLimit{size: int64(total) + int64(f.size)}
 		}
-		most = min(most+f.most, limit)
-		frames = append(frames, f)
+		total += f.size
 		p = f.end
 	}
-	out := make([]byte, 0, most)
-	for _, f := range frames {
+	out := make([]byte, 0, total)
+	for i := range frames {
 		var err error
-		if out, err = f.inflate(src, out, limit); err != nil {
+		if out, err = frames[i].inflate(src, out); err != nil {
 			return nil, err
 		}
 	}
@@ -470,23 +499,23 @@ func inflateLZ4(src []byte, limit int) ([]byte, error) {
 
 // lz4Frame is the descriptor of an lz4 frame and where its blocks are.
 type lz4Frame struct {
-	flags       byte
-	blockMax    int
-	contentSize uint64
-	blocks      int // where the first block is
-	end         int // where the frame ends
-	// most is what the blocks hold at most, but the last: as much as
-	// the blocks before it for its length, or four times its length.
-	most int
+	flags    byte
+	blockMax int
+	blocks   int // where the first block is
+	end      int // where the frame ends
+	size     int // what its blocks decode to
+	// lengths are what its compressed blocks decode to, in order.
+	lengths []int
+	few     [4]int // the first lengths
 }
 
-// readLZ4Frame checks the descriptor at src[p:] and the framing of the
-// blocks after it.
-func readLZ4Frame(src []byte, p int) (*lz4Frame, error) {
+// read checks the descriptor at src[p:] and the blocks after it, and adds
+// up what they decode to.
+func (f *lz4Frame) read(src []byte, p int) error {
 	if len(src)-p < 3 {
-		return nil, errLZ4Truncated
+		return errLZ4Truncated
 	}
-	f := &lz4Frame{flags: src[p]}
+	f.flags = src[p]
 	bd := src[p+1]
 	desc := 2
 	if f.flags&lz4FlagContentSize != 0 {
@@ -496,48 +525,48 @@ func readLZ4Frame(src []byte, p int) (*lz4Frame, error) {
 		desc += 4
 	}
 	if len(src)-p < desc+1 {
-		return nil, errLZ4Truncated
+		return errLZ4Truncated
 	}
 	if sum := byte(xxh32(src[p:p+desc]) >> 8); sum != src[p+desc] {
-		return nil, fmt.Errorf("lz4: descriptor checksum %#x, computed %#x", src[p+desc], sum)
+		return fmt.Errorf("lz4: descriptor checksum %#x, computed %#x", src[p+desc], sum)
 	}
 	switch {
 	case f.flags>>6 != 1:
-		return nil, fmt.Errorf("lz4: frame version %d", f.flags>>6)
+		return fmt.Errorf("lz4: frame version %d", f.flags>>6)
 	case f.flags&lz4FlagReserved != 0 || bd&0x8F != 0:
-		return nil, errors.New("lz4: reserved descriptor bits set")
+		return errors.New("lz4: reserved descriptor bits set")
 	case f.flags&lz4FlagDictID != 0:
-		return nil, errors.New("lz4: dictionaries are not supported")
+		return errors.New("lz4: dictionaries are not supported")
 	case bd>>4 < 4:
-		return nil, fmt.Errorf("lz4: block size index %d", bd>>4)
+		return fmt.Errorf("lz4: block size index %d", bd>>4)
 	}
 	f.blockMax = 1 << (8 + 2*(bd>>4)) // 64 KiB to 4 MiB
-	if f.flags&lz4FlagContentSize != 0 {
-		f.contentSize = binary.LittleEndian.Uint64(src[p+2:])
-	}
 	f.blocks = p + desc + 1
-	in, bound, last, raw := 0, 0, 0, false // the block before
-	err := f.eachBlock(src, false, func(block []byte, isRaw bool) error {
-		f.most += bound
-		in += last
-		last, raw, bound = len(block), isRaw, len(block)
+	f.lengths = f.few[:0]
+	err := f.eachBlock(src, false, func(block []byte, raw bool) error {
+		n := len(block)
 		if !raw {
-			bound = min(f.blockMax, lz4MaxExpansion*len(block))
+			var err error
+			if n, err = lz4BlockLength(block); err != nil {
+				return err
+			}
+			f.lengths = append(f.lengths, n)
 		}
+		if n > f.blockMax {
+			return fmt.Errorf("lz4: block of %d bytes decoded, over the frame's %d", n, f.blockMax)
+		}
+		f.size += n
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	switch {
-	case raw:
-		f.most += last
-	case in > 0:
-		f.most += min(bound, int(int64(last)*int64(f.most)/int64(in))+64)
-	default:
-		f.most += min(bound, 4*last)
+	if f.flags&lz4FlagContentSize != 0 {
+		if size := binary.LittleEndian.Uint64(src[p+2:]); size != uint64(f.size) {
+			return fmt.Errorf("lz4: content of %d bytes, declared %d", f.size, size)
+		}
 	}
-	return f, nil
+	return nil
 }
 
 // eachBlock calls fn with the data of each block of f, in order, checking
@@ -585,17 +614,12 @@ func (f *lz4Frame) eachBlock(src []byte, checksums bool, fn func(block []byte, r
 	return nil
 }
 
-// inflate appends to out the content of f, within limit.
-func (f *lz4Frame) inflate(src, out []byte, limit int) ([]byte, error) {
+// inflate appends to out, which has room for it, the content of f.
+func (f *lz4Frame) inflate(src, out []byte) ([]byte, error) {
 	start := len(out)
-	if f.flags&lz4FlagContentSize != 0 && f.contentSize > uint64(limit-start) {
-		return nil, &overLimit{size: int64(start) + int64(min(f.contentSize, 1<<62))}
-	}
+	lengths := f.lengths
 	err := f.eachBlock(src, true, func(block []byte, raw bool) error {
 		if raw {
-			if len(block) > limit-len(out) {
-				return &overLimit{size: int64(len(out)) + int64(len(block))}
-			}
 			out = append(out, block...)
 			return nil
 		}
@@ -603,9 +627,14 @@ func (f *lz4Frame) inflate(src, out []byte, limit int) ([]byte, error) {
 		if f.flags&lz4FlagIndependent == 0 {
 			dict = out[max(start, len(out)-64<<10):len(out):len(out)]
 		}
-		var err error
-		out, err = uncompressLZ4Block(out, block, dict, min(f.blockMax, lz4MaxExpansion*len(block)), limit)
-		return err
+		n := lengths[0]
+		lengths = lengths[1:]
+		at := len(out)
+		if got, err := lz4.UncompressBlockWithDict(block, out[at:at+n:at+n], dict); err != nil || got != n {
+			return errLZ4Block
+		}
+		out = out[:at+n]
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -615,39 +644,68 @@ func (f *lz4Frame) inflate(src, out []byte, limit int) ([]byte, error) {
 			return nil, fmt.Errorf("lz4: content checksum %#x, computed %#x", want, got)
 		}
 	}
-	if f.flags&lz4FlagContentSize != 0 && uint64(len(out)-start) != f.contentSize {
-		return nil, fmt.Errorf("lz4: content of %d bytes, declared %d", len(out)-start, f.contentSize)
-	}
 	return out, nil
 }
 
-// uncompressLZ4Block appends to out the lz4 block src decodes to, at most
-// bound bytes and the limit. It decodes into the room out has, and grows
-// out, doubling the room, only when that room was too little.
-func uncompressLZ4Block(out, src, dict []byte, bound, limit int) ([]byte, error) {
-	for {
-		room := min(cap(out)-len(out), bound, limit-len(out))
-		n, err := lz4.UncompressBlockWithDict(src, out[len(out):len(out)+room], dict)
-		if err == nil {
-			return out[:len(out)+n], nil
-		}
-		if room == bound {
-			return nil, fmt.Errorf("lz4: %w", err)
-		}
-		if room == limit-len(out) {
-			// Too little room within the limit: whether the block is
-			// larger or corrupt, decoding it aside tells.
-			if n, err := lz4.UncompressBlockWithDict(src, make([]byte, bound), dict); err == nil {
-				return nil, &overLimit{size: int64(len(out)) + int64(n)}
+// lz4BlockLength returns what the lz4 block b decodes to, adding up the
+// lengths of its sequences, without decoding it. A sequence is a token, its
+// high nibble the literals' length, its low nibble the match's length less
+// 4, either continued in the bytes after it when 15 (each 255 continuing
+// further); the literals; then, but for the last sequence, the match's
+// 2-byte offset and the rest of its length. (Each byte of a match's length
+// adds at most 255 bytes: a block decodes to at most 255 times its
+// length.)
+func lz4BlockLength(b []byte) (int, error) {
+	n := 0
+	for p := 0; p < len(b); {
+		token := int(b[p])
+		p++
+		literals := token >> 4
+		if literals == 15 {
+			for {
+				if p == len(b) {
+					return 0, errLZ4Block
+				}
+				c := b[p]
+				p++
+				literals += int(c)
+				if c != 255 {
+					break
+				}
 			}
-			return nil, fmt.Errorf("lz4: %w", err)
 		}
-		at := len(out) - len(dict) // dict may be in out: keep it on the same bytes
-		out = grow(out, min(max(2*room, 4<<10), bound, limit-len(out)))
-		if dict != nil {
-			dict = out[at:len(out):len(out)]
+		if literals > len(b)-p {
+			return 0, errLZ4Block
 		}
+		p += literals
+		n += literals
+		if p == len(b) {
+			if token&15 != 0 {
+				return 0, errLZ4Block // a match with no offset
+			}
+			break
+		}
+		if len(b)-p < 2 {
+			return 0, errLZ4Block
+		}
+		p += 2
+		match := token&15 + 4
+		if token&15 == 15 {
+			for {
+				if p == len(b) {
+					return 0, errLZ4Block
+				}
+				c := b[p]
+				p++
+				match += int(c)
+				if c != 255 {
+					break
+				}
+			}
+		}
+		n += match
 	}
+	return n, nil
 }
 
 // xxh32 is the 32-bit xxHash of b with seed 0, the checksum of lz4 frames.
