@@ -687,7 +687,7 @@ func codecRead(c compress.Compression, src []byte) ([]byte, error) {
 // inflateCases compresses sets of data every way the codecs can, with
 // kafka-go's writers and with others', concatenated frames and all; only
 // the small sets when small.
-func inflateCases(t *testing.T, small bool) map[string]struct {
+func inflateCases(t testing.TB, small bool) map[string]struct {
 	codec compress.Compression
 	src   []byte
 } {
@@ -839,6 +839,50 @@ func TestInflateCorrupt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzInflate decompresses input of each codec within 1 MiB, allocating
+// within a bound of its size and the limit, and as kafka-go's readers do
+// whenever inflate succeeds (but for zstd frames whose window kafka-go's
+// streaming reader would allocate past 8 MiB).
+func FuzzInflate(f *testing.F) {
+	for _, tc := range inflateCases(f, true) {
+		if len(tc.src) < 4<<10 {
+			f.Add(byte(tc.codec), tc.src)
+		}
+	}
+	f.Fuzz(func(t *testing.T, codec byte, src []byte) {
+		c := codecs[int(codec)%len(codecs)]
+		const limit = 1 << 20
+		before := heapAllocs()
+		out, err := inflate(c, src, limit)
+		if n, bound := heapAllocs()-before, 256*uint64(len(src))+3*limit+2<<20; n > bound {
+			t.Fatalf("inflating %d bytes of %s allocated %d bytes, over %d: %v", len(src), c, n, bound, err)
+		}
+		if len(out) > limit {
+			t.Fatalf("%d bytes out, over the limit", len(out))
+		}
+		if err != nil {
+			return
+		}
+		if c == compress.Zstd {
+			for p := 0; p < len(src); {
+				var h zstd.Header
+				if h.Decode(src[p:]) != nil || h.WindowSize > 8<<20 {
+					return
+				}
+				n := h.HeaderSize + int(h.SkippableSize)
+				if !h.Skippable {
+					n, _, _, _ = zstdFrame(src[p:], &h)
+				}
+				p += n
+			}
+		}
+		want, err := codecRead(c, src)
+		if err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("%d bytes of %s inflated to %d bytes; kafka-go %d bytes, %v", len(src), c, len(out), len(want), err)
+		}
+	})
 }
 
 func TestXXH32(t *testing.T) {
