@@ -236,9 +236,9 @@ type decoder struct {
 	maxBytes int
 
 	// inflated is the number of bytes the last decode decompressed, which
-	// its records hold on to (buffers that grew as a stream arrived, for
-	// gzip and zstd frames without a content size, may have up to twice
-	// that capacity).
+	// its records hold on to (a gzip stream whose trailer does not tell
+	// its size, of several members, is read into a buffer that may have
+	// up to twice that capacity).
 	inflated int
 
 	records []sinks.Record

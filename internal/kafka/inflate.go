@@ -21,15 +21,16 @@ import (
 // declares (a snappy block's length, the content size of a zstd or lz4
 // frame, the size in a gzip trailer) are checked against both before
 // anything is allocated. The framing of snappy (kafka-go's xerial chunks),
-// zstd and lz4 is parsed here, and their blocks decoded straight into a
-// buffer sized to what they hold; gzip, which only tells in its trailer, is
+// lz4 and zstd is parsed here, and their blocks decoded straight into a
+// buffer sized to what they hold (zstd's, whose compressed blocks do not
+// tell, to what they can hold); gzip, which only tells in its trailer, is
 // streamed through kafka-go's pooled reader into a buffer that grows, at
 // most doubling, as output arrives, and reading stops at the limit.
 
 // defaultMaxDecompressed is the limit of a decoder whose maxBytes is zero:
-// 64 MiB, four times the largest batch a broker accepts by default
-// (message.max.bytes is 1 MiB) inflated sixteenfold, and well below what a
-// replica can hold.
+// 64 MiB, a fetch of DefaultFetchMaxBytes (1 MiB) that inflates 64-fold,
+// far more than records do (Kafka's own batches rarely compress 10-fold),
+// and little enough for a replica to hold a few at once.
 const defaultMaxDecompressed = 64 << 20
 
 // ErrBatchTooLarge is the error, matched with errors.Is, of a record batch
@@ -39,7 +40,9 @@ var ErrBatchTooLarge = errors.New("record batch too large to decompress")
 
 // BatchTooLargeError reports a compressed record batch that needs more
 // bytes than the decoder's limit left. The decoder stops at that batch: the
-// records before it are decoded.
+// records before it are decoded. (A zstd frame that does not tell its size
+// and fails to decode within the limit is reported so, even when it is
+// corrupt rather than large: the decoder cannot tell which.)
 type BatchTooLargeError struct {
 	// BaseOffset is the base offset of the batch, or the offset of the
 	// message of format v0 or v1.
