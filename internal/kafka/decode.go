@@ -123,8 +123,10 @@ func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
 
 // scanBatches walks the whole batches of raw without checking them and
 // returns the number of records they claim, to size the records slice: at
-// most what the bytes of each batch can hold (the records of a compressed
-// batch are counted again once decompressed).
+// most what the bytes of an uncompressed batch can hold, and one a byte of a
+// compressed batch, more than any but the most repetitive records compress
+// to (a batch that claims more, and holds them, grows the slice once
+// decompressed).
 func scanBatches(raw []byte) (records int) {
 	for len(raw) >= batchLengthEnd {
 		length := int32(binary.BigEndian.Uint32(raw[8:]))
@@ -134,7 +136,11 @@ func scanBatches(raw []byte) (records int) {
 		end := batchLengthEnd + int(length)
 		if end >= batchHeaderLength && raw[batchMagicOffset] == 2 {
 			if n := int32(binary.BigEndian.Uint32(raw[57:])); n > 0 {
-				records += min(int(n), (end-batchHeaderLength)/minRecordLength)
+				room := end - batchHeaderLength
+				if raw[batchAttrOffset+1]&attrCompression == 0 {
+					room /= minRecordLength
+				}
+				records += min(int(n), room)
 			}
 		}
 		raw = raw[end:]
@@ -178,7 +184,8 @@ func (d *decoder) payload(b *recordBatch) ([]byte, error) {
 		return nil, err
 	}
 	if b.attributes&attrControl == 0 {
-		// The records this batch can hold, now that its bytes are known.
+		// The records this batch can hold, now that its bytes are known
+		// (scanBatches counted at most a byte each).
 		d.records = slices.Grow(d.records, min(int(b.numRecords), len(out)/minRecordLength))
 	}
 	return out, nil

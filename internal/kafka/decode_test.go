@@ -905,14 +905,15 @@ func heapAllocs() uint64 {
 const fuzzMaxBytes = 1 << 20
 
 // decodeAllocBound is what decoding raw within a limit may allocate, having
-// decompressed inflated bytes: the records and headers those bytes and raw
-// can hold (a record takes 6 bytes, a sinks.Record 104, a header 2 and a
-// sinks.Header 40, in slices that may have grown twice over); for a batch
-// that failed at the limit, buffers that grew to it (gzip) or that were
-// tried short of it, then at it (zstd); and the first use of the codecs'
-// pooled state and of kafka-go's buffers for messages of format v0 and v1.
+// decompressed inflated bytes: the records and headers those bytes can
+// hold (a record takes 6 bytes, a sinks.Record 104, a header 2 and a
+// sinks.Header 40, in slices that may have grown twice over), the records
+// compressed batches claim, a sinks.Record a byte at most; for a batch that
+// failed at the limit, buffers that grew to it (gzip) or that were tried
+// short of it, then at it (zstd); and the first use of the codecs' pooled
+// state and of kafka-go's buffers for messages of format v0 and v1.
 func decodeAllocBound(raw []byte, inflated, limit int) uint64 {
-	return 48*uint64(len(raw)+inflated) + 3*uint64(limit) + 2<<20
+	return 160*uint64(len(raw)) + 48*uint64(inflated) + 3*uint64(limit) + 2<<20
 }
 
 func FuzzDecodeRecordBatches(f *testing.F) {
