@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -21,8 +22,14 @@ import (
 // Record batches (message format v2, "magic 2") are parsed here straight
 // from the bytes of the fetch response: keys, values and header values of
 // the records returned sub-slice that buffer (or, for a compressed batch, the
-// batch's decompressed buffer), which is never written again. Record sets in
-// the older formats, magic 0 and 1, are handed to kafka-go's decoder.
+// batch's decompressed buffer), which is never written again. Messages in
+// the older formats, magic 0 and 1, are handed to kafka-go's decoder, but
+// for compressed ones, which are unwrapped here.
+//
+// Nothing the input declares, a length or a count, sizes an allocation
+// beyond what the bytes at hand can hold: records are counted against the
+// bytes they take at least, and compressed records are decompressed within
+// the decoder's limit (inflate.go).
 //
 // The layout of a v2 batch, offsets from its start:
 //
@@ -57,6 +64,15 @@ const (
 
 // controlAbort is the type of an abort marker, in the key of a control record.
 const controlAbort = 0
+
+// minRecordLength is the fewest bytes a record takes: its length, its
+// attributes, its timestamp and offset deltas and its key and value lengths,
+// a byte each.
+const minRecordLength = 6
+
+// minHeaderLength is the fewest bytes a record header takes: its key and
+// value lengths.
+const minHeaderLength = 2
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -106,7 +122,11 @@ func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
 }
 
 // scanBatches walks the whole batches of raw without checking them and
-// returns the number of records they claim, to size the records slice.
+// returns the number of records they claim, to size the records slice: at
+// most what the bytes of an uncompressed batch can hold, and one a byte of a
+// compressed batch, more than any but the most repetitive records compress
+// to (a batch that claims more, and holds them, grows the slice once
+// decompressed).
 func scanBatches(raw []byte) (records int) {
 	for len(raw) >= batchLengthEnd {
 		length := int32(binary.BigEndian.Uint32(raw[8:]))
@@ -116,7 +136,11 @@ func scanBatches(raw []byte) (records int) {
 		end := batchLengthEnd + int(length)
 		if end >= batchHeaderLength && raw[batchMagicOffset] == 2 {
 			if n := int32(binary.BigEndian.Uint32(raw[57:])); n > 0 {
-				records += int(n)
+				room := end - batchHeaderLength
+				if raw[batchAttrOffset+1]&attrCompression == 0 {
+					room /= minRecordLength
+				}
+				records += min(int(n), room)
 			}
 		}
 		raw = raw[end:]
@@ -145,50 +169,84 @@ func (b *recordBatch) compression() compress.Compression {
 	return compress.Compression(b.attributes & attrCompression)
 }
 
-// payload returns the encoded records of b, decompressed.
-func (b *recordBatch) payload() ([]byte, error) {
+// payload returns the encoded records of b, decompressed within the
+// decoder's limit, which the bytes decompressed count against.
+func (d *decoder) payload(b *recordBatch) ([]byte, error) {
 	c := b.compression()
 	if c == compress.None {
 		return b.records, nil
 	}
-	codec := c.Codec()
-	if codec == nil {
+	if c.Codec() == nil {
 		return nil, fmt.Errorf("record batch at %d: unsupported compression codec %d", b.baseOffset, c)
 	}
-	r := codec.NewReader(bytes.NewReader(b.records))
-	defer r.Close()
-	out, err := readAll(r, max(4*len(b.records), 4<<10))
+	out, err := d.inflate(b.baseOffset, c, b.records)
 	if err != nil {
-		return nil, fmt.Errorf("record batch at %d: decompress %s: %w", b.baseOffset, c, err)
+		return nil, err
+	}
+	if b.attributes&attrControl == 0 {
+		// The records this batch can hold, now that its bytes are known
+		// (scanBatches counted at most a byte each).
+		d.records = slices.Grow(d.records, min(int(b.numRecords), len(out)/minRecordLength))
 	}
 	return out, nil
 }
 
-// readAll is io.ReadAll with a first buffer of size hint.
-func readAll(r io.Reader, hint int) ([]byte, error) {
-	b := make([]byte, 0, hint)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return nil, err
-		}
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
+// inflate decompresses the records of the batch or message at offset,
+// within what is left of the decoder's limit, and counts what it produced.
+func (d *decoder) inflate(offset int64, c compress.Compression, src []byte) ([]byte, error) {
+	left := d.limit() - d.inflated
+	out, err := inflate(c, src, left)
+	if err != nil {
+		return nil, d.inflateError(offset, c, src, left, err)
 	}
+	d.inflated += len(out)
+	return out, nil
+}
+
+func (d *decoder) inflateError(offset int64, c compress.Compression, src []byte, left int, err error) error {
+	if o := (*overLimit)(nil); errors.As(err, &o) {
+		return &BatchTooLargeError{BaseOffset: offset, Codec: c, Compressed: len(src), Size: o.size, Limit: left}
+	}
+	return fmt.Errorf("record batch at %d: decompress %s: %w", offset, c, err)
+}
+
+// limit returns how many bytes decode may decompress: maxBytes, or
+// defaultMaxDecompressed when it is zero.
+func (d *decoder) limit() int {
+	switch {
+	case d.maxBytes == 0:
+		return defaultMaxDecompressed
+	case d.maxBytes < 0:
+		return 0
+	}
+	return d.maxBytes
 }
 
 // decoder turns the record batches of one fetch response into records,
 // dropping records before from, control records and, under read_committed,
 // aborted records; next ends up past every offset it saw.
+//
+// The records of compressed batches, which the records returned alias, are
+// decompressed within maxBytes: decode fails with a *BatchTooLargeError
+// (matching ErrBatchTooLarge) at the first batch that would go past it,
+// with records and next holding what the batches before it gave (next at
+// most that batch's base offset). inflated tells what the decode
+// decompressed, to count against the caller's memory budget.
 type decoder struct {
 	from      int64
 	committed bool
 	aborted   []fetchapi.ResponseTransaction
+	// maxBytes bounds the bytes one decode decompresses, all batches
+	// together: when 0, defaultMaxDecompressed (64 MiB); when negative,
+	// nothing (a compressed batch with any content fails). Uncompressed
+	// batches, which the records alias in the input, do not count.
+	maxBytes int
+
+	// inflated is the number of bytes the last decode decompressed, which
+	// its records hold on to (a gzip stream whose trailer does not tell
+	// its size, of several members, is read into a buffer that may have
+	// up to twice that capacity).
+	inflated int
 
 	records []sinks.Record
 	next    int64
@@ -212,6 +270,7 @@ type decoder struct {
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
 	d.stuckBase = -1
+	d.inflated = 0
 	if len(raw) == 0 {
 		return nil
 	}
@@ -219,7 +278,7 @@ func (d *decoder) decode(raw []byte) error {
 		d.sortAborted()
 	}
 	if n := scanBatches(raw); n > 0 {
-		d.records = make([]sinks.Record, 0, min(n, len(raw)))
+		d.records = make([]sinks.Record, 0, n)
 	}
 	for {
 		if n := legacyEntry(raw); n > 0 {
@@ -238,7 +297,7 @@ func (d *decoder) decode(raw []byte) error {
 		}
 		raw = rest
 		d.batchStart(b.baseOffset)
-		data, err := b.payload()
+		data, err := d.payload(&b)
 		if err != nil {
 			return err
 		}
@@ -343,6 +402,9 @@ func (rr *recordReader) next() (rawRecord, error) {
 	}
 	p += n
 	r.offset = rr.b.baseOffset + offDelta
+	if r.offset == math.MaxInt64 {
+		return r, rr.corrupt("offset delta") // no offset can follow it
+	}
 	r.timestamp = rr.b.firstTimestamp + tsDelta
 	var ok bool
 	if r.key, p, ok = nullableBytes(rec, p); !ok {
@@ -388,7 +450,7 @@ func nullableBytes(b []byte, p int) ([]byte, int, bool) {
 // readHeaders decodes the encoded headers of a record.
 func (d *decoder) readHeaders(b []byte) ([]sinks.Header, bool) {
 	count, p := varint(b)
-	if p <= 0 || count < 0 || count > int64(len(b)) {
+	if p <= 0 || count < 0 || count > int64((len(b)-p)/minHeaderLength) {
 		return nil, false
 	}
 	if count == 0 {
@@ -475,6 +537,15 @@ func (d *decoder) readControl(b *recordBatch, data []byte) error {
 // firstBatchBase returns the base offset of the first whole batch of raw.
 func firstBatchBase(raw []byte) (int64, bool, error) {
 	if n := legacyEntry(raw); n > 0 {
+		if m, ok := parseLegacy(raw[:n]); ok {
+			if _, compressed := m.compression(); compressed {
+				recs, err := (&decoder{}).unwrapLegacy(nil, m)
+				if err != nil || len(recs) == 0 {
+					return 0, false, err
+				}
+				return recs[0].Offset, true, nil
+			}
+		}
 		rr, err := readLegacy(raw[:n])
 		if err != nil || rr == nil {
 			return 0, false, err
@@ -493,8 +564,10 @@ func firstBatchBase(raw []byte) (int64, bool, error) {
 }
 
 // Messages of format v0 or v1, written by brokers and clients older than
-// Kafka 0.11, are decoded by kafka-go, one (possibly compressed) message at
-// a time. These formats have no transactions and no control records.
+// Kafka 0.11, are decoded by kafka-go, one message at a time, but for a
+// compressed message, a wrapper whose value is the compressed messages it
+// holds: those are decompressed and parsed here, within the limit. These
+// formats have no transactions and no control records.
 
 // readLegacy decodes one message of format v0 or v1 with kafka-go.
 func readLegacy(raw []byte) (protocol.RecordReader, error) {
@@ -508,7 +581,121 @@ func readLegacy(raw []byte) (protocol.RecordReader, error) {
 	return rs.Records, nil
 }
 
+// legacyMessage is a message of format v0 or v1.
+type legacyMessage struct {
+	offset     int64
+	attributes byte
+	timestamp  int64  // 0 in format v0
+	key, value []byte // nil when null
+}
+
+// compression returns the codec of m when it is compressed with one.
+func (m *legacyMessage) compression() (compress.Compression, bool) {
+	c := compress.Compression(m.attributes & attrCompression)
+	return c, c != compress.None && c.Codec() != nil
+}
+
+// parseLegacy parses the message of format v0 or v1 that raw holds, framed
+// as legacyEntry frames it; ok is false when its checksum is wrong or it is
+// malformed.
+func parseLegacy(raw []byte) (m legacyMessage, ok bool) {
+	const crcOffset = 12
+	p := batchMagicOffset + 1
+	if len(raw) <= p || raw[batchMagicOffset] > 1 ||
+		crc32.ChecksumIEEE(raw[batchMagicOffset:]) != binary.BigEndian.Uint32(raw[crcOffset:]) {
+		return m, false
+	}
+	m.offset = int64(binary.BigEndian.Uint64(raw))
+	m.attributes = raw[p]
+	p++
+	if raw[batchMagicOffset] == 1 {
+		if len(raw)-p < 8 {
+			return m, false
+		}
+		m.timestamp = int64(binary.BigEndian.Uint64(raw[p:]))
+		p += 8
+	}
+	for _, b := range []*[]byte{&m.key, &m.value} {
+		if len(raw)-p < 4 {
+			return m, false
+		}
+		n := int32(binary.BigEndian.Uint32(raw[p:]))
+		p += 4
+		if n >= 0 {
+			if int64(n) > int64(len(raw)-p) {
+				return m, false
+			}
+			*b = raw[p : p+int(n) : p+int(n)]
+			p += int(n)
+		}
+	}
+	return m, true
+}
+
+// unwrapLegacy appends to recs the records of the messages that the
+// compressed message m wraps, decompressed within the decoder's limit (and
+// counted): their keys and values alias the decompressed buffer. As with
+// kafka-go, which decoded them before, a last message cut short is
+// ignored, and the offsets of the messages, relative in format v1, are
+// reckoned back from the wrapper's, that of the last message.
+func (d *decoder) unwrapLegacy(recs []sinks.Record, m legacyMessage) ([]sinks.Record, error) {
+	c, _ := m.compression()
+	if c == compress.Zstd {
+		// As brokers have it.
+		return recs, fmt.Errorf("message at %d: zstd compression needs message format v2", m.offset)
+	}
+	data, err := d.inflate(m.offset, c, m.value)
+	if err != nil {
+		return recs, err
+	}
+	start := len(recs)
+	for len(data) >= batchLengthEnd {
+		length := int32(binary.BigEndian.Uint32(data[8:]))
+		if length < 0 || int64(len(data)-batchLengthEnd) < int64(length) {
+			break
+		}
+		end := batchLengthEnd + int(length)
+		in, ok := parseLegacy(data[:end])
+		if !ok {
+			return recs, fmt.Errorf("message at %d: corrupt message %d inside", m.offset, len(recs)-start)
+		}
+		data = data[end:]
+		recs = append(recs, sinks.Record{Offset: in.offset, Key: in.key, Value: in.value, Time: time.UnixMilli(in.timestamp)})
+	}
+	if m.offset != 0 {
+		last := int64(len(recs)-start) - 1
+		for i := start; i < len(recs); i++ {
+			recs[i].Offset = m.offset - (last - recs[i].Offset)
+		}
+	}
+	for _, r := range recs[start:] {
+		if r.Offset == math.MaxInt64 {
+			return recs, fmt.Errorf("message at %d: inner offset out of range", m.offset)
+		}
+	}
+	return recs, nil
+}
+
 func (d *decoder) decodeLegacy(raw []byte) error {
+	if m, ok := parseLegacy(raw); ok {
+		if _, compressed := m.compression(); compressed {
+			// Decompressed here, within the limit, rather than by
+			// kafka-go, which knows none.
+			start := len(d.records)
+			recs, err := d.unwrapLegacy(d.records, m)
+			if err != nil {
+				return err
+			}
+			d.records = recs[:start]
+			for _, r := range recs[start:] {
+				if r.Offset >= d.next {
+					d.records = append(d.records, r)
+					d.next = max(d.next, r.Offset+1)
+				}
+			}
+			return nil
+		}
+	}
 	rr, err := readLegacy(raw)
 	if err != nil || rr == nil {
 		return err
@@ -520,6 +707,9 @@ func (d *decoder) decodeLegacy(raw []byte) error {
 		}
 		if err != nil {
 			return fmt.Errorf("read record: %w", err)
+		}
+		if r.Offset == math.MaxInt64 {
+			return fmt.Errorf("read record: offset %d out of range", r.Offset)
 		}
 		if r.Offset >= d.next {
 			rec := sinks.Record{Offset: r.Offset, Time: r.Time}

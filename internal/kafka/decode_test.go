@@ -8,12 +8,17 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/segmentio/kafka-go/compress"
+	kafkasnappy "github.com/segmentio/kafka-go/compress/snappy"
 	"github.com/segmentio/kafka-go/protocol"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -324,6 +329,72 @@ func TestDecodeLegacyFormat(t *testing.T) {
 	}
 }
 
+// Compressed messages of format v0 and v1, unwrapped here, decode as
+// kafka-go decoded them.
+func TestDecodeLegacyMatchesKafkaGo(t *testing.T) {
+	for _, version := range []int8{0, 1} {
+		for _, c := range []compress.Compression{compress.Gzip, compress.Snappy, compress.Lz4} {
+			t.Run(fmt.Sprintf("v%d/%s", version, c), func(t *testing.T) {
+				var recs []protocol.Record
+				for i := range 5 {
+					r := protocol.Record{Time: time.UnixMilli(int64(1000 + i)), Value: protocol.NewBytes([]byte(fmt.Sprint("v", i)))}
+					if i%2 == 0 {
+						r.Key = protocol.NewBytes([]byte(fmt.Sprint("k", i)))
+					}
+					recs = append(recs, r)
+				}
+				var buf bytes.Buffer
+				rs := protocol.RecordSet{Version: version, Attributes: protocol.Attributes(c), Records: protocol.NewRecordReader(recs...)}
+				if _, err := rs.WriteTo(&buf); err != nil {
+					t.Fatal(err)
+				}
+				raw := buf.Bytes()[4:]
+				for _, wrapper := range []int64{0, 104} {
+					binary.BigEndian.PutUint64(raw, uint64(wrapper)) // outside the checksum
+					from := max(wrapper-2, 1)
+					rr, err := readLegacy(raw)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want []string
+					first := int64(-1)
+					for {
+						r, err := rr.ReadRecord()
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						k, _ := protocol.ReadAll(r.Key)
+						v, _ := protocol.ReadAll(r.Value)
+						if first < 0 {
+							first = r.Offset
+						}
+						if r.Offset >= from {
+							want = append(want, fmt.Sprintf("%d:%q=%q@%d/%v", r.Offset, k, v, r.Time.UnixMilli(), r.Key == nil))
+						}
+					}
+					d := decoder{from: from}
+					if err := d.decode(raw); err != nil {
+						t.Fatal(err)
+					}
+					var got []string
+					for _, r := range d.records {
+						got = append(got, fmt.Sprintf("%d:%q=%q@%d/%v", r.Offset, r.Key, r.Value, r.Time.UnixMilli(), r.Key == nil))
+					}
+					if strings.Join(got, " ") != strings.Join(want, " ") || len(got) == 0 {
+						t.Fatalf("wrapper at %d: decoded %q\nkafka-go %q", wrapper, got, want)
+					}
+					if base, ok, err := firstBatchBase(raw); err != nil || !ok || base != first {
+						t.Fatalf("firstBatchBase = %d, %v, %v", base, ok, err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // The fast path decodes like the kafka-go path it replaces.
 func TestDecodeMatchesKafkaGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -397,6 +468,454 @@ func TestDecodeMatchesKafkaGo(t *testing.T) {
 	}
 }
 
+// allocated returns the bytes f allocates on the heap.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// fixChecksums rewrites the checksum of the batch or message of format v0
+// or v1 that raw starts with, when it is whole, to match its content.
+func fixChecksums(raw []byte) {
+	if len(raw) <= batchMagicOffset {
+		return
+	}
+	n := int(int32(binary.BigEndian.Uint32(raw[8:]))) + batchLengthEnd
+	if n > len(raw) {
+		return
+	}
+	switch magic := raw[batchMagicOffset]; {
+	case magic == 2 && n >= batchAttrOffset:
+		binary.BigEndian.PutUint32(raw[batchCRCOffset:], crc32.Checksum(raw[batchAttrOffset:n], castagnoli))
+	case magic < 2 && n > batchMagicOffset:
+		binary.BigEndian.PutUint32(raw[12:], crc32.ChecksumIEEE(raw[batchMagicOffset:n]))
+	}
+}
+
+// craftedSnappy is a snappy batch, found by FuzzDecodeRecordBatches, whose
+// xerial chunk claims a length near 4 GiB (its checksum is fixed up by
+// fixChecksums): the decoder allocated 4,088 MiB before it failed.
+const craftedSnappy = "00000010\x00\x00\x00Y0000\x022\xcf\x1bs0200000000000000000000000000000000000000\x82SNAPPY\x0000000\xc9\xc9\xff\xff\x80\x000\x00\x00\x00\x14\x12D000000000000000000"
+
+func TestDecodeCraftedSnappyChunk(t *testing.T) {
+	raw := []byte(craftedSnappy)
+	fixChecksums(raw)
+	var err error
+	n := allocated(func() {
+		d := decoder{from: 105}
+		err = d.decode(raw)
+	})
+	if err == nil || !strings.Contains(err.Error(), "xerial chunk at 16: length 4286578736 past the 20 bytes left") {
+		t.Fatalf("error %v", err)
+	}
+	if n > 1<<20 {
+		t.Fatalf("decode allocated %d bytes", n)
+	}
+	t.Logf("%v; %d bytes allocated", err, n)
+}
+
+var codecs = []compress.Compression{compress.Gzip, compress.Snappy, compress.Lz4, compress.Zstd}
+
+// A batch of 64 MiB of zeros, which its codec compresses to 15 KiB (zstd)
+// to 3.2 MiB (snappy), inflates past a lower limit with ErrBatchTooLarge,
+// allocating at most about the limit, and decodes within a higher one,
+// allocating about what it decompressed.
+func TestDecodeThousandfold(t *testing.T) {
+	const size = 64 << 20
+	recs := make([]testRecord, 1024)
+	zeros := make([]byte, size/len(recs))
+	var encoded int
+	for i := range recs {
+		recs[i] = testRecord{offsetDelta: int64(i), value: zeros}
+		encoded += len(appendTestRecord(nil, recs[i]))
+	}
+	for _, c := range codecs {
+		t.Run(c.String(), func(t *testing.T) {
+			raw := encodeBatch(t, testBatch{base: 7, codec: c, records: recs})
+			const limit = 32 << 20
+			var err error
+			n := allocated(func() {
+				d := decoder{maxBytes: limit}
+				err = d.decode(raw)
+			})
+			var tooLarge *BatchTooLargeError
+			if !errors.Is(err, ErrBatchTooLarge) || !errors.As(err, &tooLarge) {
+				t.Fatalf("error %v", err)
+			}
+			if e := tooLarge; e.BaseOffset != 7 || e.Codec != c || e.Compressed != len(raw)-batchHeaderLength || e.Size <= limit || e.Limit != limit {
+				t.Fatalf("error %+v", e)
+			}
+			if n > limit+1<<20 {
+				t.Fatalf("decode over the limit of %d allocated %d bytes", limit, n)
+			}
+			t.Logf("%d bytes compressed: %v; %d bytes allocated", len(raw)-batchHeaderLength, err, n)
+
+			d := decoder{maxBytes: 2 * size}
+			n = allocated(func() { err = d.decode(raw) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.records) != len(recs) || d.next != 7+int64(len(recs)) || d.inflated != encoded {
+				t.Fatalf("%d records, next %d, %d bytes decompressed (want %d)", len(d.records), d.next, d.inflated, encoded)
+			}
+			for i, r := range d.records {
+				if r.Offset != 7+int64(i) || !bytes.Equal(r.Value, zeros) {
+					t.Fatalf("record %d at %d: %d bytes", i, r.Offset, len(r.Value))
+				}
+			}
+			if n > uint64(d.inflated)+1<<20 {
+				t.Fatalf("decode allocated %d bytes", n)
+			}
+			t.Logf("within a limit of %d: %d bytes decompressed, %d bytes allocated", d.maxBytes, d.inflated, n)
+		})
+	}
+}
+
+// The limit covers the batches of a decode together; records and next hold
+// what the batches before the one past it gave.
+func TestDecodeLimit(t *testing.T) {
+	big := make([]testRecord, 10)
+	for i := range big {
+		big[i] = testRecord{offsetDelta: int64(i), value: bytes.Repeat([]byte{byte(i)}, 100<<10)}
+	}
+	batchBytes := len(encodeBatch(t, testBatch{records: big})) - batchHeaderLength
+	for _, tc := range []struct {
+		name     string
+		maxBytes int
+		raw      []byte
+		want     string // offset:length of the records
+		next     int64
+		inflated int
+		err      *BatchTooLargeError
+	}{
+		{name: "within", maxBytes: 2 * batchBytes, raw: concat(t, testBatch{base: 0, codec: compress.Gzip, records: big}, testBatch{base: 10, codec: compress.Zstd, records: big}),
+			want: "0:102400 1:102400 2:102400 3:102400 4:102400 5:102400 6:102400 7:102400 8:102400 9:102400 10:102400 11:102400 12:102400 13:102400 14:102400 15:102400 16:102400 17:102400 18:102400 19:102400", next: 20, inflated: 2 * batchBytes},
+		{name: "second batch past", maxBytes: 2*batchBytes - 1, raw: concat(t, testBatch{base: 0, codec: compress.Lz4, records: big}, testBatch{base: 12, codec: compress.Snappy, records: big}),
+			want: "0:102400 1:102400 2:102400 3:102400 4:102400 5:102400 6:102400 7:102400 8:102400 9:102400", next: 12, inflated: batchBytes,
+			err: &BatchTooLargeError{BaseOffset: 12, Codec: compress.Snappy, Size: int64(batchBytes), Limit: batchBytes - 1}},
+		{name: "uncompressed is free", maxBytes: -1, raw: concat(t, testBatch{base: 0, records: big[:2]}, testBatch{base: 2, codec: compress.Gzip, records: big[:1]}),
+			want: "0:102400 1:102400", next: 2,
+			err: &BatchTooLargeError{BaseOffset: 2, Codec: compress.Gzip, Size: 1, Limit: 0}},
+		{name: "empty compressed batch", maxBytes: -1, raw: concat(t, testBatch{base: 0, codec: compress.Zstd, numRecords: 1, lastDelta: 0}),
+			next: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decoder{maxBytes: tc.maxBytes}
+			err := d.decode(tc.raw)
+			var got []string
+			for _, r := range d.records {
+				got = append(got, fmt.Sprintf("%d:%d", r.Offset, len(r.Value)))
+			}
+			if strings.Join(got, " ") != tc.want || d.next != tc.next || d.inflated != tc.inflated {
+				t.Errorf("decoded %q next %d, %d bytes decompressed\nwant    %q next %d, %d bytes", got, d.next, d.inflated, tc.want, tc.next, tc.inflated)
+			}
+			if tc.err == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var e *BatchTooLargeError
+			if !errors.As(err, &e) || !errors.Is(err, ErrBatchTooLarge) {
+				t.Fatalf("error %v", err)
+			}
+			tc.err.Compressed = e.Compressed
+			if *e != *tc.err {
+				t.Fatalf("error %+v, want %+v", e, tc.err)
+			}
+		})
+	}
+	if got := (&decoder{}).limit(); got != 64<<20 {
+		t.Fatalf("default limit %d", got)
+	}
+}
+
+// Compressed messages of format v0 and v1 are held to the limit too.
+func TestDecodeLegacyLimit(t *testing.T) {
+	for _, c := range codecs {
+		t.Run(c.String(), func(t *testing.T) {
+			recs := make([]protocol.Record, 10)
+			for i := range recs {
+				recs[i] = protocol.Record{Time: time.UnixMilli(1), Value: protocol.NewBytes(make([]byte, 100<<10))}
+			}
+			var buf bytes.Buffer
+			rs := protocol.RecordSet{Version: 1, Attributes: protocol.Attributes(c), Records: protocol.NewRecordReader(recs...)}
+			if _, err := rs.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			raw := buf.Bytes()[4:]
+			d := decoder{maxBytes: 1 << 20}
+			err := d.decode(raw)
+			if c == compress.Zstd {
+				// Brokers refuse zstd before format v2.
+				if err == nil || !strings.Contains(err.Error(), "message at 0: zstd compression needs message format v2") {
+					t.Fatalf("error %v", err)
+				}
+				return
+			}
+			if err != nil || len(d.records) != 10 || d.inflated <= 1000<<10 {
+				t.Fatalf("%d records, %d bytes decompressed: %v", len(d.records), d.inflated, err)
+			}
+			d = decoder{maxBytes: 1000 << 10}
+			n := allocated(func() { err = d.decode(raw) })
+			var e *BatchTooLargeError
+			if !errors.As(err, &e) || e.BaseOffset != 0 || e.Codec != c || e.Limit != 1000<<10 || len(d.records) != 0 {
+				t.Fatalf("error %v, %d records", err, len(d.records))
+			}
+			if n > 2*1000<<10+2<<20 {
+				t.Fatalf("decode allocated %d bytes", n)
+			}
+			if _, _, err := firstBatchBase(raw); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// codecRead decompresses src with kafka-go's reader for c, as the decoder
+// did before inflate.
+func codecRead(c compress.Compression, src []byte) ([]byte, error) {
+	r := c.Codec().NewReader(bytes.NewReader(src))
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// inflateCases compresses sets of data every way the codecs can, with
+// kafka-go's writers and with others', concatenated frames and all; only
+// the small sets when small.
+func inflateCases(t testing.TB, small bool) map[string]struct {
+	codec compress.Compression
+	src   []byte
+} {
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := make([]byte, 300<<10)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	var text []byte
+	for len(text) < 5<<20 {
+		text = fmt.Appendf(text, "record %d of topic orders, partition %d; ", rng.IntN(1000), rng.IntN(8))
+	}
+	data := map[string][]byte{"empty": {}, "byte": {7}, "random": random, "text": text[:200<<10], "5MiB": text}
+	if small {
+		data = map[string][]byte{"empty": {}, "byte": {7}, "text": text[:200<<10]}
+	}
+	cases := map[string]struct {
+		codec compress.Compression
+		src   []byte
+	}{}
+	add := func(name string, c compress.Compression, src []byte) {
+		cases[name] = struct {
+			codec compress.Compression
+			src   []byte
+		}{c, src}
+	}
+	write := func(w io.WriteCloser, buf *bytes.Buffer, b []byte) []byte {
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(buf.Bytes())
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	skippable := []byte{0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3}
+	for name, b := range data {
+		for _, c := range codecs {
+			var buf bytes.Buffer
+			add(name+"/kafka-go "+c.String(), c, write(c.Codec().NewWriter(&buf), &buf, b))
+		}
+		var buf bytes.Buffer
+		add(name+"/snappy unframed", compress.Snappy, write((&kafkasnappy.Codec{Framing: kafkasnappy.Unframed}).NewWriter(&buf), &buf, b))
+		for _, opts := range [][]lz4.Option{
+			{lz4.BlockSizeOption(lz4.Block64Kb)},
+			{lz4.BlockSizeOption(lz4.Block256Kb), lz4.BlockChecksumOption(true), lz4.ChecksumOption(false)},
+			{lz4.BlockSizeOption(lz4.Block1Mb), lz4.SizeOption(uint64(len(b))), lz4.CompressionLevelOption(lz4.Level5)},
+		} {
+			buf.Reset()
+			w := lz4.NewWriter(&buf)
+			if err := w.Apply(opts...); err != nil {
+				t.Fatal(err)
+			}
+			add(fmt.Sprintf("%s/lz4 %v", name, opts), compress.Lz4, write(w, &buf, b))
+		}
+		one := cases[name+"/kafka-go lz4"].src
+		add(name+"/lz4 frames", compress.Lz4, slices.Concat(one, skippable, one))
+		add(name+"/zstd at once", compress.Zstd, enc.EncodeAll(b, nil))
+		add(name+"/zstd frames", compress.Zstd, slices.Concat(enc.EncodeAll(b, nil), skippable, cases[name+"/kafka-go zstd"].src))
+		buf.Reset()
+		zw, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<17))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(name+"/zstd small window", compress.Zstd, write(zw, &buf, b))
+		if len(b) < 1<<20 {
+			gz := cases[name+"/kafka-go gzip"].src
+			add(name+"/gzip members", compress.Gzip, slices.Concat(gz, gz))
+		}
+	}
+	// Linked lz4 blocks, which no writer here makes: the second copies
+	// from the first, a raw block.
+	desc := []byte{0x40, 0x40} // version 1, dependent blocks; 64 KiB
+	linked := binary.LittleEndian.AppendUint32(nil, lz4Magic)
+	linked = append(append(linked, desc...), byte(xxh32(desc)>>8))
+	linked = binary.LittleEndian.AppendUint32(linked, 1<<31|16)
+	linked = append(linked, "abcdefghijklmnop"...)
+	block := []byte{0x0e, 16, 0, 0x50, 'v', 'w', 'x', 'y', 'z'} // 18 bytes from 16 back, then 5 literals
+	linked = binary.LittleEndian.AppendUint32(linked, uint32(len(block)))
+	linked = binary.LittleEndian.AppendUint32(append(linked, block...), 0)
+	add("lz4 linked blocks", compress.Lz4, linked)
+	return cases
+}
+
+// inflate decompresses as kafka-go's readers do, within its limit.
+func TestInflateMatchesCodecs(t *testing.T) {
+	for name, tc := range inflateCases(t, false) {
+		t.Run(name, func(t *testing.T) {
+			want, err := codecRead(tc.codec, tc.src)
+			if err != nil {
+				t.Fatalf("kafka-go: %v", err)
+			}
+			got, err := inflate(tc.codec, tc.src, len(want))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%d bytes, %v; want %d", len(got), err, len(want))
+			}
+			if len(want) == 0 {
+				return
+			}
+			var o *overLimit
+			if _, err := inflate(tc.codec, tc.src, len(want)-1); !errors.As(err, &o) || o.size < int64(len(want)) && o.size != int64(len(want)) {
+				t.Fatalf("a byte short of the limit: %v", err)
+			}
+			// Allocations stay near the output, whatever the limit.
+			if n := allocated(func() { inflate(tc.codec, tc.src, 1<<30) }); n > uint64(2*len(want)+1<<20) {
+				t.Errorf("inflating %d bytes to %d allocated %d bytes", len(tc.src), len(want), n)
+			}
+		})
+	}
+}
+
+// Truncated input fails or decompresses as kafka-go's readers do; damaged
+// input does not get past the limit.
+func TestInflateCorrupt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for name, tc := range inflateCases(t, true) {
+		if len(tc.src) > 4<<10 || len(tc.src) == 0 {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			for n := range len(tc.src) {
+				want, wantErr := codecRead(tc.codec, tc.src[:n])
+				got, err := inflate(tc.codec, tc.src[:n], 1<<30)
+				if tc.codec == compress.Snappy && err != nil && wantErr == nil {
+					// kafka-go takes a xerial header cut short, or a
+					// chunk cut after its length, for the end.
+					continue
+				}
+				if (err == nil) != (wantErr == nil) || err == nil && !bytes.Equal(got, want) {
+					t.Errorf("truncated to %d bytes: %d bytes, %v; kafka-go %d bytes, %v", n, len(got), err, len(want), wantErr)
+				}
+			}
+			for range 500 {
+				b := slices.Clone(tc.src)
+				for range 1 + rng.IntN(3) {
+					b[rng.IntN(len(b))] = byte(rng.Uint32())
+				}
+				const limit = 256 << 10
+				var out []byte
+				var err error
+				if n := allocated(func() { out, err = inflate(tc.codec, b, limit) }); n > 3*limit+1<<20 || len(out) > limit {
+					t.Fatalf("damaged input: %d bytes out, %d allocated: %v", len(out), n, err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzInflate decompresses input of each codec within 1 MiB, allocating
+// within a bound of its size and the limit, and as kafka-go's readers do
+// whenever inflate succeeds (but for zstd frames whose window kafka-go's
+// streaming reader would allocate past 8 MiB).
+func FuzzInflate(f *testing.F) {
+	for _, tc := range inflateCases(f, true) {
+		if len(tc.src) < 4<<10 {
+			f.Add(byte(tc.codec), tc.src)
+		}
+	}
+	f.Fuzz(func(t *testing.T, codec byte, src []byte) {
+		c := codecs[int(codec)%len(codecs)]
+		const limit = 1 << 20
+		before := heapAllocs()
+		out, err := inflate(c, src, limit)
+		if n, bound := heapAllocs()-before, 3*uint64(limit)+2<<20; n > bound {
+			t.Fatalf("inflating %d bytes of %s allocated %d bytes, over %d: %v", len(src), c, n, bound, err)
+		}
+		if len(out) > limit {
+			t.Fatalf("%d bytes out, over the limit", len(out))
+		}
+		if err != nil {
+			return
+		}
+		if c == compress.Zstd {
+			for p := 0; p < len(src); {
+				var h zstd.Header
+				if h.Decode(src[p:]) != nil || h.WindowSize > 8<<20 {
+					return
+				}
+				n := h.HeaderSize + int(h.SkippableSize)
+				if !h.Skippable {
+					n, _, _, _ = zstdFrame(src[p:], &h)
+				}
+				p += n
+			}
+		}
+		want, err := codecRead(c, src)
+		if err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("%d bytes of %s inflated to %d bytes; kafka-go %d bytes, %v", len(src), c, len(out), len(want), err)
+		}
+	})
+}
+
+func TestXXH32(t *testing.T) {
+	for in, want := range map[string]uint32{"": 0x02cc5d05, "abc": 0x32d153ff, "Nobody inspects the spammish repetition": 0xe2293b2f} {
+		if got := xxh32([]byte(in)); got != want {
+			t.Errorf("xxh32(%q) = %#x, want %#x", in, got, want)
+		}
+	}
+}
+
+// heapAllocs returns the bytes allocated on the heap so far, by the count
+// of runtime/metrics (cheap enough for every fuzzing input, and exact to a
+// span of each size class).
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// fuzzMaxBytes is the limit FuzzDecodeRecordBatches decodes with.
+const fuzzMaxBytes = 1 << 20
+
+// decodeAllocBound is what decoding raw within a limit may allocate, having
+// decompressed inflated bytes: the records and headers those bytes can
+// hold (a record takes 6 bytes, a sinks.Record 104, a header 2 and a
+// sinks.Header 40, in slices that may have grown twice over), the records
+// compressed batches claim, a sinks.Record a byte at most; for a batch that
+// failed at the limit, buffers that grew to it (gzip) or that were tried
+// short of it, then at it (zstd); and the first use of the codecs' pooled
+// state and of kafka-go's buffers for messages of format v0 and v1.
+func decodeAllocBound(raw []byte, inflated, limit int) uint64 {
+	return 160*uint64(len(raw)) + 48*uint64(inflated) + 3*uint64(limit) + 2<<20
+}
+
 func FuzzDecodeRecordBatches(f *testing.F) {
 	f.Add(concat(f, testBatch{base: 3, records: values3("a", 0, 1, 5)}), int64(0), false)
 	f.Add(concat(f, txBatch(3, 7, "x", 3), controlBatch(6, 7, false)), int64(4), true)
@@ -405,15 +924,38 @@ func FuzzDecodeRecordBatches(f *testing.F) {
 	// A v2 batch claiming a huge record count followed by a v1 message:
 	// kafka-go allocated the count before checking anything.
 	f.Add([]byte("00000000\x00\x00\x00L0000\x02\x14\x1d\f\xc70000000000000000000000000000000000000000\"000\x01\x04000000000000\x10000\x01\x0400000000000\x00\x00\x000\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\a\x00\x00\xff\xff\xff\xff\x00\x00\x00\x01 \x00\x00\x00\b\x00\x00\x00\x00\f\x00\x00\x00\x00\x00\x00\x00"), int64(-9), true)
-	f.Fuzz(func(t *testing.T, raw []byte, from int64, committed bool) {
-		if len(raw) >= batchHeaderLength && raw[batchMagicOffset] == 2 {
-			// Let the fuzzer's batches pass the checksum.
-			if n := int(int32(binary.BigEndian.Uint32(raw[8:]))) + batchLengthEnd; n >= batchAttrOffset && n <= len(raw) {
-				binary.BigEndian.PutUint32(raw[batchCRCOffset:], crc32.Checksum(raw[batchAttrOffset:n], castagnoli))
-			}
+	f.Add([]byte(craftedSnappy), int64(105), false)
+	// A message of format v1 compressed with lz4 in 4 MiB blocks: kafka-go's
+	// reader took two such buffers to decompress its 73 bytes.
+	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00g\x99U\xcaU\x01\x03\x00\x00\x01\xa27mt\x12\xff\xff\xff\xff\x00\x00\x00Q\x04\"M\x18dp\xb9>\x00\x00\x00\x16\x00\x01\x00\xf3\n\x18\xbcAp\x00\x01\x00\x00\x00\x01\xa27mt\x12\xff\xff\xff\xff\x00\x00\x00\x02v0#\x00\x90\x01\x00\x00\x00\x19\r\xd1\x18\xd1$\x00\x00$\x00\xd0t\x12\x00\x00\x00\x01k\x00\x00\x00\x02v1\x00\x00\x00\x00W:\xe2\xef"), int64(0), true)
+	for _, c := range codecs {
+		recs := values3(c.String(), 0, 1, 2)
+		recs[1].headers = []sinks.Header{{Key: "h", Value: []byte("v")}}
+		f.Add(concat(f, testBatch{base: 5, codec: c, records: recs}), int64(6), false)
+		var buf bytes.Buffer
+		rs := protocol.RecordSet{Version: 1, Attributes: protocol.Attributes(c), Records: protocol.NewRecordReader(
+			protocol.Record{Value: protocol.NewBytes([]byte("v0"))}, protocol.Record{Key: protocol.NewBytes([]byte("k")), Value: protocol.NewBytes([]byte("v1"))})}
+		if _, err := rs.WriteTo(&buf); err != nil {
+			f.Fatal(err)
 		}
-		d := decoder{from: from, committed: committed, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 3}}}
-		if err := d.decode(raw); err != nil {
+		f.Add(buf.Bytes()[4:], int64(0), false)
+	}
+	// A message of format v1 whose inner offsets, reckoned back from the
+	// wrapper's, came to the largest offset, which next cannot pass.
+	f.Add([]byte("\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00gO\x9dk9\x01C00000000\xff000\x00\x00\x00Q\x04\"M\x18dp\xb9>\x00\x00\x00\x16\x00\x01\x00\xf3\n\x18\xbcAp\x00\x01\x00\x00\x00\x01\xa27mt\x12\xff\xff\xff\xff\x00\x00\x00\x02v0 \x00\x90\x01\x00\x00\x00\x19\r\xd1\x18\xd1$\x00\x00$\x00\xd0t\x12\x00\x00\x00\x01k\x00\x00\x00\x02v1\x00\x00\x00\x00W:\xe2\xef"), int64(0), true)
+	f.Fuzz(func(t *testing.T, raw []byte, from int64, committed bool) {
+		// Let the fuzzer's batches and messages pass their checksum.
+		fixChecksums(raw)
+		d := decoder{from: from, committed: committed, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 3}}, maxBytes: fuzzMaxBytes}
+		before := heapAllocs()
+		err := d.decode(raw)
+		if n, bound := heapAllocs()-before, decodeAllocBound(raw, d.inflated, fuzzMaxBytes); n > bound {
+			t.Fatalf("decoding %d bytes (%d decompressed) allocated %d bytes, over %d: %v", len(raw), d.inflated, n, bound, err)
+		}
+		if d.inflated > fuzzMaxBytes {
+			t.Fatalf("decompressed %d bytes, over the limit of %d", d.inflated, fuzzMaxBytes)
+		}
+		if err != nil {
 			return
 		}
 		if d.next < from {
@@ -550,4 +1092,91 @@ func (d *decoder) decodeWithKafkaGo(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkDecode decodes one partition's worth of a fetch response, 1 MiB of
+// 100-byte records in batches of 16 KiB (before compression), as a broker
+// returns them to a consumer of a producer with the default linger.
+func BenchmarkDecode(b *testing.B) {
+	for _, c := range []compress.Compression{compress.None, compress.Gzip, compress.Snappy, compress.Lz4, compress.Zstd} {
+		var raw []byte
+		var n int
+		for base := int64(0); len(raw) < 1<<20 || (c != compress.None && n < 10_000); base += 160 {
+			recs := make([]testRecord, 160)
+			for i := range recs {
+				recs[i] = testRecord{offsetDelta: int64(i), key: []byte(fmt.Sprintf("key-%07d", int(base)+i)),
+					value: []byte(fmt.Sprintf("value-%07d-%s", int(base)+i, strings.Repeat("v", 76)))}
+			}
+			raw = append(raw, encodeBatch(b, testBatch{base: base, codec: c, records: recs})...)
+			n += len(recs)
+		}
+		b.Run(c.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				d := decoder{}
+				if err := d.decode(raw); err != nil || len(d.records) != n {
+					b.Fatalf("%d records, %v", len(d.records), err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkInflate decompresses the records of a batch of 16 KiB and of
+// 1 MiB with inflate and, for comparison, as the decoder did before, with
+// kafka-go's readers into a buffer of four times the input at first.
+func BenchmarkInflate(b *testing.B) {
+	for _, size := range []int{16 << 10, 1 << 20} {
+		var recs []byte
+		for i := 0; len(recs) < size; i++ {
+			recs = appendTestRecord(recs, testRecord{offsetDelta: int64(i), key: []byte(fmt.Sprintf("key-%07d", i)),
+				value: []byte(fmt.Sprintf("value-%07d-%s", i, strings.Repeat("v", 76)))})
+		}
+		for _, c := range codecs {
+			var buf bytes.Buffer
+			w := c.Codec().NewWriter(&buf)
+			if _, err := w.Write(recs); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+			src := buf.Bytes()
+			b.Run(fmt.Sprintf("%dKiB/%s/inflate", size>>10, c), func(b *testing.B) {
+				b.SetBytes(int64(len(recs)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if out, err := inflate(c, src, 64<<20); err != nil || len(out) != len(recs) {
+						b.Fatal(len(out), err)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%dKiB/%s/kafka-go", size>>10, c), func(b *testing.B) {
+				b.SetBytes(int64(len(recs)))
+				b.ReportAllocs()
+				for b.Loop() {
+					r := c.Codec().NewReader(bytes.NewReader(src))
+					out := make([]byte, 0, 4*len(src))
+					for {
+						n, err := r.Read(out[len(out):cap(out)])
+						out = out[:len(out)+n]
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+						if len(out) == cap(out) {
+							out = slices.Grow(out, cap(out))
+						}
+					}
+					r.Close()
+					if len(out) != len(recs) {
+						b.Fatal(len(out))
+					}
+				}
+			})
+		}
+	}
 }
