@@ -11,10 +11,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -391,5 +395,48 @@ func TestIntentsOnlyForSinksWithoutOwnOffsets(t *testing.T) {
 				t.Fatalf("%d intents written for a sink that stores its own offsets, want none", n)
 			}
 		})
+	}
+}
+
+// A record batch that would decompress past the whole budget fails its
+// partition, with an error naming the partition, the offset and the limit;
+// the replica stays up and the other partitions go on.
+func TestBatchInflatingPastTheBudgetFailsItsPartitionOnly(t *testing.T) {
+	const budget = 256 << 10
+	e := newEnv(t, "bombs", 2)
+	zeros := make([]byte, 1000)
+	recs := make([]*kgo.Record, 900) // 900 KB of zeros in one gzip batch of a few KB
+	for i := range recs {
+		recs[i] = &kgo.Record{Value: zeros}
+	}
+	e.kafka.NewProducer(t, kgo.GzipCompression()).Produce(t, e.topic, 0, recs...)
+	for i := range 20 {
+		e.kafka.Produce(t, e.topic, 1, &kgo.Record{Value: fmt.Appendf(nil, "%d", i)})
+	}
+	core, logs := observer.New(zap.ErrorLevel)
+	cfg := e.config("r1")
+	cfg.Fetch.MaxBufferBytes = budget
+	r, err := replica.New(cfg, e.etcd.Client(t), newCountingSink(), zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicarun.Start(t, r)
+	await(t, 10*time.Second, "partition 1 committed", func() bool { return e.committed()[1] == 20 })
+	await(t, 10*time.Second, "the oversized batch reported", func() bool { return r.Stats().OversizedBatches.Load() > 0 })
+	entries := logs.FilterMessageSnippet("inflates past the memory budget").All()
+	if len(entries) == 0 {
+		t.Fatal("no error logged for the oversized batch")
+	}
+	msg := fmt.Sprint(entries[0].ContextMap())
+	for _, want := range []string{"bombs/0", "at 0", "limit of 262144"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("the error %s does not name %q", msg, want)
+		}
+	}
+	if got := e.committed()[0]; got != 0 {
+		t.Fatalf("partition 0 committed %d past a batch it could not read", got)
+	}
+	if !r.Alive() {
+		t.Fatal("the replica's session is not alive")
 	}
 }

@@ -198,7 +198,14 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		case errors.Is(perr, errStopped) || fctx.Err() != nil:
 			return errStopped
 		default:
-			pt.log.Warn("poll failed; retrying", zap.Error(perr))
+			if errors.Is(perr, kafka.ErrBatchTooLarge) {
+				// Retried, for the budget may be raised; the partition
+				// goes no further until then, and says why.
+				pt.r.stats.OversizedBatches.Add(1)
+				pt.log.Error("a record batch inflates past the memory budget (--max-buffer-bytes); the partition waits", zap.Error(perr))
+			} else {
+				pt.log.Warn("poll failed; retrying", zap.Error(perr))
+			}
 			if err := backoff.wait(fctx); err != nil {
 				return errStopped
 			}

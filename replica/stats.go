@@ -14,7 +14,10 @@ type Stats struct {
 	CommitFailures atomic.Int64 // blocks in the sink whose offset could not be committed
 	SinkErrors     atomic.Int64 // failed sink writes
 	SinkCalls      atomic.Int64 // calls to the sink: Write, or WriteBlocks for several blocks
-	Claims         atomic.Int64 // partitions held now
-	Rebalances     atomic.Int64 // plans that claimed or released something
-	Sessions       atomic.Int64 // sessions joined (more than one: rejoined after a loss)
+	// OversizedBatches counts fetches of a record batch that would
+	// decompress past the memory budget: its partition cannot go on.
+	OversizedBatches atomic.Int64
+	Claims           atomic.Int64 // partitions held now
+	Rebalances       atomic.Int64 // plans that claimed or released something
+	Sessions         atomic.Int64 // sessions joined (more than one: rejoined after a loss)
 }

@@ -261,8 +261,6 @@ type decoder struct {
 	// arena holds the keys and values copied out of kafka-go's buffers by
 	// the legacy path.
 	arena []byte
-	// inflated counts the bytes decompression produced.
-	inflated int
 }
 
 // decode decodes the record sets of one partition, as the fetch response
@@ -300,9 +298,6 @@ func (d *decoder) decode(raw []byte) error {
 		data, err := d.payload(&b)
 		if err != nil {
 			return err
-		}
-		if b.compression() != compress.None {
-			d.inflated += len(data)
 		}
 		if b.attributes&attrControl != 0 {
 			err = d.readControl(&b, data)

@@ -320,7 +320,10 @@ func (f *Fetcher) decodePartition(ctx context.Context, from int64, p *rawFetchPa
 	if p.LastStableOffset < 0 {
 		b.LastStable = p.HighWatermark // before fetch v4
 	}
-	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions}
+	// Decompressed bytes count against the budget: a batch that would
+	// inflate past all of it fails, rather than the replica's memory.
+	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions,
+		maxBytes: f.cfg.MaxBufferBytes}
 	if err := d.decode(p.Records); err != nil {
 		return PolledBatch{}, err
 	}
