@@ -96,6 +96,10 @@ type Config struct {
 	Fetch kafka.Config
 	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
 	LeaseTTL time.Duration
+	// EtcdMaxTxnOps is the etcd cluster's --max-txn-ops (default 128):
+	// the write rounds that carry many partitions' claims, intents and
+	// commits are sized to it.
+	EtcdMaxTxnOps int
 
 	MaxBlockRows int
 	// MaxBlockBytes ends a block by size (default DefaultMaxBlockBytes).
@@ -129,6 +133,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxBlockRows == 0 {
 		c.MaxBlockRows = DefaultMaxBlockRows
+	}
+	if c.EtcdMaxTxnOps == 0 {
+		c.EtcdMaxTxnOps = coordinator.DefaultMaxTxnOps
 	}
 	if c.MaxBlockBytes == 0 {
 		c.MaxBlockBytes = DefaultMaxBlockBytes
@@ -183,6 +190,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockRows < 1 {
 		errs = append(errs, fmt.Errorf("max block rows %d: want at least 1", c.MaxBlockRows))
+	}
+	if c.EtcdMaxTxnOps < 4 {
+		errs = append(errs, fmt.Errorf("etcd max txn ops %d: want at least 4 (etcd's --max-txn-ops, 128 by default)", c.EtcdMaxTxnOps))
 	}
 	if c.MaxBlockBytes < 1 {
 		errs = append(errs, fmt.Errorf("max block bytes %d: want at least 1", c.MaxBlockBytes))

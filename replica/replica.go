@@ -77,7 +77,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if log == nil {
 		log = zap.NewNop()
 	}
-	coord, err := coordinator.New(cli, cfg.Group, coordinator.WithLogger(log))
+	coord, err := coordinator.New(cli, cfg.Group, coordinator.WithLogger(log), coordinator.WithMaxTxnOps(cfg.EtcdMaxTxnOps))
 	log = log.With(zap.String("group", cfg.Group), zap.String("replica", cfg.ReplicaID))
 	if err != nil {
 		return nil, err

@@ -83,6 +83,7 @@ type runOptions struct {
 	leaseTTL       time.Duration
 	maxBlockRows   int
 	maxBlockBytes  byteSize
+	etcdMaxTxnOps  int
 	commitLinger   time.Duration
 	maxBufferBytes byteSize
 	flushInterval  time.Duration
@@ -152,6 +153,7 @@ once. Exit status 0.`,
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
+	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
 	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
@@ -203,6 +205,7 @@ func (o *runOptions) validate() error {
 		FlushInterval:   o.flushInterval,
 		MaxEmptyPolls:   o.maxEmptyPolls,
 		CommitLinger:    o.commitLinger,
+		EtcdMaxTxnOps:   o.etcdMaxTxnOps,
 		CommitMode:      mode,
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
