@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // maxQueued is how many fetched batches a cursor keeps ahead of its reader:
@@ -199,18 +197,11 @@ func (cur *Cursor) Wake() {
 
 func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error) {
 	f, c := cur.f, cur.c
-	if f.closed.Load() {
-		return PolledBatch{}, f.errorf(f.offset, errClosed)
-	}
-	if err := ctx.Err(); err != nil {
+	start, err := f.ready(ctx)
+	if err != nil {
 		return PolledBatch{}, err
 	}
-	if f.offset == unset {
-		start, err := f.startOffset(ctx)
-		if err != nil {
-			return PolledBatch{}, err
-		}
-		f.log.Info("no offset, starting by policy", zap.Stringer("policy", f.cfg.StartPolicy), zap.Int64("offset", start))
+	if start != unset {
 		cur.SeekTo(start)
 	}
 	var timeout <-chan time.Time

@@ -168,19 +168,32 @@ func (f *Fetcher) FetchNow(ctx context.Context) (PolledBatch, error) {
 	return f.fetch(ctx, 0)
 }
 
-func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch, error) {
+// ready checks that a fetch may go on and finds where it starts when that is
+// left to the start policy: it returns the offset to move to, or -1.
+func (f *Fetcher) ready(ctx context.Context) (int64, error) {
 	if f.closed.Load() {
-		return PolledBatch{}, f.errorf(f.offset, errClosed)
+		return unset, f.errorf(f.offset, errClosed)
 	}
 	if err := ctx.Err(); err != nil {
+		return unset, err
+	}
+	if f.offset != unset {
+		return unset, nil
+	}
+	start, err := f.startOffset(ctx)
+	if err != nil {
+		return unset, err
+	}
+	f.log.Info("no offset, starting by policy", zap.Stringer("policy", f.cfg.StartPolicy), zap.Int64("offset", start))
+	return start, nil
+}
+
+func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch, error) {
+	start, err := f.ready(ctx)
+	if err != nil {
 		return PolledBatch{}, err
 	}
-	if f.offset == unset {
-		start, err := f.startOffset(ctx)
-		if err != nil {
-			return PolledBatch{}, err
-		}
-		f.log.Info("no offset, starting by policy", zap.Stringer("policy", f.cfg.StartPolicy), zap.Int64("offset", start))
+	if start != unset {
 		f.offset = start
 	}
 	r := f.retrier()
