@@ -86,6 +86,10 @@ func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 
+// errRangeGone says an intent's range is no longer in Kafka (retention):
+// the partition goes on where the start policy put it.
+var errRangeGone = errors.New("the range is no longer in kafka")
+
 // errStopped is how a poll says it was asked to stop.
 var errStopped = errors.New("partition stopping")
 
@@ -165,14 +169,29 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		// The previous owner was writing [From, Next) when it stopped:
 		// write exactly that range again, so a sink keyed by range
 		// overwrites instead of duplicating.
-		b, err := pt.pollRange(fctx, in.From, in.Next)
-		if err == nil {
-			pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
-			err = pt.deliver(wctx, b)
+		// Until it is delivered: a poll that failed part way has moved the
+		// cursor into the range, and no guard rolls that back.
+		for {
+			b, err := pt.pollRange(fctx, in.From, in.Next)
+			if err == nil {
+				pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
+				err = pt.deliver(wctx, b)
+			}
+			pt.finish(b)
+			if herr := pt.handle(wctx, err); herr != nil {
+				return herr
+			}
+			if err == nil || errors.Is(err, coordinator.ErrOffsetsChanged) || errors.Is(err, errRangeGone) {
+				// Delivered; or an operator's reset, or the start policy
+				// after retention took the range, moved the partition.
+				break
+			}
+			pt.f.SeekTo(in.From)
+			if backoff.wait(fctx) != nil {
+				return errStopped
+			}
 		}
-		if err := pt.handle(wctx, err); err != nil {
-			return err
-		}
+		backoff.reset()
 	}
 
 	for {
@@ -406,10 +425,11 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 	for b.next < next {
 		batch, err := pt.f.Fetch(ctx)
 		if err != nil {
-			return nil, err
+			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
 		}
 		if batch.Reset != nil {
-			return nil, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d", pt.p, from, next, batch.Reset.To)
+			pt.r.stats.OffsetResets.Add(1)
+			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
 		}
 		for _, rec := range batch.Records {
 			if rec.Offset < next {

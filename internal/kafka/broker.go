@@ -27,9 +27,15 @@ type brokerLoop struct {
 	// Guarded by c.mu.
 	cursors []*Cursor
 	rot     int
+	// budgetWait: the last pick found the budget used up. The loop sleeps
+	// until bytes are given back anywhere, which wakes it.
+	budgetWait bool
 
 	// Owned by run.
 	inFlight int
+	// quietPolls counts the requests in flight that carry quiet cursors:
+	// while one does, it is the long poll others join when it is back.
+	quietPolls int
 	attempt  int
 	retryAt  time.Time
 }
@@ -38,6 +44,7 @@ type brokerLoop struct {
 type fetchRequest struct {
 	parts   []*fetchPart
 	reserve int64 // budget bytes set aside for the answer
+	quiet   bool  // it carries quiet cursors
 	err     error // the request as a whole failed
 }
 
@@ -105,6 +112,9 @@ func (b *brokerLoop) run(ctx context.Context) {
 		case <-b.wake:
 		case r := <-b.done:
 			b.inFlight--
+			if r.quiet {
+				b.quietPolls--
+			}
 			b.handle(r)
 		case <-timer:
 		}
@@ -125,6 +135,9 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 			return wait
 		}
 		b.inFlight++
+		if r.quiet {
+			b.quietPolls++
+		}
 		go func() { b.done <- b.fetch(ctx, r) }()
 	}
 	return time.Time{}
@@ -138,14 +151,16 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	defer c.mu.Unlock()
 	left := int64(c.cfg.MaxBufferBytes) - c.held.Load()
 	n := len(b.cursors)
+	b.budgetWait = left <= 0
 	if left <= 0 || n == 0 {
 		return nil, time.Time{}
 	}
 	share := c.share()
-	// A second request is for partitions that may have more now; those
-	// whose last answer was empty wait for the next request of all, so
-	// that an idle replica keeps one long poll per broker, not two.
-	second := b.inFlight > 0
+	// While a long poll carries the quiet cursors (their last answer was
+	// empty), a request beside it is for cursors that may have more now:
+	// the quiet ones wait for the next request of all, so that an idle
+	// replica keeps one long poll per broker, not two.
+	second := b.quietPolls > 0
 	var parts, starved []*fetchPart
 	var wait time.Time
 	var sum int64
@@ -173,7 +188,14 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	}
 	reserve := max(1, min(sum, int64(c.cfg.MaxRequestBytes), left))
 	c.held.Add(reserve)
-	return &fetchRequest{parts: append(starved, parts...), reserve: reserve}, time.Time{}
+	r := &fetchRequest{parts: append(starved, parts...), reserve: reserve}
+	for _, p := range r.parts {
+		if p.cur.quiet {
+			r.quiet = true
+			break
+		}
+	}
+	return r, time.Time{}
 }
 
 // fetch sends one request and decodes what each partition got. It runs on
@@ -255,6 +277,7 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 	relookup := false
 	c.mu.Lock()
 	c.held.Add(-r.reserve)
+	c.budgetFreed()
 	if r.err != nil {
 		for _, p := range r.parts {
 			p.cur.inFlight = false
@@ -330,14 +353,15 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			cur.fetchAt = p.batch.Next
 			cur.notify()
 		default:
-			cur.attempt, cur.quiet = 0, true
+			cur.attempt = 0
 			end := cur.hw
 			if c.cfg.IsolationLevel == ReadCommitted {
 				end = cur.lso
 			}
 			// Data was there but the response had no room for it: be
-			// first next time.
+			// first next time, and do not wait for a long poll.
 			cur.starved = end > cur.fetchAt
+			cur.quiet = !cur.starved
 		}
 	}
 	c.mu.Unlock()

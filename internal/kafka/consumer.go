@@ -161,6 +161,18 @@ func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
 	return cur, nil
 }
 
+// budgetFreed wakes the loops that found the budget used up: bytes given
+// back by one broker's partitions may be another's to fetch with. c.mu is
+// held.
+func (c *Consumer) budgetFreed() {
+	for _, b := range c.brokers {
+		if b.budgetWait {
+			b.budgetWait = false
+			b.poke()
+		}
+	}
+}
+
 // share is the part of the budget one cursor may hold. c.mu is held.
 func (c *Consumer) share() int64 {
 	n := int64(max(1, len(c.cursors)))

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,5 +256,57 @@ func TestCursorNextWaitsForRecordsOrWake(t *testing.T) {
 	k.ProduceValues(t, "quiet", 0, "a", "b")
 	if b := <-got; len(b.Records) != 2 {
 		t.Fatalf("Next returned %d records, want the 2 produced", len(b.Records))
+	}
+}
+
+// Bytes freed by one broker's partitions wake another broker's loop that
+// found the budget used up.
+func TestBudgetFreedWakesOtherBrokers(t *testing.T) {
+	k := harness.StartKafka(t, harness.NumBrokers(2))
+	k.CreateTopic(t, "two", 2)
+	if a, b := k.Cluster().LeaderFor("two", 0), k.Cluster().LeaderFor("two", 1); a == b {
+		if err := k.Cluster().MoveTopicPartition("two", 1, (a+1)%2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.ProduceValues(t, "two", 0, strings.Repeat("x", 100<<10)) // larger than the budget
+	cfg := testFetchConfig(k)
+	cfg.MaxBufferBytes = 64 << 10
+	c := openConsumer(t, cfg)
+	big := openCursor(t, c, "two", 0, 0)
+	other := openCursor(t, c, "two", 1, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := big.Next(ctx)
+	if err != nil || len(b.Records) != 1 {
+		t.Fatalf("the large record: %d records, %v", len(b.Records), err)
+	}
+	harness.Await(t, 5*time.Second, "the budget used up", func() bool { return c.Stats().BytesHeld >= int64(cfg.MaxBufferBytes) })
+	// Partition 1's long poll, sent before, ends empty; its loop then
+	// finds no budget to fetch with.
+	used := time.Now()
+	harness.Await(t, 5*time.Second, "partition 1's poll over", func() bool { return time.Since(used) > 2*cfg.MaxWait })
+	k.ProduceValues(t, "two", 1, "small")
+	got := make(chan PolledBatch, 1)
+	go func() {
+		b, err := other.Next(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	select {
+	case b := <-got:
+		t.Fatalf("partition 1 fetched %d records while the budget was used up", len(b.Records))
+	case <-time.After(3 * cfg.MaxWait):
+	}
+	big.Free(b.Bytes)
+	select {
+	case b := <-got:
+		if len(b.Records) != 1 {
+			t.Fatalf("partition 1 got %d records, want 1", len(b.Records))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("partition 1 was not fetched after the budget was freed")
 	}
 }

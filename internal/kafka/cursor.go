@@ -87,6 +87,7 @@ func (cur *Cursor) release(n int64) {
 	}
 	cur.held -= n
 	cur.c.held.Add(-n)
+	cur.c.budgetFreed()
 	cur.throttled = false
 	if cur.loop != nil {
 		cur.loop.poke()
