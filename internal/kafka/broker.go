@@ -36,8 +36,8 @@ type brokerLoop struct {
 	// quietPolls counts the requests in flight that carry quiet cursors:
 	// while one does, it is the long poll others join when it is back.
 	quietPolls int
-	attempt  int
-	retryAt  time.Time
+	attempt    int
+	retryAt    time.Time
 }
 
 // fetchRequest is one request in flight and, once back, its outcome.
