@@ -475,6 +475,17 @@ func ReleaseAll(ctx context.Context, claims []*Claim) error {
 
 // releaseOp is the contract's release: If Value(claim) == id AND
 // CreateRevision(claim) == epoch Then Delete(claim).
+// ReleaseStray deletes a claim key of this session that no Claim stands
+// for (a claim whose answer was lost, or whose release failed), if it is
+// still of that epoch, so that the partition can be claimed again.
+func (s *Session) ReleaseStray(ctx context.Context, p Partition, epoch int64) error {
+	res := s.do(ctx, s.releaseOp(s.c.keys.Claim(p), epoch))
+	if res.err != nil {
+		return fmt.Errorf("release stray claim %s at epoch %d: %w", p, epoch, res.err)
+	}
+	return nil
+}
+
 func (s *Session) releaseOp(claimKey string, epoch int64) *op {
 	o := newOp(claimKey, s.owned(claimKey, epoch), []clientv3.Op{clientv3.OpDelete(claimKey)}, nil)
 	o.needsAlive = false

@@ -440,3 +440,42 @@ func TestBatchInflatingPastTheBudgetFailsItsPartitionOnly(t *testing.T) {
 		t.Fatal("the replica's session is not alive")
 	}
 }
+
+// A claim key of the replica's own session that no partition runs (as when
+// the answer to a claim was lost) is released, and the partition consumed
+// again, instead of being held unconsumed until the lease ends.
+func TestStrayClaimOfOwnSessionIsReleased(t *testing.T) {
+	e := newEnv(t, "stray", 2)
+	sink := newCountingSink()
+	cfg := e.config("r1")
+	cfg.LeaseTTL = 10 * time.Second
+	rn := e.start(cfg, sink)
+	e.produce(5)
+	await(t, 10*time.Second, "both partitions committed", func() bool { return e.allCommitted(perPartition(2, 5)) })
+
+	// Replace partition 1's claim with one of the same replica and lease
+	// but a new epoch: no Claim of the replica's stands for it.
+	var lease int64
+	for _, m := range e.snapshot().Members {
+		if m.ID == "r1" {
+			lease = m.Lease
+		}
+	}
+	p := coordinator.Partition{Topic: e.topic, Partition: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := e.coord.Keys().Claim(p)
+	if _, err := e.admin.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Put(ctx, key, "r1", clientv3.WithLease(clientv3.LeaseID(lease))); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(5)
+	// The running partition is fenced by the new epoch and stops; the
+	// stray claim goes, and the partition is claimed and consumed again.
+	await(t, 20*time.Second, "partition 1 consumed again", func() bool { return e.allCommitted(perPartition(2, 10)) })
+	if rn.r.Stats().Fenced.Load() == 0 {
+		t.Fatal("the partition whose claim was replaced was not fenced")
+	}
+}

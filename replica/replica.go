@@ -359,6 +359,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 			members = append(members, m)
 		}
 	}
+	r.releaseStrays(ctx, s, snap)
 	claims := make(map[coordinator.Partition]string, len(snap.Claims))
 	for p, c := range snap.Claims {
 		owner := c.Replica
@@ -425,6 +426,29 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	}
 }
 
+// releaseStrays deletes claims of this session that no partition runs: a
+// claim whose answer was lost in a timeout, or whose release failed. They
+// would otherwise hold their partition, unconsumed, until the lease ends.
+func (r *Replica) releaseStrays(ctx context.Context, s *coordinator.Session, snap *coordinator.Snapshot) {
+	for p, c := range snap.Claims {
+		if c.Replica != s.ID() || c.Lease != int64(s.Lease()) {
+			continue
+		}
+		r.mu.Lock()
+		_, running := r.owned[p]
+		r.mu.Unlock()
+		if running {
+			continue
+		}
+		if err := s.ReleaseStray(ctx, p, c.Epoch); err != nil {
+			r.log.Warn("releasing a stray claim failed", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
+			continue
+		}
+		r.log.Info("released a claim no partition ran", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch))
+		delete(snap.Claims, p)
+	}
+}
+
 // start runs a partition for each new claim and returns how many it
 // started. Where the start policy decides a partition's first offset, the
 // bounds of all of them are read at once: one ListOffsets per broker.
@@ -454,9 +478,10 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		// session's loop does not wait on Kafka, and a partition that
 		// this misses finds its bounds alone.
 		sb := &startBounds{done: make(chan struct{})}
+		consumer := r.consumer // Run clears it when it ends
 		go func() {
 			defer close(sb.done)
-			starts, err := r.consumer.StartOffsets(hard, unplaced)
+			starts, err := consumer.StartOffsets(hard, unplaced)
 			if err != nil {
 				r.log.Warn("reading the start offsets of new partitions failed", zap.Error(err))
 			}

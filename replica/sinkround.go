@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -136,8 +137,8 @@ func (s *sinkRounds) send() bool {
 	s.calls.Add(1)
 	errs := s.sink.WriteBlocks(ctx, blocks)
 	for i, w := range batch {
-		var err error
-		if i < len(errs) {
+		err := fmt.Errorf("write %s: the sink returned %d outcomes for %d blocks", w.block, len(errs), len(batch))
+		if len(errs) == len(batch) {
 			err = errs[i]
 		}
 		w.done <- err
