@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -477,5 +479,68 @@ func TestStrayClaimOfOwnSessionIsReleased(t *testing.T) {
 	await(t, 20*time.Second, "partition 1 consumed again", func() bool { return e.allCommitted(perPartition(2, 10)) })
 	if rn.r.Stats().Fenced.Load() == 0 {
 		t.Fatal("the partition whose claim was replaced was not fenced")
+	}
+}
+
+// The new owner replays the previous owner's intent [0, 20). The fetch of
+// its second batch fails once with an error that is not retried inside the
+// fetch loop: the replay starts again from 0, and nothing of the range is
+// skipped.
+func TestIntentReplayFailingPartWayLosesNothing(t *testing.T) {
+	e := newEnv(t, "replay", 1)
+	for i := 0; i < 20; i += 10 { // two batches: [0, 10) and [10, 20)
+		recs := make([]*kgo.Record, 10)
+		for j := range recs {
+			recs[j] = &kgo.Record{Value: fmt.Appendf(nil, "%d", i+j)}
+		}
+		e.kafka.Produce(t, e.topic, 0, recs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := coordinator.Partition{Topic: e.topic, Partition: 0}
+	if _, err := e.admin.Put(ctx, e.coord.Keys().Intent(p), `{"from":0,"next":20,"epoch":1}`); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	cl := e.kafka.Cluster()
+	cl.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cl.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		at10 := false
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				at10 = at10 || (rt.Topic == e.topic && rp.Partition == 0 && rp.FetchOffset == 10)
+			}
+		}
+		if !at10 || failed.Swap(true) {
+			return nil, nil, false
+		}
+		resp := fr.ResponseKind().(*kmsg.FetchResponse)
+		resp.SetVersion(fr.Version)
+		for _, rt := range fr.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.InvalidRecord.Code // not retried by the fetch loop
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	sink := newCountingSink()
+	cfg := e.config("r1")
+	cfg.Fetch.MaxBytes = oneBatch
+	e.start(cfg, sink)
+	await(t, 20*time.Second, "the range committed", func() bool { return e.allCommitted(map[int]int64{0: 20}) })
+	if !failed.Load() {
+		t.Fatal("the fetch at 10 was not failed: the test shows nothing")
+	}
+	for off := int64(0); off < 20; off++ {
+		if sink.writes[0][off] == 0 {
+			t.Fatalf("offset %d committed but never written", off)
+		}
 	}
 }
