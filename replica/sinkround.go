@@ -86,12 +86,37 @@ func (s *sinkRounds) Write(ctx context.Context, b *sinks.Block) error {
 	return <-w.done
 }
 
-// run sends the queued blocks, one call at a time, until stop is closed.
-// Blocks queued then are refused with context.Canceled.
+// Calls in flight: one gathers the blocks that end together; beside it,
+// more start only for rounds large enough to be worth a transaction of their
+// own, so that a backlog is written in parallel (a store such as PostgreSQL
+// works one transaction per connection) while a trickle is batched.
+const (
+	maxSinkCalls = 4
+	bigSinkRound = 8192 // rows
+)
+
+// run sends the queued blocks until stop is closed; it then waits for the
+// calls in flight and refuses what is queued with context.Canceled.
 func (s *sinkRounds) run(stop <-chan struct{}) {
+	done := make(chan struct{}, maxSinkCalls)
+	inFlight := 0
 	for {
+		for inFlight < maxSinkCalls {
+			batch := s.take(inFlight == 0)
+			if batch == nil {
+				break
+			}
+			inFlight++
+			go func() {
+				s.send(batch)
+				done <- struct{}{}
+			}()
+		}
 		select {
 		case <-stop:
+			for ; inFlight > 0; inFlight-- {
+				<-done
+			}
 			s.mu.Lock()
 			left := s.queue
 			s.queue = nil
@@ -101,24 +126,37 @@ func (s *sinkRounds) run(stop <-chan struct{}) {
 			}
 			return
 		case <-s.wake:
-		}
-		for s.send() {
+		case <-done:
+			inFlight--
 		}
 	}
 }
 
-// send makes one call of everything queued; false when nothing was.
-func (s *sinkRounds) send() bool {
+// take removes the blocks of the next call from the front of the queue:
+// blocks until they hold bigSinkRound rows, or all that are queued. Beside a
+// call in flight it takes them only when they reach bigSinkRound rows; nil
+// when there is nothing to take.
+func (s *sinkRounds) take(idle bool) []*sinkWrite {
 	s.mu.Lock()
-	batch := s.queue
-	s.queue = nil
+	defer s.mu.Unlock()
+	n, rows := 0, 0
+	for n < len(s.queue) && rows < bigSinkRound {
+		rows += len(s.queue[n].block.Records)
+		n++
+	}
+	if n == 0 || (!idle && rows < bigSinkRound) {
+		return nil
+	}
+	batch := append([]*sinkWrite(nil), s.queue[:n]...)
+	s.queue = append(s.queue[:0], s.queue[n:]...)
 	for _, w := range batch {
 		w.sent = true
 	}
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return false
-	}
+	return batch
+}
+
+// send makes one call of batch and hands each block its outcome.
+func (s *sinkRounds) send(batch []*sinkWrite) {
 	// The call ends early only when all its waiters have given up.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -143,5 +181,4 @@ func (s *sinkRounds) send() bool {
 		}
 		w.done <- err
 	}
-	return true
 }

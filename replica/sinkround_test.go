@@ -99,3 +99,21 @@ func TestSinkRoundsGatherBlocks(t *testing.T) {
 		t.Fatalf("%d calls counted, want 2", calls.Load())
 	}
 }
+
+// A block large enough for a transaction of its own is written beside the
+// call in flight, not behind it.
+func TestSinkRoundsWriteLargeBlocksInParallel(t *testing.T) {
+	g := &gateSink{gate: make(chan struct{})}
+	var calls atomic.Int64
+	s := newSinkRounds(g, &calls)
+	stop, ended := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ended); s.run(stop) }()
+	defer func() { close(stop); <-ended }()
+	defer close(g.gate)
+
+	go func() { _ = s.Write(context.Background(), &sinks.Block{Topic: "t", Partition: 0, From: 0, Next: 1}) }()
+	harness.Await(t, 10*time.Second, "the first call in flight", func() bool { return g.callCount() == 1 })
+	big := &sinks.Block{Topic: "t", Partition: 1, From: 0, Next: bigSinkRound, Records: make([]sinks.Record, bigSinkRound)}
+	go func() { _ = s.Write(context.Background(), big) }()
+	harness.Await(t, 10*time.Second, "the large block's call beside the first", func() bool { return g.callCount() == 2 })
+}

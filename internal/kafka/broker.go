@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -55,6 +58,7 @@ type fetchPart struct {
 	from int64
 	max  int32
 
+	raw     *rawFetchPartition // its part of the response, until decoded
 	batch   PolledBatch
 	err     error // decoding failed
 	code    int16 // the broker's error code for the partition
@@ -251,6 +255,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			got[TopicPartition{t.Topic, int(p.Partition)}] = p
 		}
 	}
+	var work []*fetchPart
 	for _, part := range r.parts {
 		p, ok := got[part.cur.tp]
 		if !ok {
@@ -265,8 +270,30 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			part.code = p.ErrorCode
 			continue
 		}
-		part.batch, part.err = part.cur.f.decodePartition(ctx, part.from, p)
+		if len(p.Records) == 0 {
+			part.batch = PolledBatch{From: part.from, Next: part.from, HighWatermark: part.hw, LastStable: part.lso}
+			continue
+		}
+		part.raw = p
+		work = append(work, part)
 	}
+	// The partitions of a response are decoded side by side, so that a
+	// replica reading few brokers still uses every core for it.
+	workers := min(len(work), runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(work)); i = next.Add(1) - 1 {
+				part := work[i]
+				part.batch, part.err = part.cur.f.decodePartition(ctx, part.from, part.raw)
+				part.raw = nil
+			}
+		}()
+	}
+	wg.Wait()
 	return r
 }
 
