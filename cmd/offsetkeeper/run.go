@@ -110,15 +110,19 @@ etcd after the write, fenced by its claim.
 A block ends at --max-block-rows rows or --max-block-bytes bytes,
 --flush-interval after its first row, when the partition reaches the log end
 (counted as an empty poll), or after --max-empty-polls empty polls in a row.
+
 --max-buffer-bytes bounds what the replica holds of fetched records across
-all its partitions; each partition may hold an equal share of it, and one
-whose share is used is not fetched again until its block is committed, so a
-backlog costs memory up to the budget and no more. Partitions are fetched
-with one request per broker per round trip, whatever their number, and
-their offsets are committed to etcd together, one transaction per round. With --commit-mode
-after-write (default) a crash replays at most the block in flight
-(at-least-once; no duplicate in a file:// sink, which replaces a replayed
-block). every-batch commits before the write: at-most-once.
+all its partitions. Each partition may hold an equal share: its block ends
+at half of it, the other half is fetched while the block is written, and
+nothing more until it is committed, so a backlog costs the budget and no
+more. Partitions are fetched with one request per broker per round trip,
+whatever their number; their etcd writes go together, one transaction per
+round, sized to --etcd-max-txn-ops, and a block that ended because its
+partition went quiet lets them wait --commit-linger for company.
+
+With --commit-mode after-write (default) a crash replays at most the block
+in flight (at-least-once; no duplicate in a file:// sink, which replaces a
+replayed block). every-batch commits before the write: at-most-once.
 
 SIGTERM or SIGINT stops gracefully: blocks in flight are finished and
 committed, claims released, the lease revoked; other replicas take over at
