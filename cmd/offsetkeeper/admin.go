@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
 // Defaults of the operator commands' timeouts.
@@ -258,27 +259,16 @@ func (k *kafkaAdmin) bounds(ctx context.Context, ps []coordinator.Partition) (ma
 	if len(ps) == 0 {
 		return out, nil
 	}
-	req := map[string][]kafkago.OffsetRequest{}
-	for _, p := range ps {
-		req[p.Topic] = append(req[p.Topic], kafkago.FirstOffsetOf(p.Partition), kafkago.LastOffsetOf(p.Partition))
-	}
-	res, err := k.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafkago.ReadCommitted})
+	earliest, err := k.listOffsets(ctx, ps, kafka.ListEarliest, "log start")
 	if err != nil {
-		return nil, k.unreachable(err)
+		return nil, err
 	}
-	for topic, parts := range res.Topics {
-		for _, po := range parts {
-			p := coordinator.Partition{Topic: topic, Partition: po.Partition}
-			if po.Error != nil {
-				return nil, fmt.Errorf("log bounds of %s: %w", p, po.Error)
-			}
-			out[p] = logBounds{earliest: po.FirstOffset, end: po.LastOffset}
-		}
+	end, err := k.listOffsets(ctx, ps, kafka.ListLatest, "log end")
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range ps {
-		if _, ok := out[p]; !ok {
-			return nil, fmt.Errorf("log bounds of %s: no answer from Kafka", p)
-		}
+		out[p] = logBounds{earliest: earliest[p], end: end[p]}
 	}
 	return out, nil
 }
@@ -287,34 +277,34 @@ func (k *kafkaAdmin) bounds(ctx context.Context, ps []coordinator.Partition) (ma
 // record timestamp is at or after t, or -1 where there is none (t is after
 // the last record).
 func (k *kafkaAdmin) offsetsAt(ctx context.Context, ps []coordinator.Partition, t time.Time) (map[coordinator.Partition]int64, error) {
-	out := make(map[coordinator.Partition]int64, len(ps))
 	if len(ps) == 0 {
-		return out, nil
+		return map[coordinator.Partition]int64{}, nil
 	}
-	ts := t.UnixMilli()
-	req := map[string][]kafkago.OffsetRequest{}
-	for _, p := range ps {
-		req[p.Topic] = append(req[p.Topic], kafkago.OffsetRequest{Partition: p.Partition, Timestamp: ts})
+	return k.listOffsets(ctx, ps, t.UnixMilli(), "offset at "+t.Format(time.RFC3339))
+}
+
+// listOffsets asks, with one request per broker, for the offset of every
+// partition in ps at ts (kafka.ListEarliest, kafka.ListLatest or a time in
+// milliseconds), read_committed. what names the offset in errors.
+func (k *kafkaAdmin) listOffsets(ctx context.Context, ps []coordinator.Partition, ts int64, what string) (map[coordinator.Partition]int64, error) {
+	tps := make([]kafka.TopicPartition, len(ps))
+	for i, p := range ps {
+		tps[i] = kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}
 	}
-	res, err := k.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Addr: k.addr, Topics: req, IsolationLevel: kafkago.ReadCommitted})
+	got, errs, err := kafka.ListOffsets(ctx, k.transport, k.brokers, "offsetkeeper-cli", kafka.ReadCommitted, ts, tps)
 	if err != nil {
 		return nil, k.unreachable(err)
 	}
-	for topic, parts := range res.Topics {
-		for _, po := range parts {
-			p := coordinator.Partition{Topic: topic, Partition: po.Partition}
-			if po.Error != nil {
-				return nil, fmt.Errorf("offset of %s at %s: %w", p, t.Format(time.RFC3339), po.Error)
-			}
-			for off := range po.Offsets {
-				out[p] = off
-			}
+	out := make(map[coordinator.Partition]int64, len(ps))
+	for i, p := range ps {
+		if err := errs[tps[i]]; err != nil {
+			return nil, fmt.Errorf("%s of %s: %w", what, p, err)
 		}
-	}
-	for _, p := range ps {
-		if _, ok := out[p]; !ok {
-			return nil, fmt.Errorf("offset of %s at %s: no answer from Kafka", p, t.Format(time.RFC3339))
+		off, ok := got[tps[i]]
+		if !ok {
+			return nil, fmt.Errorf("%s of %s: no answer from Kafka", what, p)
 		}
+		out[p] = off
 	}
 	return out, nil
 }

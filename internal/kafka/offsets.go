@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -18,8 +19,8 @@ import (
 
 // Timestamps of ListOffsets: the log start and the log end.
 const (
-	listEarliest = -2
-	listLatest   = -1
+	ListEarliest = -2
+	ListLatest   = -1
 )
 
 // StartOffsets returns where the start policy puts each partition (its log
@@ -27,26 +28,42 @@ const (
 // one ListOffsets request per broker. A partition missing from the result
 // (its leader unknown, or an error for it) is left to find its own.
 func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[TopicPartition]int64, error) {
-	if len(tps) == 0 {
-		return nil, nil
-	}
-	ts := int64(listEarliest)
+	ts := int64(ListEarliest)
 	if c.cfg.StartPolicy == StartLatest {
-		ts = listLatest
-	}
-	topics := map[string]bool{}
-	for _, tp := range tps {
-		topics[tp.Topic] = true
-	}
-	names := make([]string, 0, len(topics))
-	for t := range topics {
-		names = append(names, t)
+		ts = ListLatest
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	meta, err := c.client.Metadata(rctx, &kafkago.MetadataRequest{Addr: kafkago.TCP(c.cfg.Brokers...), Topics: names})
+	out, _, err := ListOffsets(rctx, c.transport, c.cfg.Brokers, c.cfg.ClientID, c.cfg.IsolationLevel, ts, tps)
 	if err != nil {
-		return nil, fmt.Errorf("start offsets of %d partitions: metadata: %w", len(tps), err)
+		return nil, fmt.Errorf("start offsets of %d partitions: %w", len(tps), err)
+	}
+	return out, nil
+}
+
+// ListOffsets returns the offset of each partition at ts: ListEarliest,
+// ListLatest (under read_committed the last stable offset) or a time in
+// milliseconds (the first offset whose record is at or after it, -1 where
+// there is none), with one request per broker that leads any of them.
+// kafka-go's Client.ListOffsets sends one request per partition and offset,
+// so a thousand partitions cost two thousand. A partition the brokers
+// answered with an error has it in errs; one without a known leader is in
+// neither map. err is set only when no broker answered.
+func ListOffsets(ctx context.Context, rt kafkago.RoundTripper, brokers []string, clientID string, level IsolationLevel,
+	ts int64, tps []TopicPartition) (offsets map[TopicPartition]int64, errs map[TopicPartition]error, err error) {
+	if len(tps) == 0 {
+		return nil, nil, nil
+	}
+	var names []string
+	for _, tp := range tps {
+		if !slices.Contains(names, tp.Topic) {
+			names = append(names, tp.Topic)
+		}
+	}
+	addr := kafkago.TCP(brokers...)
+	meta, err := (&kafkago.Client{Transport: rt}).Metadata(ctx, &kafkago.MetadataRequest{Addr: addr, Topics: names})
+	if err != nil {
+		return nil, nil, fmt.Errorf("metadata: %w", err)
 	}
 	leaders := map[TopicPartition]int32{}
 	for _, t := range meta.Topics {
@@ -64,8 +81,8 @@ func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[
 		}
 		r := byBroker[id]
 		if r == nil {
-			r = &rawListOffsetsRequest{broker: id, clientID: c.cfg.ClientID,
-				req: listoffsets.Request{ReplicaID: -1, IsolationLevel: int8(c.cfg.IsolationLevel.kafka())}}
+			r = &rawListOffsetsRequest{broker: id, clientID: clientID,
+				req: listoffsets.Request{ReplicaID: -1, IsolationLevel: int8(level.kafka())}}
 			byBroker[id] = r
 		}
 		rp := listoffsets.RequestPartition{Partition: int32(tp.Partition), CurrentLeaderEpoch: -1, Timestamp: ts}
@@ -76,42 +93,48 @@ func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[
 		}
 	}
 	var (
-		mu    sync.Mutex
-		out   = make(map[TopicPartition]int64, len(tps))
-		first error
-		wg    sync.WaitGroup
+		mu       sync.Mutex
+		first    error
+		answered bool
+		wg       sync.WaitGroup
 	)
+	offsets = make(map[TopicPartition]int64, len(tps))
+	errs = map[TopicPartition]error{}
 	for id, r := range byBroker {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := c.transport.RoundTrip(rctx, kafkago.TCP(c.cfg.Brokers...), r)
+			m, err := rt.RoundTrip(ctx, addr, r)
 			mu.Lock()
 			defer mu.Unlock()
+			res, ok := m.(*listoffsets.Response)
+			if err == nil && !ok {
+				err = fmt.Errorf("unexpected response %T", m)
+			}
 			if err != nil {
 				if first == nil {
 					first = fmt.Errorf("list offsets at broker %d: %w", id, err)
 				}
 				return
 			}
-			res, ok := m.(*listoffsets.Response)
-			if !ok {
-				return
-			}
+			answered = true
 			for _, t := range res.Topics {
 				for _, p := range t.Partitions {
-					if p.ErrorCode == 0 {
-						out[TopicPartition{t.Topic, int(p.Partition)}] = p.Offset
+					tp := TopicPartition{t.Topic, int(p.Partition)}
+					if p.ErrorCode != 0 {
+						errs[tp] = kafkago.Error(p.ErrorCode)
+						continue
 					}
+					offsets[tp] = p.Offset
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if len(out) == 0 && first != nil {
-		return nil, first
+	if !answered && first != nil {
+		return nil, nil, first
 	}
-	return out, nil
+	return offsets, errs, nil
 }
 
 // rawListOffsetsRequest is a ListOffsets request of many partitions sent
