@@ -156,11 +156,7 @@ func (r *rawListOffsetsRequest) ApiKey() protocol.ApiKey { return protocol.ListO
 
 // Broker implements protocol.BrokerMessage.
 func (r *rawListOffsetsRequest) Broker(cluster protocol.Cluster) (protocol.Broker, error) {
-	b, ok := cluster.Brokers[r.broker]
-	if !ok {
-		return protocol.Broker{ID: -1}, fmt.Errorf("broker %d not in the metadata: %w", r.broker, protocol.ErrNoLeader)
-	}
-	return b, nil
+	return brokerOf(cluster, r.broker)
 }
 
 // Required implements protocol.RawExchanger.

@@ -51,9 +51,16 @@ func (r *rawFetchRequest) Broker(cluster protocol.Cluster) (protocol.Broker, err
 	if !r.direct {
 		return r.Request.Broker(cluster)
 	}
-	b, ok := cluster.Brokers[r.broker]
+	return brokerOf(cluster, r.broker)
+}
+
+// brokerOf is the broker id of the cluster, for a request routed by our own
+// view of the leaders; one kafka-go's metadata does not know is retried as a
+// leader not yet known.
+func brokerOf(cluster protocol.Cluster, id int32) (protocol.Broker, error) {
+	b, ok := cluster.Brokers[id]
 	if !ok {
-		return protocol.Broker{ID: -1}, fmt.Errorf("broker %d not in the metadata: %w", r.broker, protocol.ErrNoLeader)
+		return protocol.Broker{ID: -1}, fmt.Errorf("broker %d not in the metadata: %w", id, protocol.ErrNoLeader)
 	}
 	return b, nil
 }
