@@ -113,8 +113,8 @@ func Diff(plan, claims map[Partition]string, member string) (claim, release []Pa
 			release = append(release, p)
 		}
 	}
-	slices.SortFunc(claim, planComparePartitions)
-	slices.SortFunc(release, planComparePartitions)
+	slices.SortFunc(claim, Partition.Compare)
+	slices.SortFunc(release, Partition.Compare)
 	return claim, release
 }
 
@@ -139,12 +139,9 @@ func planMemberOrder(members []Member) []string {
 // planSortedPartitions returns partitions sorted and without duplicates.
 func planSortedPartitions(partitions []Partition) []Partition {
 	sorted := slices.Clone(partitions)
-	slices.SortFunc(sorted, planComparePartitions)
+	slices.SortFunc(sorted, Partition.Compare)
 	return slices.Compact(sorted)
 }
 
 // planComparePartitions orders partitions by topic, then number, as
 // Partition.Less does.
-func planComparePartitions(a, b Partition) int {
-	return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
-}

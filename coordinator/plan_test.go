@@ -175,7 +175,7 @@ func planCheck(members []Member, parts []Partition, claims, plan map[Partition]s
 	}
 	for id, n := range want {
 		mine := held[id]
-		slices.SortFunc(mine, planComparePartitions)
+		slices.SortFunc(mine, Partition.Compare)
 		for i, p := range mine {
 			if kept := plan[p] == id; kept != (i < n) {
 				return fmt.Errorf("member %s (quota %d): its claim #%d %v kept=%v", id, n, i, p, kept)
@@ -420,7 +420,7 @@ func TestPlanTable(t *testing.T) {
 
 // planFormat prints a plan in partition order.
 func planFormat(plan map[Partition]string) string {
-	keys := slices.SortedFunc(maps.Keys(plan), planComparePartitions)
+	keys := slices.SortedFunc(maps.Keys(plan), Partition.Compare)
 	s := "{"
 	for i, k := range keys {
 		if i > 0 {

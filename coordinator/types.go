@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,12 +18,10 @@ func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Parti
 
 func (p Partition) path() string { return p.String() }
 
-// Less orders partitions by topic, then number.
-func (p Partition) Less(q Partition) bool {
-	if p.Topic != q.Topic {
-		return p.Topic < q.Topic
-	}
-	return p.Partition < q.Partition
+// Compare orders partitions by topic, then number, the way cmp.Compare
+// does: sort with slices.SortFunc(ps, Partition.Compare).
+func (p Partition) Compare(q Partition) int {
+	return cmp.Or(cmp.Compare(p.Topic, q.Topic), cmp.Compare(p.Partition, q.Partition))
 }
 
 // Member is the value of P/members/<id>: who a replica is and where its HTTP

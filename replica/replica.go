@@ -100,15 +100,7 @@ func (r *Replica) Owned() []coordinator.Partition {
 	for p := range r.owned {
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b coordinator.Partition) int {
-		if a.Less(b) {
-			return -1
-		}
-		if b.Less(a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, coordinator.Partition.Compare)
 	return out
 }
 
@@ -327,15 +319,7 @@ func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, erro
 			out = append(out, coordinator.Partition{Topic: t, Partition: p})
 		}
 	}
-	slices.SortFunc(out, func(a, b coordinator.Partition) int {
-		if a.Less(b) {
-			return -1
-		}
-		if b.Less(a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, coordinator.Partition.Compare)
 	return out, nil
 }
 

@@ -1,13 +1,16 @@
 // Package sinks is the contract between a replica and the store it writes to.
 // Each store lives in a package of its own below this one and returns a
-// concrete type from its New; the replica only needs Sink, and finds the
-// optional upgrades (Resumer, BatchWriter) by type assertion.
+// concrete type from its New. The replica only needs Sink; it finds the
+// optional upgrades (BatchWriter, Resumer, Pinger, DeadLetterCounter) by type
+// assertion, the side upgrades through a wrapper's Unwrap too (see As), and
+// works without any of them.
 package sinks
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -96,10 +99,11 @@ type Sink interface {
 //     error. As after a failed Write, the replica writes such a block
 //     again, and whatever the failed call left of it gives way to that.
 //
-// A sink that wraps another (to count, time or filter its writes) and embeds
-// it gets the inner sink's WriteBlocks promoted: the replica then calls that
-// and never the wrapper's Write. Such a wrapper implements WriteBlocks
-// itself, or holds the inner sink in a named field.
+// BatchWriter is a write-path upgrade: the replica asks the outermost sink
+// for it, never a wrapped one, so that a wrapper's Write is not bypassed. A
+// wrapper keeps its inner sink's batching by implementing WriteBlocks with
+// the package function WriteBlocks; one that embeds the inner sink instead
+// gets the inner WriteBlocks promoted, and its own Write is never called.
 type BatchWriter interface {
 	// WriteBlocks stores blocks, at most one per partition; errs has one
 	// entry per block, nil when that block is durable, and each block
@@ -111,8 +115,78 @@ type BatchWriter interface {
 // the rows. Resume returns the next offset the sink holds for a partition and
 // the generation it was written under; ok is false when the sink knows
 // nothing of it.
+//
+// A claimed partition resumes at the larger of etcd's offset and the sink's,
+// the sink's counting only when its generation is etcd's (an operator reset
+// outranks it). Because such a sink's rows carry their own offsets, the
+// replica writes no intents for it. If a Sink does not implement Resumer, a
+// partition resumes at etcd's offset alone, and a block replayed after a
+// crash is the range its intent names.
 type Resumer interface {
 	Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error)
+}
+
+// Pinger is implemented by sinks that can tell whether their store answers.
+// A replica's readiness check calls Ping with a short deadline (one second by
+// default) and reports not ready while it fails. If a Sink does not implement
+// Pinger, readiness counts its store reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// DeadLetterCounter is implemented by sinks that set aside or skip the
+// records they cannot take (by their own policy) instead of failing the
+// block. DeadLetters counts those records since the sink was opened; the
+// replica's metrics export it as offsetkeeper_dead_letters_total. If a Sink
+// does not implement DeadLetterCounter, that count is zero.
+type DeadLetterCounter interface {
+	DeadLetters() int64
+}
+
+// Wrapper is implemented by a sink that wraps another (to count, time,
+// record or filter its writes). Unwrap returns the wrapped sink, so that the
+// side upgrades of the inner sink (Resumer, Pinger, DeadLetterCounter) stay
+// visible through the wrapper: see As.
+type Wrapper interface {
+	Unwrap() Sink
+}
+
+// As finds the first sink in s's chain of wrappers (s, then s.Unwrap(), and
+// so on) that implements T, the way errors.As walks wrapped errors. The
+// replica looks up Resumer, Pinger and DeadLetterCounter with it; it looks
+// up BatchWriter on s alone (see BatchWriter).
+func As[T any](s Sink) (T, bool) {
+	for depth := 0; s != nil && depth < 64; depth++ {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		w, ok := s.(Wrapper)
+		if !ok {
+			break
+		}
+		s = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// WriteBlocks writes blocks to s in one WriteBlocks call if s is a
+// BatchWriter, else with one Write per block, side by side (blocks are of
+// different partitions, which Write may take concurrently); errs has one
+// entry per block, as BatchWriter's. A wrapper's own WriteBlocks calls it
+// for its inner sink, so that wrapping never costs the inner sink its
+// batching, nor a sink without batching its parallel writes.
+func WriteBlocks(ctx context.Context, s Sink, blocks []*Block) (errs []error) {
+	if bw, ok := s.(BatchWriter); ok {
+		return bw.WriteBlocks(ctx, blocks)
+	}
+	errs = make([]error, len(blocks))
+	var wg sync.WaitGroup
+	for i, b := range blocks {
+		wg.Go(func() { errs[i] = s.Write(ctx, b) })
+	}
+	wg.Wait()
+	return errs
 }
 
 // String names the block in errors, the house way: orders/3 [120, 180).

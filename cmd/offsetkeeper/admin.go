@@ -160,12 +160,7 @@ func groupPartitions(s *coordinator.Snapshot) []coordinator.Partition {
 }
 
 func sortPartitions(ps []coordinator.Partition) {
-	slices.SortFunc(ps, func(a, b coordinator.Partition) int {
-		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
-			return c
-		}
-		return a.Partition - b.Partition
-	})
+	slices.SortFunc(ps, coordinator.Partition.Compare)
 }
 
 // kafkaAdmin asks Kafka the few questions the operator commands have: which
