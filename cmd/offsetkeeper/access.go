@@ -1,0 +1,224 @@
+package main
+
+import (
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+// checkAccess is run's start-up check of the credentials: when etcd or Kafka
+// refuse them, it fails at once with an error that says what to fix, instead
+// of a replica that retries forever and logs the refusal at warn. Only a
+// refusal fails: etcd or Kafka being unreachable is left to the replica,
+// which retries as always. It checks only what is configured: etcd when a
+// user or a client certificate is given, Kafka when TLS or SASL is.
+//
+// etcd: one transaction reads the group's prefix (count only) and deletes
+// P/access-check, a key that never exists: read and write permission on the
+// prefix, the least role a replica needs. Kafka: the topics' metadata.
+func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, fetch kafka.Config, topics []string) error {
+	if f.security.etcdUser != "" || f.security.etcdCert != "" {
+		if err := f.checkEtcdAccess(ctx, cli); err != nil {
+			return err
+		}
+	}
+	if fetch.TLS != nil || fetch.SASL != nil {
+		if err := f.checkKafkaAccess(ctx, fetch, topics); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client) error {
+	prefix := coordinator.KeysFor(f.group).Prefix()
+	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
+	defer cancel()
+	_, err := cli.Txn(cctx).Then(
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpDelete(prefix+accessCheckKey),
+	).Commit()
+	who := "the user named by the client certificate"
+	if f.security.etcdUser != "" {
+		who = fmt.Sprintf("user %q", f.security.etcdUser)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("etcd refused %s access to group %q: %w: its role needs readwrite on the prefix %s "+
+			"(etcdctl role grant-permission ROLE readwrite --prefix=true %s)", who, f.group, err, prefix, prefix)
+	case errors.Is(err, rpctypes.ErrUserEmpty):
+		return fmt.Errorf("etcd has authentication enabled and %s is not an etcd user: %w: set --etcd-user (password in $%s or --etcd-password-file)",
+			who, err, envEtcdPassword)
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken),
+		errors.Is(err, rpctypes.ErrAuthOldRevision), errors.Is(err, rpctypes.ErrUserNotFound):
+		return fmt.Errorf("etcd refused the credentials of %s for group %q: %w", who, f.group, err)
+	default:
+		// gRPC reports a TLS handshake that fails as a timeout: look.
+		if p := f.security.etcdTLSProblem(ctx, f.etcdEndpoints); p != nil {
+			return p
+		}
+		return nil // unreachable or slow: the replica retries
+	}
+}
+
+func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch kafka.Config, topics []string) error {
+	// A connection of its own, not the fetchers' Transport: kafka-go's
+	// Dialer reports a broker that closes the connection during the SASL
+	// exchange, the way brokers reject a login, as SASLAuthenticationFailed,
+	// where the Transport only sees an unexpected EOF.
+	d := &kafkago.Dialer{ClientID: "offsetkeeper", Timeout: accessCheckTimeout, TLS: fetch.TLS, SASLMechanism: fetch.SASL}
+	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
+	defer cancel()
+	var err error
+	for _, b := range f.brokers { // the first broker that answers tells
+		var conn *kafkago.Conn
+		if conn, err = d.DialContext(cctx, "tcp", b); err == nil {
+			_, err = conn.ReadPartitions(topics...)
+			_ = conn.Close()
+		}
+		if err == nil || kafkaRefused(err) {
+			break
+		}
+	}
+	if err == nil || !kafkaRefused(err) {
+		return nil // unreachable, or a topic still missing: the replica retries
+	}
+	login := "no SASL"
+	if l, ok := fetch.SASL.(*saslLogin); ok {
+		login = l.String()
+	} else if fetch.SASL != nil {
+		login = fetch.SASL.Name()
+	}
+	tlsState := "TLS off"
+	if fetch.TLS != nil {
+		tlsState = "TLS on"
+	}
+	return fmt.Errorf("kafka at %s refused this client (%s, %s): %w: check --kafka-user, --kafka-sasl-mechanism, "+
+		"the password ($%s or --kafka-password-file) and the TLS flags", strings.Join(f.brokers, ","), login, tlsState, err, envKafkaPassword)
+}
+
+// kafkaRefused tells a refusal of the credentials or certificates from
+// Kafka being unreachable.
+func kafkaRefused(err error) bool {
+	for _, e := range []kafkago.Error{kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState,
+		kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return tlsRefused(err)
+}
+
+// tlsRefused tells whether err is a TLS handshake that failed: a
+// certificate that does not verify, a peer that is not TLS, or an alert
+// from the peer (which refused our certificate).
+func tlsRefused(err error) bool {
+	var (
+		unknownCA  x509.UnknownAuthorityError
+		hostname   x509.HostnameError
+		invalid    x509.CertificateInvalidError
+		verify     *tls.CertificateVerificationError
+		record     tls.RecordHeaderError
+		alert      tls.AlertError
+		netOpError *net.OpError
+	)
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
+		return true
+	}
+	// A broker that refuses the client's certificate sends an alert, which
+	// crypto/tls reports as a *net.OpError around a tls.alert.
+	return errors.As(err, &netOpError) && netOpError.Op == "remote error"
+}
+
+// explainEtcd makes the error of connecting to etcd say what to fix where
+// it can: gRPC reports a TLS handshake that fails as a timeout, and a
+// refused password does not name the flags.
+func (s *securityFlags) explainEtcd(err error, endpoints []string) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		if p := s.etcdTLSProblem(context.Background(), endpoints); p != nil {
+			return p
+		}
+	case errors.Is(err, rpctypes.ErrAuthFailed):
+		return fmt.Errorf("%w: check --etcd-user %q and its password ($%s or --etcd-password-file)", err, s.etcdUser, envEtcdPassword)
+	}
+	return err
+}
+
+// etcdTLSProblem connects to the https endpoints itself and returns the
+// first TLS failure: a server certificate that does not verify, or a client
+// certificate the server refuses. It returns nil when there is none, also
+// when no endpoint answers, and at once when TLS is off.
+func (s *securityFlags) etcdTLSProblem(ctx context.Context, endpoints []string) error {
+	if s.built == nil || s.built.etcdTLS == nil {
+		return nil
+	}
+	for _, ep := range endpoints {
+		addr := ep
+		if scheme, rest, ok := strings.Cut(ep, "://"); ok {
+			if scheme != "https" {
+				continue
+			}
+			addr = strings.TrimSuffix(rest, "/")
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		cfg := s.built.etcdTLS.Clone()
+		cfg.ServerName = host
+		d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
+		dctx, cancel := context.WithTimeout(ctx, tlsProbeTimeout)
+		conn, err := d.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			// Under TLS 1.3 the server checks the client's certificate
+			// after the client's side of the handshake is done: its
+			// verdict comes with the first read, as an alert, or not at
+			// all (the server waits for a request).
+			_ = conn.SetReadDeadline(time.Now().Add(tlsProbeTimeout))
+			_, err = conn.Read(make([]byte, 1))
+			_ = conn.Close()
+		}
+		if err != nil && tlsRefused(err) {
+			return fmt.Errorf("TLS with etcd at %s failed: %w: check --etcd-cacert (the CA of etcd's server certificate), "+
+				"--etcd-cert and --etcd-key (a client certificate etcd's --trusted-ca-file signed)", addr, err)
+		}
+	}
+	return nil
+}
+
+// A dry run parses and validates a command's flags and environment and stops
+// where the command would first connect to etcd, with errDryRun. The
+// docker-compose test checks command lines with it, without a cluster.
+type dryRunKey struct{}
+
+var errDryRun = errors.New("dry run: the command line is valid; not connecting")
+
+func withDryRun(ctx context.Context) context.Context {
+	return context.WithValue(ctx, dryRunKey{}, true)
+}
+
+func isDryRun(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
+	v, _ := ctx.Value(dryRunKey{}).(bool)
+	return v
+}
