@@ -161,21 +161,48 @@ func (d *devProducer) total() int64 {
 }
 
 // recorder wraps a sink and remembers which offsets were written, so dev can
-// tell lost records from duplicates whatever the sink.
+// tell lost records from duplicates whatever the sink. It is a sinks.Wrapper:
+// the inner sink's side upgrades (Resumer, Pinger, DeadLetterCounter) stay
+// visible through sinks.As, and its WriteBlocks keeps the inner sink's
+// batching.
 type recorder struct {
-	sinks.Sink
+	inner     sinks.Sink
 	mu        sync.Mutex
 	seen      map[int]map[int64]int // partition → offset → writes
 	distinctN int64
 	writes    int64
 }
 
-func newRecorder(s sinks.Sink) *recorder { return &recorder{Sink: s, seen: map[int]map[int64]int{}} }
+func newRecorder(s sinks.Sink) *recorder { return &recorder{inner: s, seen: map[int]map[int64]int{}} }
 
+// Unwrap returns the recorded sink (sinks.Wrapper).
+func (r *recorder) Unwrap() sinks.Sink { return r.inner }
+
+// Write writes b to the inner sink and records it once it is durable.
 func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
-	if err := r.Sink.Write(ctx, b); err != nil {
+	if err := r.inner.Write(ctx, b); err != nil {
 		return err
 	}
+	r.record(b)
+	return nil
+}
+
+// WriteBlocks (sinks.BatchWriter) writes blocks through the inner sink's own
+// WriteBlocks if it has one, and records those that became durable.
+func (r *recorder) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := sinks.WriteBlocks(ctx, r.inner, blocks)
+	for i, err := range errs {
+		if err == nil {
+			r.record(blocks[i])
+		}
+	}
+	return errs
+}
+
+// Close closes the inner sink.
+func (r *recorder) Close() error { return r.inner.Close() }
+
+func (r *recorder) record(b *sinks.Block) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.seen[b.Partition]
@@ -190,7 +217,6 @@ func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
 		m[rec.Offset]++
 		r.writes++
 	}
-	return nil
 }
 
 // tally compares what was written with what was produced: distinct offsets
@@ -209,15 +235,6 @@ func (r *recorder) tally(produced map[int]int64) (delivered, lost, duplicates in
 		}
 	}
 	return delivered, lost, duplicates
-}
-
-// Resume passes the wrapped sink's own offsets through, so wrapping does not
-// turn a Resumer sink into a plain one.
-func (r *recorder) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
-	if rs, ok := r.Sink.(sinks.Resumer); ok {
-		return rs.Resume(ctx, topic, partition)
-	}
-	return 0, 0, false, nil
 }
 
 // distinct is how many different records were written.
