@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -12,59 +10,37 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/localetcd"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// startDevEtcd starts a single-member etcd in dir on free loopback ports.
-// Only `dev` runs an embedded etcd; `run` always talks to a real cluster.
-func startDevEtcd(dir string) (*embed.Etcd, string, error) {
-	ports, err := freeLoopbackPorts(2)
-	if err != nil {
-		return nil, "", err
-	}
-	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	cfg := embed.NewConfig()
-	cfg.Name = "dev"
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = "dev=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.AutoCompactionMode = embed.CompactorModeRevision
-	cfg.AutoCompactionRetention = "10000"
-	e, err := embed.StartEtcd(cfg)
+// devEtcdReadyTimeout bounds the start of dev's etcd.
+const devEtcdReadyTimeout = 30 * time.Second
+
+// startDevEtcd starts a single-member etcd in dir on free loopback ports and
+// returns it with its client address (host:port). Only `dev` runs an
+// embedded etcd; `run` always talks to a real cluster.
+func startDevEtcd(dir string) (*localetcd.Cluster, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
+	defer cancel()
+	c, err := localetcd.Start(ctx, localetcd.Config{
+		Dir:  dir,
+		Name: "dev",
+		Configure: func(_ string, cfg *embed.Config) {
+			cfg.AutoCompactionMode = embed.CompactorModeRevision
+			cfg.AutoCompactionRetention = "10000"
+		},
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("start embedded etcd: %w", err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, "", errors.New("embedded etcd not ready after 30s")
+	u, err := url.Parse(c.ClientURL(0))
+	if err != nil {
+		c.Close()
+		return nil, "", fmt.Errorf("embedded etcd: client URL: %w", err)
 	}
-	return e, client.Host, nil
-}
-
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return c, u.Host, nil
 }
 
 // startDevKafka starts kfake, an in-process broker speaking the Kafka
