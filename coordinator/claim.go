@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // commitAttempts is how many times a commit is tried while etcd does not
@@ -280,16 +282,14 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOptio
 
 	ttl := c.s.ttl
 	attemptTimeout := ttl / 8
-	backoff := ttl / 50
+	// Waits double from TTL/50, with jitter: at most 15/50 of the TTL in all.
+	wait := backoff.Backoff{Min: ttl / 50, Max: ttl / 50 << (commitAttempts - 2)}
 	var lastErr error
 	for attempt := 1; attempt <= commitAttempts; attempt++ {
 		if attempt > 1 {
-			select {
-			case <-ctx.Done():
-				return c.commitFailed(next, attempt-1, ctx.Err())
-			case <-time.After(backoff):
+			if err := wait.Wait(ctx); err != nil {
+				return c.commitFailed(next, attempt-1, err)
 			}
-			backoff *= 2
 			if !c.s.Alive() {
 				c.markLost()
 				return c.commitFailed(next, attempt-1, leaseLost(what))

@@ -190,36 +190,25 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 			}
 			s.Claims[p] = ClaimInfo{Replica: string(kv.Value), Epoch: kv.CreateRevision, Lease: kv.Lease}
 		case strings.HasPrefix(key, c.keys.OffsetsPrefix()):
-			p, err := partitionOf(key, c.keys.OffsetsPrefix())
-			if err != nil {
-				skip(key, "offsets", err)
-				continue
-			}
-			o, err := decodeOffsets(kv.Value, kv.ModRevision)
+			p, o, err := partitionValue(key, c.keys.OffsetsPrefix(), kv.Value, func(v []byte) (Offsets, error) {
+				return decodeOffsets(v, kv.ModRevision)
+			})
 			if err != nil {
 				skip(key, "offsets", err)
 				continue
 			}
 			s.Offsets[p] = o
 		case strings.HasPrefix(key, c.keys.IntentsPrefix()):
-			p, err := partitionOf(key, c.keys.IntentsPrefix())
+			p, in, err := partitionValue(key, c.keys.IntentsPrefix(), kv.Value, decodeJSON[Intent])
 			if err != nil {
-				skip(key, "intent", err)
-				continue
-			}
-			var in Intent
-			if err := json.Unmarshal(kv.Value, &in); err != nil {
 				skip(key, "intent", err)
 				continue
 			}
 			s.Intents[p] = in
 		case strings.HasPrefix(key, c.keys.ReleasePrefix()):
-			p, err := partitionOf(key, c.keys.ReleasePrefix())
-			if err != nil {
-				continue
-			}
-			var rr ReleaseRequest
-			if err := json.Unmarshal(kv.Value, &rr); err == nil {
+			// A release request nobody can read is dropped silently: it only
+			// asks a replica to let go sooner.
+			if p, rr, err := partitionValue(key, c.keys.ReleasePrefix(), kv.Value, decodeJSON[ReleaseRequest]); err == nil {
 				s.Releases[p] = rr
 			}
 		}
@@ -255,6 +244,25 @@ func Groups(ctx context.Context, cli *clientv3.Client) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// partitionValue parses the partition of key, a key below prefix, and
+// decodes its value v with decode.
+func partitionValue[T any](key, prefix string, v []byte, decode func([]byte) (T, error)) (Partition, T, error) {
+	p, err := partitionOf(key, prefix)
+	if err != nil {
+		var zero T
+		return p, zero, err
+	}
+	t, err := decode(v)
+	return p, t, err
+}
+
+// decodeJSON decodes a JSON value of a group key.
+func decodeJSON[T any](v []byte) (T, error) {
+	var t T
+	err := json.Unmarshal(v, &t)
+	return t, err
 }
 
 func decodeOffsets(v []byte, modRev int64) (Offsets, error) {

@@ -214,9 +214,7 @@ func (s *Session) runRounds() {
 	defer timer.Stop()
 	for {
 		select {
-		case <-s.stop:
-			return
-		case <-s.lost:
+		case <-s.done:
 			return
 		case <-s.wake:
 		case <-timer.C:
@@ -234,9 +232,7 @@ func (s *Session) runRounds() {
 				break
 			}
 			select {
-			case <-s.stop:
-				return
-			case <-s.lost:
+			case <-s.done:
 				return
 			default:
 			}

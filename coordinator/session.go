@@ -108,8 +108,9 @@ type Session struct {
 
 	lostOnce sync.Once
 	lost     chan struct{}
-	stop     chan struct{}
-	stopOnce sync.Once
+	stopped  atomic.Bool // Close or Abandon was called
+	doneOnce sync.Once
+	done     chan struct{} // closed once stopped or lost: the loops' exit
 	wg       sync.WaitGroup
 
 	// The round loop (round.go): ops queued for the next write round.
@@ -169,7 +170,7 @@ func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption)
 		ttl:    cfg.ttl,
 		log:    c.log.With(zap.String("replica", m.ID)),
 		lost:   make(chan struct{}),
-		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 		linger: cfg.linger,
 		wake:   make(chan struct{}, 1),
 	}
@@ -214,6 +215,7 @@ func (s *Session) Lost() <-chan struct{} { return s.lost }
 func (s *Session) markLost(reason string) {
 	s.lostOnce.Do(func() {
 		close(s.lost)
+		s.end()
 		if reason != reasonClosed {
 			s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))
 		}
@@ -222,9 +224,12 @@ func (s *Session) markLost(reason string) {
 
 const reasonClosed = "closed"
 
+// end closes done, on which the keep-alive and round loops exit.
+func (s *Session) end() { s.doneOnce.Do(func() { close(s.done) }) }
+
 // keepAlive renews the lease every TTL/6 with one request at a time and
 // marks the session lost when TTL/2 passes without an acknowledged renewal.
-// It exits when the session is closed or lost.
+// It exits on done: when the session is closed or lost.
 func (s *Session) keepAlive() {
 	defer s.wg.Done()
 	interval := s.ttl / 6
@@ -239,9 +244,7 @@ func (s *Session) keepAlive() {
 	inFlight := false
 	for {
 		select {
-		case <-s.stop:
-			return
-		case <-s.lost:
+		case <-s.done:
 			return
 		case <-watchdog.C:
 			if time.Now().UnixNano() >= s.aliveUntil.Load() {
@@ -289,7 +292,8 @@ func (s *Session) keepAlive() {
 // and the dev command's fault injection. Like Close, it waits for the write
 // round in flight (at most TTL/8); writes still queued fail unsent.
 func (s *Session) Abandon() {
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopped.Store(true)
+	s.end()
 	s.wg.Wait()
 	s.markLost("abandoned")
 }
@@ -300,8 +304,8 @@ func (s *Session) Abandon() {
 // TTL/8) and fails the writes still queued unsent, as on a lost session.
 // Close is idempotent.
 func (s *Session) Close(ctx context.Context) error {
-	first := false
-	s.stopOnce.Do(func() { close(s.stop); first = true })
+	first := !s.stopped.Swap(true)
+	s.end()
 	s.wg.Wait()
 	s.markLost(reasonClosed)
 	if !first {

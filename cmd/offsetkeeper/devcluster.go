@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -12,59 +10,37 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/localetcd"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// startDevEtcd starts a single-member etcd in dir on free loopback ports.
-// Only `dev` runs an embedded etcd; `run` always talks to a real cluster.
-func startDevEtcd(dir string) (*embed.Etcd, string, error) {
-	ports, err := freeLoopbackPorts(2)
-	if err != nil {
-		return nil, "", err
-	}
-	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	cfg := embed.NewConfig()
-	cfg.Name = "dev"
-	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = "dev=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.AutoCompactionMode = embed.CompactorModeRevision
-	cfg.AutoCompactionRetention = "10000"
-	e, err := embed.StartEtcd(cfg)
+// devEtcdReadyTimeout bounds the start of dev's etcd.
+const devEtcdReadyTimeout = 30 * time.Second
+
+// startDevEtcd starts a single-member etcd in dir on free loopback ports and
+// returns it with its client address (host:port). Only `dev` runs an
+// embedded etcd; `run` always talks to a real cluster.
+func startDevEtcd(dir string) (*localetcd.Cluster, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
+	defer cancel()
+	c, err := localetcd.Start(ctx, localetcd.Config{
+		Dir:  dir,
+		Name: "dev",
+		Configure: func(_ string, cfg *embed.Config) {
+			cfg.AutoCompactionMode = embed.CompactorModeRevision
+			cfg.AutoCompactionRetention = "10000"
+		},
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("start embedded etcd: %w", err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, "", errors.New("embedded etcd not ready after 30s")
+	u, err := url.Parse(c.ClientURL(0))
+	if err != nil {
+		c.Close()
+		return nil, "", fmt.Errorf("embedded etcd: client URL: %w", err)
 	}
-	return e, client.Host, nil
-}
-
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return c, u.Host, nil
 }
 
 // startDevKafka starts kfake, an in-process broker speaking the Kafka
@@ -161,21 +137,48 @@ func (d *devProducer) total() int64 {
 }
 
 // recorder wraps a sink and remembers which offsets were written, so dev can
-// tell lost records from duplicates whatever the sink.
+// tell lost records from duplicates whatever the sink. It is a sinks.Wrapper:
+// the inner sink's side upgrades (Resumer, Pinger, DeadLetterCounter) stay
+// visible through sinks.As, and its WriteBlocks keeps the inner sink's
+// batching.
 type recorder struct {
-	sinks.Sink
+	inner     sinks.Sink
 	mu        sync.Mutex
 	seen      map[int]map[int64]int // partition → offset → writes
 	distinctN int64
 	writes    int64
 }
 
-func newRecorder(s sinks.Sink) *recorder { return &recorder{Sink: s, seen: map[int]map[int64]int{}} }
+func newRecorder(s sinks.Sink) *recorder { return &recorder{inner: s, seen: map[int]map[int64]int{}} }
 
+// Unwrap returns the recorded sink (sinks.Wrapper).
+func (r *recorder) Unwrap() sinks.Sink { return r.inner }
+
+// Write writes b to the inner sink and records it once it is durable.
 func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
-	if err := r.Sink.Write(ctx, b); err != nil {
+	if err := r.inner.Write(ctx, b); err != nil {
 		return err
 	}
+	r.record(b)
+	return nil
+}
+
+// WriteBlocks (sinks.BatchWriter) writes blocks through the inner sink's own
+// WriteBlocks if it has one, and records those that became durable.
+func (r *recorder) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := sinks.WriteBlocks(ctx, r.inner, blocks)
+	for i, err := range errs {
+		if err == nil {
+			r.record(blocks[i])
+		}
+	}
+	return errs
+}
+
+// Close closes the inner sink.
+func (r *recorder) Close() error { return r.inner.Close() }
+
+func (r *recorder) record(b *sinks.Block) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.seen[b.Partition]
@@ -190,7 +193,6 @@ func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
 		m[rec.Offset]++
 		r.writes++
 	}
-	return nil
 }
 
 // tally compares what was written with what was produced: distinct offsets
@@ -209,15 +211,6 @@ func (r *recorder) tally(produced map[int]int64) (delivered, lost, duplicates in
 		}
 	}
 	return delivered, lost, duplicates
-}
-
-// Resume passes the wrapped sink's own offsets through, so wrapping does not
-// turn a Resumer sink into a plain one.
-func (r *recorder) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
-	if rs, ok := r.Sink.(sinks.Resumer); ok {
-		return rs.Resume(ctx, topic, partition)
-	}
-	return 0, 0, false, nil
 }
 
 // distinct is how many different records were written.

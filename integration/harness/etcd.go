@@ -5,13 +5,10 @@
 package harness
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/localetcd"
 )
 
 // Timing of the embedded cluster. Elections are short so that a re-election
@@ -29,7 +28,6 @@ const (
 	etcdTickMs       = 20
 	etcdElectionMs   = 300
 	etcdReadyTimeout = 20 * time.Second
-	etcdStartTries   = 5
 	etcdDialTimeout  = 3 * time.Second
 )
 
@@ -44,27 +42,13 @@ const (
 // streams for several seconds and leave peer connections lingering), and
 // while it is down new connections are reset, as if refused.
 type Etcd struct {
-	t      testing.TB
-	logOut *tbWriter
-	closes sync.WaitGroup // background embed.Etcd.Close calls
-
-	mu      sync.Mutex
-	members []*etcdMember
+	t       testing.TB
+	logOut  *tbWriter
+	cluster *localetcd.Cluster // nil until started
+	fronts  []*Proxy           // clients' way in to member i, advertised as its client URL
+	peers   []*Proxy           // peers' way in to member i, advertised as its peer URL
 
 	tls *EtcdTLS // nil: plain HTTP; see StartEtcdTLS
-}
-
-type etcdMember struct {
-	name     string
-	dir      string
-	listen   url.URL // client URL etcd binds
-	peerURL  url.URL // peer URL etcd binds
-	front    *Proxy  // clients' way in, advertised as the client URL
-	peer     *Proxy  // peers' way in, advertised as the peer URL
-	initial  string  // InitialCluster
-	token    string
-	server   *embed.Etcd   // nil while stopped
-	shutdown chan struct{} // closed once the last stopped server fully closed
 }
 
 // StartEtcd starts a cluster of members (1 or 3) etcd members and waits until
@@ -80,63 +64,55 @@ func startEtcd(t testing.TB, members int, tls *EtcdTLS) *Etcd {
 	if members != 1 && members != 3 {
 		t.Fatalf("etcd: members must be 1 or 3, got %d", members)
 	}
-	e := &Etcd{t: t, logOut: &tbWriter{t: t}, tls: tls}
-	t.Cleanup(e.stopAll)
-
-	// Free ports are picked by binding :0 and closing, so another process can
-	// grab one before etcd binds it; start again on fresh ports if so.
-	var err error
-	for try := 0; try < etcdStartTries; try++ {
-		if err = e.startFresh(members); err == nil {
-			break
-		}
-		e.stopMembers()
-		if !isAddrInUse(err) {
-			break
-		}
+	e := &Etcd{
+		t:      t,
+		logOut: &tbWriter{t: t},
+		fronts: make([]*Proxy, members),
+		peers:  make([]*Proxy, members),
+		tls:    tls,
 	}
+	t.Cleanup(e.stopAll)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
+	defer cancel()
+	c, err := localetcd.Start(ctx, localetcd.Config{
+		Dir:       t.TempDir(),
+		Members:   members,
+		ClientTLS: tls.serverInfo(), // empty without TLS
+		Advertise: e.advertise,
+		Configure: e.configure,
+	})
 	if err != nil {
 		t.Fatalf("etcd: start cluster: %v", err)
 	}
-	for i := range e.members {
-		e.waitReady(i)
-	}
+	e.cluster = c
 	return e
 }
 
 // Members is the number of members of the cluster, running or stopped.
-func (e *Etcd) Members() int { return len(e.members) }
+func (e *Etcd) Members() int { return e.cluster.Members() }
 
 // Endpoints lists the client URLs of the members that are running now.
 func (e *Etcd) Endpoints() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var eps []string
-	for i, m := range e.members {
-		if m.server != nil {
-			eps = append(eps, e.Endpoint(i))
-		}
+	for _, i := range e.cluster.Running() {
+		eps = append(eps, e.Endpoint(i))
 	}
 	return eps
 }
 
 // Endpoint is the client URL of member i; it stays the same across
 // StopMember and RestartMember.
-func (e *Etcd) Endpoint(i int) string { return e.clientScheme() + "://" + e.Addr(i) }
+func (e *Etcd) Endpoint(i int) string { return e.cluster.ClientURL(i) }
 
 // Addr is member i's client address as host:port, the target for a Proxy.
-func (e *Etcd) Addr(i int) string { return e.members[i].front.Addr() }
+func (e *Etcd) Addr(i int) string { return e.fronts[i].Addr() }
 
 // Client returns a client over the endpoints of all members (stopped ones
 // included, so it keeps working across restarts), closed in t.Cleanup.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	eps := make([]string, len(e.members))
-	for i := range e.members {
-		eps[i] = e.Endpoint(i)
-	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
+		Endpoints:   e.cluster.ClientURLs(),
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
 		TLS:         e.tls.rootConfig(), // nil without TLS
@@ -154,30 +130,14 @@ func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 // at once; the member finishes closing in the background, which
 // RestartMember and the cleanup wait for.
 func (e *Etcd) StopMember(i int) {
-	e.mu.Lock()
-	m := e.members[i]
-	srv := m.server
-	m.server = nil
-	var done chan struct{}
-	if srv != nil {
-		done = make(chan struct{})
-		m.shutdown = done
-	}
-	e.mu.Unlock()
-	if srv == nil {
+	if !e.cluster.IsRunning(i) {
 		return
 	}
-	for _, p := range []*Proxy{m.front, m.peer} {
+	for _, p := range []*Proxy{e.fronts[i], e.peers[i]} {
 		p.Refuse(true)
 		p.Cut()
 	}
-	srv.Server.HardStop() // unlike Close, does not transfer leadership first
-	e.closes.Add(1)
-	go func() {
-		defer e.closes.Done()
-		defer close(done)
-		srv.Close()
-	}()
+	e.cluster.Stop(i)
 }
 
 // RestartMember starts member i again, stopping it first if it is running,
@@ -189,73 +149,30 @@ func (e *Etcd) StopMember(i int) {
 func (e *Etcd) RestartMember(i int) {
 	e.t.Helper()
 	e.StopMember(i)
-	e.mu.Lock()
-	m := e.members[i]
-	shutdown := m.shutdown
-	e.mu.Unlock()
-	select {
-	case <-shutdown:
-	case <-time.After(etcdReadyTimeout):
-		e.t.Fatalf("etcd: member %d still shutting down after %v", i, etcdReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
+	defer cancel()
+	if err := e.cluster.Restart(ctx, i); err != nil {
+		e.t.Fatalf("etcd: %v", err)
 	}
-
-	// The old ports are free again, but an outgoing connection may have been
-	// given one as its local port in the meantime: retry for a while.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		srv, err := embed.StartEtcd(e.memberConfig(m, embed.ClusterStateFlagExisting))
-		if err == nil {
-			e.mu.Lock()
-			m.server = srv
-			e.mu.Unlock()
-			break
-		}
-		if !isAddrInUse(err) || time.Now().After(deadline) {
-			e.t.Fatalf("etcd: restart member %d: %v", i, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	m.front.Refuse(false)
-	m.peer.Refuse(false)
+	e.fronts[i].Refuse(false)
+	e.peers[i].Refuse(false)
 
 	// A member only becomes ready once it is part of a quorum.
-	e.mu.Lock()
-	var running []int
-	for j, m := range e.members {
-		if m.server != nil {
-			running = append(running, j)
-		}
-	}
-	e.mu.Unlock()
-	if len(running) <= len(e.members)/2 {
+	running := e.cluster.Running()
+	if len(running) <= e.Members()/2 {
 		return
 	}
 	for _, j := range running {
-		e.waitReady(j)
+		if err := e.cluster.WaitReady(ctx, j); err != nil {
+			e.t.Fatalf("etcd: %v", err)
+		}
 	}
 }
 
 // Leader is the index of the running member that a majority of the cluster
 // currently recognises as leader, or -1 if there is none (e.g. during an
 // election). WaitLeader blocks until there is one.
-func (e *Etcd) Leader() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	votes := make(map[uint64]int)
-	for _, m := range e.members {
-		if m.server != nil {
-			if id := uint64(m.server.Server.Leader()); id != 0 {
-				votes[id]++
-			}
-		}
-	}
-	for i, m := range e.members {
-		if m.server != nil && votes[uint64(m.server.Server.MemberID())] > len(e.members)/2 {
-			return i
-		}
-	}
-	return -1
-}
+func (e *Etcd) Leader() int { return e.cluster.Leader() }
 
 // WaitLeader waits up to 10 s for Leader to return a member and returns it,
 // failing the test otherwise. Call it from the test goroutine.
@@ -283,69 +200,24 @@ func GoleakOptions() []goleak.Option {
 	return nil
 }
 
-// startFresh creates all members on fresh ports and directories and starts
-// them.
-func (e *Etcd) startFresh(n int) error {
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return err
+// advertise puts a fresh pair of proxies in front of member i's client and
+// peer addresses (localetcd.Config.Advertise), closing those of an earlier
+// try to start.
+func (e *Etcd) advertise(i int, client, peer string) (string, string, error) {
+	e.closeProxies(i)
+	var err error
+	if e.fronts[i], err = newProxy(client); err != nil {
+		return "", "", fmt.Errorf("client proxy: %w", err)
 	}
-	token := fmt.Sprintf("harness-%d", time.Now().UnixNano())
-	members := make([]*etcdMember, n)
-	peers := make([]string, n)
-	for i := range members {
-		m := &etcdMember{
-			name:    fmt.Sprintf("m%d", i),
-			dir:     e.t.TempDir(),
-			listen:  url.URL{Scheme: e.clientScheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
-			peerURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
-			token:   token,
-		}
-		members[i] = m
+	if e.peers[i], err = newProxy(peer); err != nil {
+		return "", "", fmt.Errorf("peer proxy: %w", err)
 	}
-	e.mu.Lock()
-	e.members = members
-	e.mu.Unlock()
-	for i, m := range members {
-		if m.front, err = newProxy(m.listen.Host); err != nil {
-			return fmt.Errorf("client proxy: %w", err)
-		}
-		if m.peer, err = newProxy(m.peerURL.Host); err != nil {
-			return fmt.Errorf("peer proxy: %w", err)
-		}
-		peers[i] = m.name + "=http://" + m.peer.Addr()
-	}
-	for _, m := range members {
-		m.initial = strings.Join(peers, ",")
-	}
-
-	// Start one after the other: a new member asks its peers whether it was
-	// already bootstrapped, which is quick when each peer either refuses the
-	// connection or answers, but takes a 1 s timeout per peer that is still
-	// starting (concurrent starts took over 2 s).
-	for i, m := range members {
-		srv, err := embed.StartEtcd(e.memberConfig(m, embed.ClusterStateFlagNew))
-		if err != nil {
-			return fmt.Errorf("member %d: %w", i, err)
-		}
-		e.mu.Lock()
-		m.server = srv
-		e.mu.Unlock()
-	}
-	return nil
+	return e.fronts[i].Addr(), e.peers[i].Addr(), nil
 }
 
-func (e *Etcd) memberConfig(m *etcdMember, state string) *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.ListenClientUrls = []url.URL{m.listen}
-	cfg.AdvertiseClientUrls = []url.URL{{Scheme: e.clientScheme(), Host: m.front.Addr()}}
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: m.peer.Addr()}}
-	cfg.InitialCluster = m.initial
-	cfg.InitialClusterToken = m.token
-	cfg.ClusterState = state
+// configure sets the harness's timing and logging on a member
+// (localetcd.Config.Configure).
+func (e *Etcd) configure(name string, cfg *embed.Config) {
 	cfg.TickMs = etcdTickMs
 	cfg.ElectionMs = etcdElectionMs
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
@@ -354,49 +226,29 @@ func (e *Etcd) memberConfig(m *etcdMember, state string) *embed.Config {
 	cfg.UnsafeNoFsync = true
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.logger(m.name))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.logger(name))
 	e.tls.configure(cfg) // no-op without TLS
-	return cfg
-}
-
-// waitReady waits for member i to join the cluster and serve clients.
-func (e *Etcd) waitReady(i int) {
-	e.t.Helper()
-	e.mu.Lock()
-	srv := e.members[i].server
-	e.mu.Unlock()
-	if srv == nil {
-		e.t.Fatalf("etcd: member %d is not running", i)
-	}
-	select {
-	case <-srv.Server.ReadyNotify():
-	case err := <-srv.Err():
-		e.t.Fatalf("etcd: member %d failed while starting: %v", i, err)
-	case <-time.After(etcdReadyTimeout):
-		e.t.Fatalf("etcd: member %d not ready after %v", i, etcdReadyTimeout)
-	}
 }
 
 // stopAll is the t.Cleanup hook: stop everything, then silence logging.
 func (e *Etcd) stopAll() {
-	e.stopMembers()
+	if e.cluster != nil {
+		e.cluster.Close()
+	}
+	for i := range e.fronts {
+		e.closeProxies(i)
+	}
 	e.logOut.stop()
 }
 
-// stopMembers stops every member and its client proxy and waits until all
-// are closed.
-func (e *Etcd) stopMembers() {
-	for i := range e.members {
-		e.StopMember(i)
-	}
-	e.closes.Wait()
-	for _, m := range e.members {
-		for _, p := range []*Proxy{m.front, m.peer} {
-			if p != nil {
-				p.Close()
-			}
+// closeProxies closes member i's proxies, if it has any.
+func (e *Etcd) closeProxies(i int) {
+	for _, p := range []*Proxy{e.fronts[i], e.peers[i]} {
+		if p != nil {
+			p.Close()
 		}
 	}
+	e.fronts[i], e.peers[i] = nil, nil
 }
 
 // logger builds an error-level logger for one member that writes to the test
@@ -441,24 +293,4 @@ func (w *tbWriter) stop() {
 	w.mu.Lock()
 	w.stopped = true
 	w.mu.Unlock()
-}
-
-// freePorts finds n distinct free loopback ports by listening on them all at
-// once, then releases them for etcd to bind.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve port: %w", err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// isAddrInUse reports whether err comes from binding a port already taken.
-func isAddrInUse(err error) bool {
-	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -163,23 +164,25 @@ func (e *Etcd) EnableAuth(t testing.TB) {
 	}
 }
 
-// clientScheme is the scheme of the members' client URLs.
-func (e *Etcd) clientScheme() string {
-	if e.tls != nil {
-		return "https"
+// serverInfo is the TLS a member serves clients with (localetcd.Config's
+// ClientTLS); empty on nil.
+func (p *EtcdTLS) serverInfo() transport.TLSInfo {
+	if p == nil {
+		return transport.TLSInfo{}
 	}
-	return "http"
+	return transport.TLSInfo{
+		CertFile:       p.ServerCertFile,
+		KeyFile:        p.ServerKeyFile,
+		TrustedCAFile:  p.CAFile,
+		ClientCertAuth: true,
+	}
 }
 
-// configure makes a member serve clients over TLS; no-op on nil.
+// configure makes a member hash passwords cheaply; no-op on nil.
 func (p *EtcdTLS) configure(cfg *embed.Config) {
 	if p == nil {
 		return
 	}
-	cfg.ClientTLSInfo.CertFile = p.ServerCertFile
-	cfg.ClientTLSInfo.KeyFile = p.ServerKeyFile
-	cfg.ClientTLSInfo.TrustedCAFile = p.CAFile
-	cfg.ClientTLSInfo.ClientCertAuth = true
 	cfg.BcryptCost = etcdBcryptCost
 }
 

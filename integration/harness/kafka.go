@@ -169,17 +169,12 @@ func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs .
 	}
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
-	ctx, cancel := opCtx()
-	defer cancel()
-	resp, err := req.RequestWith(ctx, k.adminClient(t))
-	if err != nil {
-		t.Fatalf("kafka: create topic %s: %v", name, err)
-	}
-	for _, rt := range resp.Topics {
-		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
-			t.Fatalf("kafka: create topic %s: %v", name, err)
+	admin(t, k, "create topic "+name, req, func(resp *kmsg.CreateTopicsResponse) (codes []int16) {
+		for _, rt := range resp.Topics {
+			codes = append(codes, rt.ErrorCode)
 		}
-	}
+		return codes
+	})
 }
 
 // AddPartitions adds n partitions to topic.
@@ -192,23 +187,20 @@ func (k *Kafka) AddPartitions(t testing.TB, topic string, n int) {
 	rt.Count = int32(cur + n)
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
-	ctx, cancel := opCtx()
-	defer cancel()
-	resp, err := req.RequestWith(ctx, k.adminClient(t))
-	if err != nil {
-		t.Fatalf("kafka: add %d partitions to %s: %v", n, topic, err)
-	}
-	for _, rt := range resp.Topics {
-		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
-			t.Fatalf("kafka: add %d partitions to %s: %v", n, topic, err)
+	admin(t, k, fmt.Sprintf("add %d partitions to %s", n, topic), req, func(resp *kmsg.CreatePartitionsResponse) (codes []int16) {
+		for _, rt := range resp.Topics {
+			codes = append(codes, rt.ErrorCode)
 		}
-	}
+		return codes
+	})
 	// Producers that know the topic must learn of the new partitions
 	// before records can be produced to them.
 	k.mu.Lock()
 	clients := append([]*kgo.Client(nil), k.clients...)
 	k.mu.Unlock()
 	last := int32(cur + n - 1)
+	ctx, cancel := opCtx()
+	defer cancel()
 	for _, c := range clients {
 		if l, _, _ := c.PartitionLeader(topic, 0); l < 0 {
 			continue
@@ -233,20 +225,18 @@ func (k *Kafka) NumPartitions(t testing.TB, topic string) int {
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, mt)
-	ctx, cancel := opCtx()
-	defer cancel()
-	resp, err := req.RequestWith(ctx, k.adminClient(t))
-	if err != nil {
-		t.Fatalf("kafka: metadata of %s: %v", topic, err)
-	}
+	resp := admin(t, k, "metadata of "+topic, req, func(resp *kmsg.MetadataResponse) (codes []int16) {
+		for _, mt := range resp.Topics {
+			if mt.Topic != nil && *mt.Topic == topic {
+				codes = append(codes, mt.ErrorCode)
+			}
+		}
+		return codes
+	})
 	for _, mt := range resp.Topics {
-		if mt.Topic == nil || *mt.Topic != topic {
-			continue
+		if mt.Topic != nil && *mt.Topic == topic {
+			return len(mt.Partitions)
 		}
-		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
-			t.Fatalf("kafka: metadata of %s: %v", topic, err)
-		}
-		return len(mt.Partitions)
 	}
 	t.Fatalf("kafka: metadata of %s: topic missing from the response", topic)
 	return 0
@@ -265,20 +255,39 @@ func (k *Kafka) DeleteRecords(t testing.TB, topic string, partition int, before 
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
-	ctx, cancel := opCtx()
-	defer cancel()
 	// DeleteRecords goes to the partition leader: kgo routes it.
-	resp, err := req.RequestWith(ctx, k.adminClient(t))
-	if err != nil {
-		t.Fatalf("kafka: delete records of %s/%d before %d: %v", topic, partition, before, err)
-	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				t.Fatalf("kafka: delete records of %s/%d before %d: %v", topic, partition, before, err)
+	what := fmt.Sprintf("delete records of %s/%d before %d", topic, partition, before)
+	admin(t, k, what, req, func(resp *kmsg.DeleteRecordsResponse) (codes []int16) {
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				codes = append(codes, rp.ErrorCode)
 			}
 		}
+		return codes
+	})
+}
+
+// admin sends req with the admin client within kafkaOpTimeout and returns
+// its response. It fails the test, naming what, if the request fails or if
+// one of the error codes that codes picks from the response is an error.
+func admin[Resp kmsg.Response](t testing.TB, k *Kafka, what string, req kmsg.Request, codes func(Resp) []int16) Resp {
+	t.Helper()
+	ctx, cancel := opCtx()
+	defer cancel()
+	kresp, err := k.adminClient(t).Request(ctx, req)
+	if err != nil {
+		t.Fatalf("kafka: %s: %v", what, err)
 	}
+	resp, ok := kresp.(Resp)
+	if !ok {
+		t.Fatalf("kafka: %s: unexpected response %T", what, kresp)
+	}
+	for _, code := range codes(resp) {
+		if err := kerr.ErrorForCode(code); err != nil {
+			t.Fatalf("kafka: %s: %v", what, err)
+		}
+	}
+	return resp
 }
 
 // Producer writes records to chosen partitions. The records given to one

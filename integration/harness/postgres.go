@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -125,11 +126,11 @@ func StartPostgres(t testing.TB) *Postgres {
 	// Free ports are picked by binding :0 and closing, so another process
 	// can take one first: then start again on another.
 	for try := 0; ; try++ {
-		ports, err := freePorts(1)
+		port, err := freePort()
 		if err != nil {
 			t.Fatalf("postgres: %v", err)
 		}
-		p.port = ports[0]
+		p.port = port
 		if err := p.configure(); err != nil {
 			t.Fatalf("postgres: %v", err)
 		}
@@ -318,4 +319,15 @@ func chownToUser(path, name string) error {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return os.Chown(path, uid, gid)
+}
+
+// freePort finds a free loopback port by listening on it, then releases it
+// for the server to bind.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("reserve port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

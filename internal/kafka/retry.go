@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"go.uber.org/zap"
+
+	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // retrier spaces the retries of one operation.
@@ -51,12 +52,8 @@ func (r *retrier) wait(ctx context.Context, offset int64, err error) error {
 	// Drop the connection pool: the next request reloads the metadata
 	// and so finds the current leader, and reconnects.
 	f.transport.CloseIdleConnections()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
+	if err := retrypolicy.Sleep(ctx, d); err != nil {
+		return err
 	}
 	if f.closed.Load() {
 		return f.errorf(offset, errClosed)
@@ -66,18 +63,12 @@ func (r *retrier) wait(ctx context.Context, offset int64, err error) error {
 
 // backoff returns the delay before retry number attempt (from 0): it doubles
 // from BackoffMin up to BackoffMax, and is drawn uniformly from its upper
-// half so that fetchers failing together spread out.
+// half so that fetchers failing together spread out (the one retry policy,
+// internal/backoff).
 func (f *Fetcher) backoff(attempt int) time.Duration { return backoff(f.cfg, attempt) }
 
 func backoff(cfg Config, attempt int) time.Duration {
-	d := cfg.BackoffMax
-	if attempt < 30 {
-		if e := cfg.BackoffMin << attempt; e > 0 && e < d {
-			d = e
-		}
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+	return retrypolicy.Delay(cfg.BackoffMin, cfg.BackoffMax, attempt)
 }
 
 // retriable tells whether a failed request may succeed later: network

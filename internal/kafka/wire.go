@@ -157,19 +157,9 @@ func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchRespons
 		res.ErrorCode = r.int16()
 		r.int32() // session id
 	}
-	nt := r.arrayLen()
-	if nt > 0 {
-		res.Topics = make([]rawFetchTopic, nt)
-	}
-	for i := 0; i < nt && r.err == nil; i++ {
-		t := &res.Topics[i]
+	res.Topics = readArray(&r, func(t *rawFetchTopic) {
 		t.Topic = r.string()
-		np := r.arrayLen()
-		if np > 0 {
-			t.Partitions = make([]rawFetchPartition, np)
-		}
-		for j := 0; j < np && r.err == nil; j++ {
-			p := &t.Partitions[j]
+		t.Partitions = readArray(&r, func(p *rawFetchPartition) {
 			p.Partition = r.int32()
 			p.ErrorCode = r.int16()
 			p.HighWatermark = r.int64()
@@ -181,20 +171,16 @@ func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchRespons
 				r.int64() // log start offset
 			}
 			if version >= 4 {
-				na := r.arrayLen()
-				if na > 0 {
-					p.AbortedTransactions = make([]fetchapi.ResponseTransaction, na)
-				}
-				for k := 0; k < na && r.err == nil; k++ {
-					p.AbortedTransactions[k] = fetchapi.ResponseTransaction{ProducerID: r.int64(), FirstOffset: r.int64()}
-				}
+				p.AbortedTransactions = readArray(&r, func(a *fetchapi.ResponseTransaction) {
+					*a = fetchapi.ResponseTransaction{ProducerID: r.int64(), FirstOffset: r.int64()}
+				})
 			}
 			if version >= 11 {
 				r.int32() // preferred read replica
 			}
 			p.Records = r.bytes()
-		}
-	}
+		})
+	})
 	if r.err != nil {
 		return nil, fmt.Errorf("fetch response v%d: %w", version, r.err)
 	}
@@ -283,6 +269,20 @@ func (r *wireReader) bytes() []byte {
 // arrayLen returns the length of a nullable array, 0 for null. A length
 // that the remaining bytes cannot hold is an error (each element takes at
 // least one byte), so that it is never allocated.
+// readArray reads an array into a new slice, each element with read: nil
+// when the array is empty or null, and its elements after an error zero.
+func readArray[T any](r *wireReader, read func(*T)) []T {
+	n := r.arrayLen()
+	if n == 0 {
+		return nil
+	}
+	s := make([]T, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		read(&s[i])
+	}
+	return s
+}
+
 func (r *wireReader) arrayLen() int {
 	n := r.int32()
 	if n < 0 || r.err != nil {

@@ -1,0 +1,64 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"slices"
+
+	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
+)
+
+// Transactions. Under read_committed the records of aborted transactions
+// are dropped: the fetch response lists the aborted transactions of the
+// partition (producer and first offset), a producer's transaction is
+// aborted from its first batch on, and its abort marker, a control record,
+// ends it. Control records are never delivered.
+
+// controlAbort is the type of an abort marker, in the key of a control record.
+const controlAbort = 0
+
+func (d *decoder) sortAborted() {
+	d.aborted = slices.Clone(d.aborted)
+	slices.SortFunc(d.aborted, func(a, b fetchapi.ResponseTransaction) int {
+		return cmpInt64(a.FirstOffset, b.FirstOffset)
+	})
+}
+
+// activateAborts marks as aborted the producers of the aborted transactions
+// that start at or before offset. A transaction starts with a batch of its
+// own, so comparing with the base offset of the current batch is enough.
+func (d *decoder) activateAborts(offset int64) {
+	for len(d.aborted) > 0 && d.aborted[0].FirstOffset <= offset {
+		if d.abortedPIDs == nil {
+			d.abortedPIDs = make(map[int64]struct{})
+		}
+		d.abortedPIDs[d.aborted[0].ProducerID] = struct{}{}
+		d.aborted = d.aborted[1:]
+	}
+}
+
+func (d *decoder) readControl(b *recordBatch, data []byte) error {
+	rr := recordReader{b: b, data: data, left: b.numRecords}
+	for {
+		r, ok, err := rr.next()
+		if !ok {
+			return err
+		}
+		if r.offset >= d.next {
+			d.next = r.offset + 1
+		}
+		// The key of a control record is its version and its type.
+		if d.committed && len(r.key) >= 4 && int16(binary.BigEndian.Uint16(r.key[2:])) == controlAbort {
+			delete(d.abortedPIDs, b.producerID)
+		}
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
