@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -189,9 +190,26 @@ func WriteBlocks(ctx context.Context, s Sink, blocks []*Block) (errs []error) {
 	return errs
 }
 
-// String names the block in errors, the house way: orders/3 [120, 180).
+// String is the one name of a block, in errors and logs, the house way:
+// orders/3 [120, 180). A topic that is not a legal Kafka topic name (empty,
+// or with bytes other than ASCII letters, digits, '.', '_' and '-') is
+// quoted, so that odd bytes in it cannot garble the message.
 func (b *Block) String() string {
-	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
+	return fmt.Sprintf("%s/%d [%d, %d)", topicName(b.Topic), b.Partition, b.From, b.Next)
+}
+
+// topicName is topic, quoted unless it is made of the bytes of a legal
+// Kafka topic name.
+func topicName(topic string) string {
+	if topic == "" {
+		return `""`
+	}
+	for _, c := range []byte(topic) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return strconv.Quote(topic)
+		}
+	}
+	return topic
 }
 
 // Check refuses a block that breaks the contract: a negative partition, a

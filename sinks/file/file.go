@@ -138,21 +138,21 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		return errors.New("write: nil block")
 	}
 	if err := checkBlock(b); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed {
-		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	if b.From == b.Next {
 		return nil
 	}
 	if err := s.write(ctx, b); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	return nil
 }
@@ -330,11 +330,6 @@ func checkTopic(topic string) error {
 		}
 	}
 	return nil
-}
-
-// blockName names a block in errors, the house way: orders/3 [120, 180).
-func blockName(b *sinks.Block) string {
-	return fmt.Sprintf("%s [%d, %d)", partName(b.Topic, b.Partition), b.From, b.Next)
 }
 
 // partName is topic/partition, with the topic quoted when it is not a legal

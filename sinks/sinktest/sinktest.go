@@ -300,7 +300,7 @@ func Run(t *testing.T, newSink func(t *testing.T) (sinks.Sink, Reader), opts Opt
 					from := int64(i * 4)
 					b := block("orders", p, from, from+4, seq(from, from+4)...)
 					if err := s.Write(ctx, b); err != nil {
-						t.Errorf("Write %s: %v", name(b), err)
+						t.Errorf("Write %s: %v", b, err)
 						return
 					}
 					want[p] = append(want[p], b.Records...)
@@ -528,7 +528,7 @@ func runBatch(t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), opts O
 					}
 					for j, err := range bw.WriteBlocks(ctx, blocks) {
 						if err != nil {
-							t.Errorf("WriteBlocks %s: %v", name(blocks[j]), err)
+							t.Errorf("WriteBlocks %s: %v", blocks[j], err)
 							return
 						}
 					}
@@ -557,7 +557,7 @@ func writeBlocks(t *testing.T, bw sinks.BatchWriter, blocks []*sinks.Block) {
 	}
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("WriteBlocks, block %d (%s): %v", i, name(blocks[i]), err)
+			t.Fatalf("WriteBlocks, block %d (%s): %v", i, blocks[i], err)
 		}
 	}
 }
@@ -566,7 +566,7 @@ func writeBlocks(t *testing.T, bw sinks.BatchWriter, blocks []*sinks.Block) {
 func write(t *testing.T, s sinks.Sink, b *sinks.Block) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
-		t.Fatalf("Write %s: %v", name(b), err)
+		t.Fatalf("Write %s: %v", b, err)
 	}
 }
 
@@ -673,7 +673,7 @@ func show(b []byte) string {
 func diffBlocks(got, want *sinks.Block) string {
 	if got.Topic != want.Topic || got.Partition != want.Partition || got.Epoch != want.Epoch ||
 		got.Generation != want.Generation || got.From != want.From || got.Next != want.Next {
-		return fmt.Sprintf("block %s, want %s", name(got), name(want))
+		return fmt.Sprintf("block %s, want %s", got, want)
 	}
 	if len(got.Records) != len(want.Records) {
 		return fmt.Sprintf("%d records, want %d", len(got.Records), len(want.Records))
@@ -692,10 +692,6 @@ func offsets(recs []sinks.Record) []int64 {
 		o[i] = r.Offset
 	}
 	return o
-}
-
-func name(b *sinks.Block) string {
-	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
 }
 
 // part names a partition.
