@@ -44,15 +44,22 @@
 // readable by jq and nothing is ever lost:
 //
 //   - "value":null: the bytes are nil (a tombstone, a null key or header);
-//   - "value":<JSON>: the bytes are valid UTF-8 and compact JSON (no
-//     whitespace outside strings, so never a newline), and not the four bytes
-//     null; they are embedded verbatim, so "value":"x" holds the three bytes
-//     "x" with their quotes;
+//   - "value":<JSON>: the bytes are valid UTF-8 and valid JSON, whatever
+//     their whitespace, and not the four bytes null. They are embedded
+//     verbatim when they fit on the line (compact, or spaced with spaces
+//     and tabs inside as Python's json.dumps writes them), so "value":"x"
+//     holds the three bytes "x" with their quotes. Runs of whitespace (outside
+//     strings) that hold a line break, or lead or trail the value, are taken
+//     out and listed after it as "value_spacing":[[offset,"whitespace"],...],
+//     each to be put back at that byte offset of what "value" holds, in
+//     order; ParseLine does, so the bytes read back exactly, while a reader
+//     that knows nothing of value_spacing reads the same JSON data;
 //   - "value_string":"...": the bytes are other valid UTF-8 text, including
 //     the empty, non-nil value "";
 //   - "value_base64":"...": any other bytes, in standard base64 with padding.
 //
-// The record key uses the same forms named key, key_string and key_base64. A
+// The record key uses the same forms named key, key_spacing, key_string and
+// key_base64. A
 // header is {"key":"...", <value field>}, with "key_base64" instead of "key"
 // for a header key that is not valid UTF-8; headers keep their order and
 // duplicates, and are [] when there are none. The timestamp is Kafka's:
