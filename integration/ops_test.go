@@ -31,9 +31,11 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
-// gateSink counts what it writes; while shut, writes wait (the sink is
-// stuck, and the partition falls behind). It is a Pinger with a settable
-// answer and a DeadLetterCounter with a fixed count.
+// gateSink wraps a sink, counting what it writes; while shut, writes wait
+// (the sink is stuck, and the partition falls behind). It is a Pinger with a
+// settable answer and a DeadLetterCounter with a fixed count of its own,
+// which hide the inner sink's; everything else of the inner sink shows
+// through it (Unwrap, WriteBlocks).
 type gateSink struct {
 	inner   sinks.Sink
 	records atomic.Int64
@@ -43,8 +45,12 @@ type gateSink struct {
 	ping error
 }
 
-func newGateSink() *gateSink {
-	g := &gateSink{inner: discard.New(), open: make(chan struct{})}
+// newGateSink returns an open gate over a discard sink.
+func newGateSink() *gateSink { return gateAround(discard.New()) }
+
+// gateAround returns an open gate over inner.
+func gateAround(inner sinks.Sink) *gateSink {
+	g := &gateSink{inner: inner, open: make(chan struct{})}
 	close(g.open)
 	return g
 }
@@ -70,13 +76,8 @@ func (g *gateSink) pass() {
 }
 
 func (g *gateSink) Write(ctx context.Context, b *sinks.Block) error {
-	g.mu.Lock()
-	open := g.open
-	g.mu.Unlock()
-	select {
-	case <-open:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := g.wait(ctx); err != nil {
+		return err
 	}
 	if err := g.inner.Write(ctx, b); err != nil {
 		return err
@@ -85,7 +86,42 @@ func (g *gateSink) Write(ctx context.Context, b *sinks.Block) error {
 	return nil
 }
 
+// WriteBlocks waits at the gate as Write does, then writes the blocks to the
+// inner sink with sinks.WriteBlocks, so that the gate keeps its batching.
+func (g *gateSink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	if err := g.wait(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	errs = sinks.WriteBlocks(ctx, g.inner, blocks)
+	for i, err := range errs {
+		if err == nil && i < len(blocks) {
+			g.records.Add(int64(len(blocks[i].Records)))
+		}
+	}
+	return errs
+}
+
+// wait returns when the gate is open, or with ctx's error.
+func (g *gateSink) wait(ctx context.Context) error {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	select {
+	case <-open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (g *gateSink) Close() error { return g.inner.Close() }
+
+// Unwrap returns the gated sink.
+func (g *gateSink) Unwrap() sinks.Sink { return g.inner }
 
 func (g *gateSink) setPing(err error) {
 	g.mu.Lock()

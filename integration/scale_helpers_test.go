@@ -227,7 +227,7 @@ func procCPU(b *testing.B, p *harness.Process) time.Duration {
 // the produce-to-sink latency when producers stamp records as they send
 // them. It is safe for concurrent use, so replicas may share it.
 type latencySink struct {
-	*discard.Sink
+	inner   *discard.Sink
 	lastKey []byte // the record whose arrival ends a run
 
 	mu       sync.Mutex
@@ -239,30 +239,35 @@ type latencySink struct {
 var _ sinks.Sink = (*latencySink)(nil)
 
 func newLatencySink(lastKey string) *latencySink {
-	return &latencySink{Sink: discard.New(), lastKey: []byte(lastKey)}
+	return &latencySink{inner: discard.New(), lastKey: []byte(lastKey)}
 }
 
 // Write implements sinks.Sink.
 func (s *latencySink) Write(ctx context.Context, blk *sinks.Block) error {
-	if err := s.Sink.Write(ctx, blk); err != nil {
+	if err := s.inner.Write(ctx, blk); err != nil {
 		return err
 	}
 	s.seen(blk)
 	return nil
 }
 
-// WriteBlocks implements sinks.BatchWriter, so the replica writes in
-// rounds as it does to discard: without it, the embedded sink's
-// WriteBlocks would be called, and this sink would see nothing.
+// WriteBlocks implements sinks.BatchWriter with sinks.WriteBlocks, so the
+// replica writes in rounds as it does to discard.
 func (s *latencySink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
-	errs := s.Sink.WriteBlocks(ctx, blocks)
+	errs := sinks.WriteBlocks(ctx, s.inner, blocks)
 	for i, b := range blocks {
-		if errs[i] == nil {
+		if i < len(errs) && errs[i] == nil {
 			s.seen(b)
 		}
 	}
 	return errs
 }
+
+// Close closes the discard sink.
+func (s *latencySink) Close() error { return s.inner.Close() }
+
+// Unwrap returns the discard sink.
+func (s *latencySink) Unwrap() sinks.Sink { return s.inner }
 
 func (s *latencySink) seen(blk *sinks.Block) {
 	now := time.Now()

@@ -90,6 +90,11 @@ func (s *budgetSink) Write(ctx context.Context, b *sinks.Block) error {
 	return s.countingSink.Write(ctx, b)
 }
 
+// Unwrap returns the counting sink. budgetSink has no WriteBlocks, as the
+// counting sink has none: the replica writes one Write per block, each
+// slowed.
+func (s *budgetSink) Unwrap() sinks.Sink { return s.countingSink }
+
 // A backlog far larger than the budget, drained through a slow sink: the
 // bytes the replica holds never exceed the budget plus one oversized
 // record, and a record larger than the whole budget is delivered too.
@@ -173,6 +178,10 @@ func (s *trickleSink) Write(ctx context.Context, b *sinks.Block) error {
 	}
 	return s.countingSink.Write(ctx, b)
 }
+
+// Unwrap returns the counting sink. trickleSink has no WriteBlocks, as the
+// counting sink has none.
+func (s *trickleSink) Unwrap() sinks.Sink { return s.countingSink }
 
 // One partition with a large backlog and 200 trickling ones, in a budget
 // the backlog alone would fill many times over: the trickling records reach
@@ -352,6 +361,9 @@ type resumingSink struct{ *countingSink }
 func (resumingSink) Resume(context.Context, string, int) (int64, int64, bool, error) {
 	return 0, 0, false, nil
 }
+
+// Unwrap returns the counting sink.
+func (s resumingSink) Unwrap() sinks.Sink { return s.countingSink }
 
 // Intents are written for a sink that keys by range, and skipped for one
 // that stores its own offsets, which needs none.

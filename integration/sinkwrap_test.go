@@ -5,10 +5,12 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/sinktest"
 )
 
 // blockRange is what a sink was asked to write.
@@ -22,6 +24,13 @@ type blockRange struct {
 // hookSink wraps a sink: before is called before each write and may fail it
 // (or block, to stand in for a crash); every block that reached the inner
 // sink is recorded.
+//
+// Its inner sink's side upgrades show through it (Unwrap), but not its
+// batching: hookSink has no WriteBlocks on purpose, so that the replica
+// writes to it one Write per block whatever the inner sink. Its hooks hold
+// single blocks (a crash, a gate), and in a round they would hold every
+// partition's block behind the one they hold; the tests that use them
+// count on partitions writing side by side.
 type hookSink struct {
 	inner  sinks.Sink
 	before func(ctx context.Context, b *sinks.Block) error
@@ -51,8 +60,13 @@ func (h *hookSink) Write(ctx context.Context, b *sinks.Block) error {
 
 func (h *hookSink) Close() error { return h.inner.Close() }
 
-// Resume passes the inner sink's own offsets on, as a wrapper must, or the
-// replica would not see them; an inner sink without them knows nothing.
+// Unwrap returns the wrapped sink.
+func (h *hookSink) Unwrap() sinks.Sink { return h.inner }
+
+// Resume passes the inner sink's own offsets on; an inner sink without them
+// knows nothing. It stands in for Unwrap until the replica finds a Resumer
+// with sinks.As, and keeps until then what the tests were written against:
+// a hookSink is a Resumer, so the replica writes no intents for it.
 func (h *hookSink) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
 	if rs, ok := h.inner.(sinks.Resumer); ok {
 		return rs.Resume(ctx, topic, partition)
@@ -106,4 +120,20 @@ func (e *env) crashAt(cfg replica.Config, h *hookSink, p int, afterWrite bool) b
 	await(e.t, 30*time.Second, "the crash", crashed.Load)
 	<-rn.Done()
 	return hit
+}
+
+// Every wrapper of these tests keeps its inner sink's upgrades: the side
+// upgrades show through it (sinks.As), and its WriteBlocks, where it has
+// one, reaches the inner sink's.
+func TestWrappersKeepUpgrades(t *testing.T) {
+	t.Run("hookSink", func(t *testing.T) {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			return &hookSink{inner: inner}
+		}, sinktest.WrapperOptions{Unbatched: true})
+	})
+	t.Run("gateSink", func(t *testing.T) {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			return gateAround(inner)
+		}, sinktest.WrapperOptions{})
+	})
 }

@@ -1,15 +1,37 @@
-// Package sinks is the contract between a replica and the store it writes to.
-// Each store lives in a package of its own below this one and returns a
-// concrete type from its New. The replica only needs Sink; it finds the
-// optional upgrades (BatchWriter, Resumer, Pinger, DeadLetterCounter) by type
-// assertion, the side upgrades through a wrapper's Unwrap too (see As), and
-// works without any of them.
+// Package sinks is the contract between a replica and the store it writes
+// to. Each store lives in a package of its own below this one and returns a
+// concrete type from its New; the caller (the replica's owner) opens the
+// sink, hands it to the replica and closes it after the replica's Run has
+// returned.
+//
+// A sink must implement Sink. Everything else is an optional upgrade, found
+// by type assertion in the manner of database/sql/driver; a sink that
+// implements none of them works, and each upgrade's doc says what the
+// replica does without it:
+//
+//   - BatchWriter: several partitions' blocks in one call. Without it, one
+//     Write per block. Looked up on the outermost sink only.
+//   - Resumer: the sink stores its own offsets with its rows. Without it, a
+//     partition resumes at etcd's offset alone, and the replica writes
+//     intents.
+//   - Pinger: the store answers a health check. Without it, readiness
+//     counts the store reachable.
+//   - DeadLetterCounter: records set aside by the sink's own policy. Without
+//     it, that count is zero.
+//   - Wrapper: the sink wraps another. Without it, the upgrades of a wrapped
+//     sink are hidden behind the wrapper.
+//
+// Two functions serve the callers and the wrappers: As finds a side upgrade
+// (Resumer, Pinger, DeadLetterCounter) through a chain of Wrappers, and
+// WriteBlocks writes blocks through BatchWriter when a sink has it, else
+// one Write per block.
 package sinks
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -100,10 +122,12 @@ type Sink interface {
 //     again, and whatever the failed call left of it gives way to that.
 //
 // BatchWriter is a write-path upgrade: the replica asks the outermost sink
-// for it, never a wrapped one, so that a wrapper's Write is not bypassed. A
-// wrapper keeps its inner sink's batching by implementing WriteBlocks with
-// the package function WriteBlocks; one that embeds the inner sink instead
-// gets the inner WriteBlocks promoted, and its own Write is never called.
+// for it, never a wrapped one (not with As), so that a wrapper's Write is
+// not bypassed. A wrapper keeps its inner sink's batching by implementing
+// WriteBlocks with the package function WriteBlocks. Beware embedding: a
+// wrapper that embeds a BatchWriter and overrides Write alone has the inner
+// WriteBlocks promoted, the replica calls that, and the wrapper's Write is
+// never called.
 type BatchWriter interface {
 	// WriteBlocks stores blocks, at most one per partition; errs has one
 	// entry per block, nil when that block is durable, and each block
@@ -119,63 +143,94 @@ type BatchWriter interface {
 // A claimed partition resumes at the larger of etcd's offset and the sink's,
 // the sink's counting only when its generation is etcd's (an operator reset
 // outranks it). Because such a sink's rows carry their own offsets, the
-// replica writes no intents for it. If a Sink does not implement Resumer, a
-// partition resumes at etcd's offset alone, and a block replayed after a
-// crash is the range its intent names.
+// replica writes no intents for it. Resume is called concurrently for
+// different partitions, and after writes of the partition have returned,
+// never during one.
+//
+// If a Sink does not implement Resumer, a partition resumes at etcd's offset
+// alone, and a block replayed after a crash is the range its intent names.
+// The replica finds a Resumer with As, through wrappers.
 type Resumer interface {
 	Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error)
 }
 
 // Pinger is implemented by sinks that can tell whether their store answers.
 // A replica's readiness check calls Ping with a short deadline (one second by
-// default) and reports not ready while it fails. If a Sink does not implement
-// Pinger, readiness counts its store reachable.
+// default) and reports not ready while it fails. Ping is called
+// concurrently with writes, and must not wait for them.
+//
+// If a Sink does not implement Pinger, readiness counts its store reachable.
+// The replica finds a Pinger with As, through wrappers.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
 // DeadLetterCounter is implemented by sinks that set aside or skip the
 // records they cannot take (by their own policy) instead of failing the
-// block. DeadLetters counts those records since the sink was opened; the
-// replica's metrics export it as offsetkeeper_dead_letters_total. If a Sink
-// does not implement DeadLetterCounter, that count is zero.
+// block. DeadLetters counts those records since the sink was opened, never
+// falls, and is safe to call concurrently with writes; the replica's
+// metrics export it as offsetkeeper_dead_letters_total.
+//
+// If a Sink does not implement DeadLetterCounter, that count is zero. The
+// replica finds a DeadLetterCounter with As, through wrappers.
 type DeadLetterCounter interface {
 	DeadLetters() int64
 }
 
 // Wrapper is implemented by a sink that wraps another (to count, time,
-// record or filter its writes). Unwrap returns the wrapped sink, so that the
-// side upgrades of the inner sink (Resumer, Pinger, DeadLetterCounter) stay
-// visible through the wrapper: see As.
+// record, gate or filter its writes). Unwrap returns the wrapped sink, so
+// that the side upgrades of the inner sink (Resumer, Pinger,
+// DeadLetterCounter) stay visible through the wrapper: see As. Unwrap may
+// return nil, for a wrapper that holds no sink (yet); As stops there.
+//
+// A wrapper that intercepts writes also implements BatchWriter, with the
+// package function WriteBlocks for its inner sink, so that wrapping costs
+// the inner sink neither its batching nor its parallel writes. A wrapper
+// that implements an upgrade itself (its own Ping, say) is found first and
+// hides the inner sink's.
+//
+// If a sink that wraps another does not implement Wrapper, As stops at it:
+// the inner sink's side upgrades are hidden, and the replica runs as for a
+// sink without them (for a Resumer: its offsets are ignored and intents are
+// written).
 type Wrapper interface {
 	Unwrap() Sink
 }
 
 // As finds the first sink in s's chain of wrappers (s, then s.Unwrap(), and
-// so on) that implements T, the way errors.As walks wrapped errors. The
-// replica looks up Resumer, Pinger and DeadLetterCounter with it; it looks
-// up BatchWriter on s alone (see BatchWriter).
-func As[T any](s Sink) (T, bool) {
+// so on, while each is a Wrapper) that implements T, and returns it as a T;
+// ok is false, and t the zero T, when none does or s is nil. T is meant to
+// be an interface type (an upgrade). It works the way errors.As walks
+// wrapped errors, with a bound: a chain longer than 64 sinks (a cycle) is
+// given up at the 64th.
+//
+// The replica looks up Resumer, Pinger and DeadLetterCounter with As; it
+// looks up BatchWriter on s alone (see BatchWriter).
+func As[T any](s Sink) (t T, ok bool) {
 	for depth := 0; s != nil && depth < 64; depth++ {
-		if t, ok := s.(T); ok {
-			return t, true
+		if found, is := s.(T); is {
+			return found, true
 		}
-		w, ok := s.(Wrapper)
-		if !ok {
+		w, is := s.(Wrapper)
+		if !is {
 			break
 		}
 		s = w.Unwrap()
 	}
-	var zero T
-	return zero, false
+	return t, false
 }
 
 // WriteBlocks writes blocks to s in one WriteBlocks call if s is a
-// BatchWriter, else with one Write per block, side by side (blocks are of
-// different partitions, which Write may take concurrently); errs has one
-// entry per block, as BatchWriter's. A wrapper's own WriteBlocks calls it
-// for its inner sink, so that wrapping never costs the inner sink its
-// batching, nor a sink without batching its parallel writes.
+// BatchWriter (s itself: WriteBlocks does not unwrap), else with one Write
+// per block, all at once on goroutines of their own (the blocks are of
+// different partitions, which Write takes concurrently), returning when
+// every Write has. Either way errs has one entry per block, errs[i] for
+// blocks[i], as BatchWriter's.
+//
+// A wrapper's own WriteBlocks calls it for its inner sink, never for the
+// wrapper itself (that would call the wrapper again), so that wrapping
+// never costs the inner sink its batching, nor a sink without batching its
+// parallel writes.
 func WriteBlocks(ctx context.Context, s Sink, blocks []*Block) (errs []error) {
 	if bw, ok := s.(BatchWriter); ok {
 		return bw.WriteBlocks(ctx, blocks)
@@ -189,9 +244,26 @@ func WriteBlocks(ctx context.Context, s Sink, blocks []*Block) (errs []error) {
 	return errs
 }
 
-// String names the block in errors, the house way: orders/3 [120, 180).
+// String is the one name of a block, in errors and logs, the house way:
+// orders/3 [120, 180). A topic that is not a legal Kafka topic name (empty,
+// or with bytes other than ASCII letters, digits, '.', '_' and '-') is
+// quoted, so that odd bytes in it cannot garble the message.
 func (b *Block) String() string {
-	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
+	return fmt.Sprintf("%s/%d [%d, %d)", topicName(b.Topic), b.Partition, b.From, b.Next)
+}
+
+// topicName is topic, quoted unless it is made of the bytes of a legal
+// Kafka topic name.
+func topicName(topic string) string {
+	if topic == "" {
+		return `""`
+	}
+	for _, c := range []byte(topic) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return strconv.Quote(topic)
+		}
+	}
+	return topic
 }
 
 // Check refuses a block that breaks the contract: a negative partition, a

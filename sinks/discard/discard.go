@@ -33,10 +33,10 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		return errors.New("write: nil block")
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("write %s/%d [%d, %d): %w", b.Topic, b.Partition, b.From, b.Next, ErrClosed)
+		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("write %s/%d [%d, %d): %w", b.Topic, b.Partition, b.From, b.Next, err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	s.records.Add(int64(len(b.Records)))
 	s.blocks.Add(1)

@@ -44,15 +44,22 @@
 // readable by jq and nothing is ever lost:
 //
 //   - "value":null: the bytes are nil (a tombstone, a null key or header);
-//   - "value":<JSON>: the bytes are valid UTF-8 and compact JSON (no
-//     whitespace outside strings, so never a newline), and not the four bytes
-//     null; they are embedded verbatim, so "value":"x" holds the three bytes
-//     "x" with their quotes;
+//   - "value":<JSON>: the bytes are valid UTF-8 and valid JSON, whatever
+//     their whitespace, and not the four bytes null. They are embedded
+//     verbatim when they fit on the line (compact, or spaced with spaces
+//     and tabs inside as Python's json.dumps writes them), so "value":"x"
+//     holds the three bytes "x" with their quotes. Runs of whitespace (outside
+//     strings) that hold a line break, or lead or trail the value, are taken
+//     out and listed after it as "value_spacing":[[offset,"whitespace"],...],
+//     each to be put back at that byte offset of what "value" holds, in
+//     order; ParseLine does, so the bytes read back exactly, while a reader
+//     that knows nothing of value_spacing reads the same JSON data;
 //   - "value_string":"...": the bytes are other valid UTF-8 text, including
 //     the empty, non-nil value "";
 //   - "value_base64":"...": any other bytes, in standard base64 with padding.
 //
-// The record key uses the same forms named key, key_string and key_base64. A
+// The record key uses the same forms named key, key_spacing, key_string and
+// key_base64. A
 // header is {"key":"...", <value field>}, with "key_base64" instead of "key"
 // for a header key that is not valid UTF-8; headers keep their order and
 // duplicates, and are [] when there are none. The timestamp is Kafka's:
@@ -138,21 +145,21 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		return errors.New("write: nil block")
 	}
 	if err := checkBlock(b); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed {
-		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	if b.From == b.Next {
 		return nil
 	}
 	if err := s.write(ctx, b); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	return nil
 }
@@ -330,11 +337,6 @@ func checkTopic(topic string) error {
 		}
 	}
 	return nil
-}
-
-// blockName names a block in errors, the house way: orders/3 [120, 180).
-func blockName(b *sinks.Block) string {
-	return fmt.Sprintf("%s [%d, %d)", partName(b.Topic, b.Partition), b.From, b.Next)
 }
 
 // partName is topic/partition, with the topic quoted when it is not a legal

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -62,18 +63,38 @@ func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte
 }
 
 // appendBytes writes the field name, or name_string or name_base64, and the
-// bytes in the form that fits them (see the package comment).
+// bytes in the form that fits them (see the package comment); JSON that
+// cannot stand on the line as it is comes with name_spacing.
 func appendBytes(dst []byte, name string, b []byte) []byte {
-	switch {
-	case b == nil:
+	if b == nil {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		return append(dst, `":null`...)
-	case embeddable(b):
+	}
+	if v, spacing, ok := splitJSON(b); ok {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `":`...)
-		return append(dst, b...)
+		dst = append(dst, v...)
+		if len(spacing) == 0 {
+			return dst
+		}
+		dst = append(dst, `,"`...)
+		dst = append(dst, name...)
+		dst = append(dst, `_spacing":[`...)
+		for i, run := range spacing {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, '[')
+			dst = strconv.AppendInt(dst, int64(run.at), 10)
+			dst = append(dst, ',')
+			dst = appendString(dst, b[run.from:run.to])
+			dst = append(dst, ']')
+		}
+		return append(dst, ']')
+	}
+	switch {
 	case utf8.Valid(b):
 		dst = append(dst, '"')
 		dst = append(dst, name...)
@@ -88,29 +109,71 @@ func appendBytes(dst []byte, name string, b []byte) []byte {
 	}
 }
 
-// embeddable tells whether b can be written as JSON verbatim: valid UTF-8
-// (so other JSON tools read it as it is), valid and compact JSON (so the line
-// stays one line and reads back byte for byte), and not null, which stands
-// for nil.
-func embeddable(b []byte) bool {
+// spacingRun is whitespace taken out of a JSON value so that it fits on
+// the line: b[from:to], to be put back at offset at of what is written.
+type spacingRun struct {
+	at, from, to int
+}
+
+// splitJSON tells whether b is written in the JSON form: valid UTF-8 (so
+// other JSON tools read it as it is) and valid JSON, and not the four bytes
+// null, which stand for nil. It returns what goes on the line: b, when b
+// has no whitespace a line cannot hold as it is; else b without the runs of
+// whitespace (outside strings) that hold a line break or lead or trail the
+// value, which spacing lists so that ParseLine puts them back. Runs of
+// spaces and tabs inside the value stay where they are, so JSON spaced as
+// Python's json.dumps writes it ({"id": 1}) goes on the line verbatim. ok
+// is false, for the string or base64 form, when b is not such JSON, or is
+// null once its spacing is taken out.
+func splitJSON(b []byte) (v []byte, spacing []spacingRun, ok bool) {
 	if !utf8.Valid(b) || string(b) == "null" || !json.Valid(b) {
-		return false
+		return nil, nil, false
 	}
 	inString, escaped := false, false
-	for _, c := range b {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		switch {
 		case escaped:
 			escaped = false
+			continue
 		case inString && c == '\\':
 			escaped = true
+			continue
 		case c == '"':
 			inString = !inString
-		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return false
+			continue
+		case inString || !isSpace(c):
+			continue
 		}
+		j, lineBreak := i, false
+		for j < len(b) && isSpace(b[j]) {
+			lineBreak = lineBreak || b[j] == '\n' || b[j] == '\r'
+			j++
+		}
+		if lineBreak || i == 0 || j == len(b) {
+			spacing = append(spacing, spacingRun{from: i, to: j})
+		}
+		i = j - 1
 	}
-	return true
+	if len(spacing) == 0 {
+		return b, nil, true
+	}
+	v = make([]byte, 0, len(b))
+	last := 0
+	for k := range spacing {
+		v = append(v, b[last:spacing[k].from]...)
+		spacing[k].at = len(v)
+		last = spacing[k].to
+	}
+	v = append(v, b[last:]...)
+	if string(v) == "null" {
+		return nil, nil, false
+	}
+	return v, spacing, true
 }
+
+// isSpace tells whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 const hexDigits = "0123456789abcdef"
 
@@ -166,25 +229,46 @@ func appendString(dst, s []byte) []byte {
 // wireRecord and wireHeader are the decoding side. Every byte field is read
 // in its three forms so that ParseLine can insist on exactly one.
 type wireRecord struct {
-	Topic       *string         `json:"topic"`
-	Partition   *int            `json:"partition"`
-	Offset      *int64          `json:"offset"`
-	Key         json.RawMessage `json:"key"`
-	KeyString   *string         `json:"key_string"`
-	KeyBase64   *string         `json:"key_base64"`
-	Value       json.RawMessage `json:"value"`
-	ValueString *string         `json:"value_string"`
-	ValueBase64 *string         `json:"value_base64"`
-	Timestamp   *int64          `json:"timestamp"`
-	Headers     []wireHeader    `json:"headers"`
+	Topic        *string         `json:"topic"`
+	Partition    *int            `json:"partition"`
+	Offset       *int64          `json:"offset"`
+	Key          json.RawMessage `json:"key"`
+	KeySpacing   []spacing       `json:"key_spacing"`
+	KeyString    *string         `json:"key_string"`
+	KeyBase64    *string         `json:"key_base64"`
+	Value        json.RawMessage `json:"value"`
+	ValueSpacing []spacing       `json:"value_spacing"`
+	ValueString  *string         `json:"value_string"`
+	ValueBase64  *string         `json:"value_base64"`
+	Timestamp    *int64          `json:"timestamp"`
+	Headers      []wireHeader    `json:"headers"`
 }
 
 type wireHeader struct {
-	Key         *string         `json:"key"`
-	KeyBase64   *string         `json:"key_base64"`
-	Value       json.RawMessage `json:"value"`
-	ValueString *string         `json:"value_string"`
-	ValueBase64 *string         `json:"value_base64"`
+	Key          *string         `json:"key"`
+	KeyBase64    *string         `json:"key_base64"`
+	Value        json.RawMessage `json:"value"`
+	ValueSpacing []spacing       `json:"value_spacing"`
+	ValueString  *string         `json:"value_string"`
+	ValueBase64  *string         `json:"value_base64"`
+}
+
+// spacing is one run of name_spacing as read: [offset, whitespace].
+type spacing struct {
+	at    int
+	space string
+}
+
+func (s *spacing) UnmarshalJSON(b []byte) error {
+	var pair []json.RawMessage
+	if err := json.Unmarshal(b, &pair); err != nil || len(pair) != 2 ||
+		json.Unmarshal(pair[0], &s.at) != nil || json.Unmarshal(pair[1], &s.space) != nil {
+		return fmt.Errorf("spacing %s: want [offset, whitespace]", b)
+	}
+	if s.space == "" || strings.TrimLeft(s.space, " \t\n\r") != "" {
+		return fmt.Errorf("spacing %s: want JSON whitespace", b)
+	}
+	return nil
 }
 
 // ParseLine decodes one line of the format, with or without its newline.
@@ -198,11 +282,11 @@ func ParseLine(line []byte) (Line, error) {
 	if w.Topic == nil || w.Partition == nil || w.Offset == nil || w.Timestamp == nil {
 		return Line{}, errors.New("parse line: topic, partition, offset or timestamp missing")
 	}
-	key, err := decodeBytes("key", w.Key, w.KeyString, w.KeyBase64)
+	key, err := decodeBytes("key", w.Key, w.KeySpacing, w.KeyString, w.KeyBase64)
 	if err != nil {
 		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
 	}
-	value, err := decodeBytes("value", w.Value, w.ValueString, w.ValueBase64)
+	value, err := decodeBytes("value", w.Value, w.ValueSpacing, w.ValueString, w.ValueBase64)
 	if err != nil {
 		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
 	}
@@ -221,7 +305,7 @@ func ParseLine(line []byte) (Line, error) {
 		default:
 			return Line{}, fmt.Errorf("parse line: offset %d: header %d: want exactly one of key and key_base64", *w.Offset, i)
 		}
-		h.Value, err = decodeBytes("value", wh.Value, wh.ValueString, wh.ValueBase64)
+		h.Value, err = decodeBytes("value", wh.Value, wh.ValueSpacing, wh.ValueString, wh.ValueBase64)
 		if err != nil {
 			return Line{}, fmt.Errorf("parse line: offset %d: header %d: %w", *w.Offset, i, err)
 		}
@@ -240,8 +324,9 @@ func ParseLine(line []byte) (Line, error) {
 	}, nil
 }
 
-// decodeBytes turns the one form present of a byte field back into bytes.
-func decodeBytes(name string, raw json.RawMessage, str, b64 *string) ([]byte, error) {
+// decodeBytes turns the one form present of a byte field back into bytes,
+// with its spacing put back into the JSON form.
+func decodeBytes(name string, raw json.RawMessage, spaced []spacing, str, b64 *string) ([]byte, error) {
 	n := 0
 	for _, present := range []bool{raw != nil, str != nil, b64 != nil} {
 		if present {
@@ -251,12 +336,18 @@ func decodeBytes(name string, raw json.RawMessage, str, b64 *string) ([]byte, er
 	if n != 1 {
 		return nil, fmt.Errorf("want exactly one of %s, %s_string and %s_base64, got %d", name, name, name, n)
 	}
+	if spaced != nil && (raw == nil || string(raw) == "null") {
+		return nil, fmt.Errorf("%s_spacing without a JSON %s", name, name)
+	}
 	switch {
 	case raw != nil:
 		if string(raw) == "null" {
 			return nil, nil
 		}
-		return bytes.Clone(raw), nil
+		if spaced == nil {
+			return bytes.Clone(raw), nil
+		}
+		return unsplit(name, raw, spaced)
 	case str != nil:
 		if *str == "" {
 			return []byte{}, nil
@@ -272,6 +363,26 @@ func decodeBytes(name string, raw json.RawMessage, str, b64 *string) ([]byte, er
 		}
 		return b, nil
 	}
+}
+
+// unsplit puts the runs of spacing back into v, which are in rising order
+// of offset, each within v.
+func unsplit(name string, v []byte, spaced []spacing) ([]byte, error) {
+	n := len(v)
+	for _, s := range spaced {
+		n += len(s.space)
+	}
+	b := make([]byte, 0, n)
+	last := 0
+	for i, s := range spaced {
+		if s.at < last || s.at > len(v) || i > 0 && s.at == last {
+			return nil, fmt.Errorf("%s_spacing: offset %d out of order or outside the %d bytes of %s", name, s.at, len(v), name)
+		}
+		b = append(b, v[last:s.at]...)
+		b = append(b, s.space...)
+		last = s.at
+	}
+	return append(b, v[last:]...), nil
 }
 
 // ReadLines decodes every line from r, in order. Lines may be of any length;

@@ -27,8 +27,23 @@ func TestValueForms(t *testing.T) {
 		{"the text null", []byte("null"), `"value_string":"null"`},
 		{"empty", []byte{}, `"value_string":""`},
 		{"text", []byte("hello, world"), `"value_string":"hello, world"`},
-		{"pretty JSON", []byte("{\n  \"a\": 1\n}"), `"value_string":"{\n  \"a\": 1\n}"`},
-		{"JSON with spaces", []byte(" {} "), `"value_string":" {} "`},
+		// JSON lands in value whatever its whitespace. Spaces and tabs
+		// inside stay on the line as they are; line breaks and whitespace
+		// around the value come out, into value_spacing, and go back in
+		// when read, so the bytes read back exactly.
+		{"Python's json.dumps", []byte(`{"id": 1, "tags": ["x", "y"]}`), `"value":{"id": 1, "tags": ["x", "y"]}`},
+		{"tabs", []byte("{\"a\":\t1}"), "\"value\":{\"a\":\t1}"},
+		{"nested and spaced", []byte(`{"a": {"b": [1, {"c": null}]}, "d": "x y"}`), `"value":{"a": {"b": [1, {"c": null}]}, "d": "x y"}`},
+		{"unicode JSON", []byte(`{"name": "Zoë ✓ 𝄞", "ключ": "значение"}`), `"value":{"name": "Zoë ✓ 𝄞", "ключ": "значение"}`},
+		{"JSON string with spaces", []byte(`"a JSON string"`), `"value":"a JSON string"`},
+		{"spaced number", []byte(" -12.5e3"), `"value":-12.5e3,"value_spacing":[[0," "]]`},
+		{"pretty JSON", []byte("{\n  \"a\": 1\n}"), `"value":{"a": 1},"value_spacing":[[1,"\n  "],[7,"\n"]]`},
+		{"json.Encoder's newline", []byte("{\"a\":1}\n"), `"value":{"a":1},"value_spacing":[[7,"\n"]]`},
+		{"CRLF", []byte("[1,\r\n 2]\r\n"), `"value":[1,2],"value_spacing":[[3,"\r\n "],[5,"\r\n"]]`},
+		{"JSON with spaces", []byte(" {} "), `"value":{},"value_spacing":[[0," "],[2," "]]`},
+		{"the text null, spaced", []byte(" null\n"), `"value_string":" null\n"`},
+		{"invalid JSON, spaced", []byte(`{"id": 1,}`), `"value_string":"{\"id\": 1,}"`},
+		{"invalid JSON, binary", []byte("{\"id\": \xff}"), `"value_base64":"eyJpZCI6IP99"`},
 		{"escapes", []byte("tab\t quote\" back\\ nul\x00 ls\u2028 <&>"), `"value_string":"tab\t quote\" back\\ nul\u0000 ls\u2028 <&>"`},
 		{"unicode", []byte("é ✓ 𝄞"), `"value_string":"é ✓ 𝄞"`},
 		{"binary", []byte{0xff, 0x00, 0x10}, `"value_base64":"/wAQ"`},
@@ -110,6 +125,71 @@ func TestReadLinesLongAndUnterminated(t *testing.T) {
 	}
 }
 
+// Readers that know nothing of value_spacing (jq, encoding/json) read the
+// same data in value, whatever the producer's whitespace; ReadLines reads
+// the bytes back as they were.
+func TestSpacedJSONReadsAsJSON(t *testing.T) {
+	compact := []byte(`{"id":1,"tags":["x","y"],"n":{"ok":true}}`)
+	for _, v := range [][]byte{
+		compact,
+		[]byte(`{"id": 1, "tags": ["x", "y"], "n": {"ok": true}}`),
+		[]byte("{\n  \"id\": 1,\n  \"tags\": [\"x\", \"y\"],\n  \"n\": {\"ok\": true}\n}\n"),
+		[]byte("\t{\"id\":1,\"tags\":[\"x\",\"y\"],\"n\":{\"ok\":true}} "),
+	} {
+		r := sinks.Record{Offset: 1, Value: v, Time: time.UnixMilli(0)}
+		line := file.AppendLine(nil, "t", 0, &r)
+		var got struct{ Value json.RawMessage }
+		if err := json.Unmarshal(line, &got); err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		var a, b any
+		if err := json.Unmarshal(got.Value, &a); err != nil {
+			t.Fatalf("%q: value %s is not JSON: %v", v, got.Value, err)
+		}
+		json.Unmarshal(compact, &b)
+		if ja, jb := must(json.Marshal(a)), must(json.Marshal(b)); !bytes.Equal(ja, jb) {
+			t.Errorf("%q: value reads as %s, want %s", v, ja, jb)
+		}
+		l, err := file.ParseLine(line)
+		if err != nil || !bytes.Equal(l.Record.Value, v) {
+			t.Errorf("%q: ParseLine = %q, %v; want the bytes as written", v, l.Record.Value, err)
+		}
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestParseLineRefusesBadSpacing(t *testing.T) {
+	head := `{"topic":"t","partition":0,"offset":1,"key":null,`
+	tail := `,"timestamp":0,"headers":[]}`
+	for _, tc := range []struct{ field, err string }{
+		{`"value_string":"x","value_spacing":[[0," "]]`, "value_spacing without a JSON value"},
+		{`"value":null,"value_spacing":[[0," "]]`, "value_spacing without a JSON value"},
+		{`"value":{},"value_spacing":[[3," "]]`, "outside the 2 bytes"},
+		{`"value":{},"value_spacing":[[1," "],[1," "]]`, "out of order"},
+		{`"value":{},"value_spacing":[[2," "],[1," "]]`, "out of order"},
+		{`"value":{},"value_spacing":[[0,"x"]]`, "want JSON whitespace"},
+		{`"value":{},"value_spacing":[[0,""]]`, "want JSON whitespace"},
+		{`"value":{},"value_spacing":[[0]]`, "want [offset, whitespace]"},
+	} {
+		_, err := file.ParseLine([]byte(head + tc.field + tail))
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want an error saying %q", tc.field, err, tc.err)
+		}
+	}
+	// A header's value and the key take spacing too.
+	line := `{"topic":"t","partition":0,"offset":1,"key":1,"key_spacing":[[1,"\n"]],"value":null,"timestamp":0,"headers":[{"key":"h","value":[],"value_spacing":[[1," \n"]]}]}`
+	l, err := file.ParseLine([]byte(line))
+	if err != nil || string(l.Record.Key) != "1\n" || string(l.Record.Headers[0].Value) != "[ \n]" {
+		t.Errorf("ParseLine = key %q, header %q, %v; want key \"1\\n\", header \"[ \\n]\"", l.Record.Key, l.Record.Headers, err)
+	}
+}
+
 // FuzzRoundTrip: whatever the bytes, a line is one line of valid JSON and
 // reads back as the record it was made from.
 func FuzzRoundTrip(f *testing.F) {
@@ -117,6 +197,7 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add([]byte{}, []byte("null"), "", []byte{}, int64(-1))
 	f.Add([]byte{0xff}, []byte("{\n}"), "\xff", []byte{0}, int64(0))
 	f.Add([]byte(`"`), []byte(`"\u2028"`), "\u2028", []byte("1 "), int64(-62135596800000))
+	f.Add([]byte(" [1,\n2] "), []byte("{\"id\": 1}\n"), "h", []byte("\r\n{ }\t"), int64(0))
 	f.Fuzz(func(t *testing.T, key, value []byte, hkey string, hvalue []byte, ms int64) {
 		r := sinks.Record{Offset: 5, Key: key, Value: value, Time: time.UnixMilli(ms),
 			Headers: []sinks.Header{{Key: hkey, Value: hvalue}, {Key: hkey, Value: nil}}}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"go.uber.org/zap"
 )
 
@@ -46,12 +47,17 @@ const (
 	Columns
 )
 
-func (m Mode) String() string {
-	if m == Columns {
-		return "columns"
-	}
-	return "raw"
-}
+var modeNames = enum.New[Mode]("mode", "raw", "columns")
+
+// String returns the mode's name in the URL: raw or columns.
+func (m Mode) String() string { return modeNames.String(m) }
+
+// MarshalText implements encoding.TextMarshaler with the mode's name.
+func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: raw or columns, case
+// folded.
+func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }
 
 // Sink options carried as query parameters of the URL; they are removed
 // before the rest of the URL goes to pgx.
@@ -191,14 +197,11 @@ func (c *config) set(key, val string) error {
 	case paramDeadLetters:
 		c.deadLetters, err = parseTable(key, val)
 	case paramMode:
-		switch val {
-		case "raw":
-			c.mode = Raw
-		case "columns":
-			c.mode = Columns
-		default:
+		m, perr := modeNames.Parse(val)
+		if perr != nil {
 			return fmt.Errorf("%w: %s=%q: want raw or columns", ErrURL, key, val)
 		}
+		c.mode = m
 	case paramRetryTimeout:
 		d, perr := time.ParseDuration(val)
 		if perr != nil || d < 0 || d > MaxRetryTimeout {

@@ -97,3 +97,20 @@ func TestFinish(t *testing.T) {
 		t.Errorf("WithGroup: %v, group %q", err, c.group)
 	}
 }
+
+func TestModeNames(t *testing.T) {
+	c, err := parseURL("postgres://db/app?mode=%20Columns")
+	if err != nil || c.mode != Columns {
+		t.Fatalf("mode= Columns: %v, %v; want columns (space trimmed, case folded)", c.mode, err)
+	}
+	if s := Mode(7).String(); s != "mode(7)" {
+		t.Errorf("Mode(7).String() = %q, want mode(7)", s)
+	}
+	var m Mode
+	if err := m.UnmarshalText([]byte("columns")); err != nil || m != Columns {
+		t.Errorf("UnmarshalText(columns) = %v, %v", m, err)
+	}
+	if b, err := Raw.MarshalText(); err != nil || string(b) != "raw" {
+		t.Errorf("MarshalText(Raw) = %s, %v", b, err)
+	}
+}

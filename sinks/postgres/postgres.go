@@ -156,6 +156,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -315,7 +316,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 		return fail(ErrClosed)
 	}
 	var giveUp time.Time
-	wait := retryFirst
+	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
@@ -339,6 +340,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
+		wait := retry.Next()
 		if time.Now().Add(wait).After(giveUp) {
 			return fail(fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err))
 		}
@@ -350,10 +352,9 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 			fields = append(fields, zap.Int("blocks", len(sorted)), zap.Int("rows", rows))
 		}
 		s.cfg.log.Warn("write lost its connection; retrying", fields...)
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return fail(err)
 		}
-		wait = min(2*wait, retryMax)
 	}
 }
 

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Backoff between attempts of one Write after a lost connection.
+// Backoff between attempts of one Write after a lost connection, by
+// internal/backoff's policy: from retryFirst, doubling up to retryMax,
+// jittered.
 const (
 	retryFirst = 50 * time.Millisecond
 	retryMax   = time.Second
@@ -79,16 +80,4 @@ func reason(err error) string {
 		s += ": " + pe.Detail
 	}
 	return fmt.Sprintf("%s (SQLSTATE %s)", s, pe.Code)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -268,7 +268,7 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 		}
 	}
 	if r := newRun(direct); r.len() > 0 {
-		src := &rawSource{r: r, row: make([]any, len(rawColumns))}
+		src := &rawSource{runSource{r: r, row: make([]any, len(rawColumns))}}
 		_, err := a.tx.CopyFrom(ctx, s.cfg.table, rawColumns, src)
 		switch {
 		case err == nil:
@@ -287,7 +287,7 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 	if r.len() == 0 {
 		return nil
 	}
-	src := &stageRawSource{r: r, row: make([]any, len(stageRawColumns))}
+	src := &stageRawSource{runSource{r: r, row: make([]any, len(stageRawColumns))}}
 	if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{stageRaw}, stageRawColumns, src); err != nil {
 		if src.err != nil {
 			return src.err
@@ -327,7 +327,7 @@ func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 	if r.len() == 0 {
 		return nil
 	}
-	src := &stageColsSource{r: r, row: make([]any, len(stageColsColumns))}
+	src := &stageColsSource{runSource{r: r, row: make([]any, len(stageColsColumns))}}
 	if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{stageCols}, stageColsColumns, src); err != nil {
 		return fmt.Errorf("copy into %s: %w", stageCols, err)
 	}
@@ -408,56 +408,58 @@ func (a *attempt) deadLetters(w *blockWrite) (q string, args []any) {
 	return a.s.sql.deadLetter, []any{w.b.Topic, w.b.Partition, offs, keys, vals, times, errs}
 }
 
-// rawSource feeds the raw table's COPY, one reused row at a time (pgx
-// encodes each row before it asks for the next). Its error, and
-// stageRawSource's, fails the whole call; encodeHeaders, the one step
-// that returns errors, encodes strings only and has no input it refuses.
-type rawSource struct {
+// runSource is what the COPY sources of a run share: the run, the row
+// being fed (reused: pgx encodes each row before it asks for the next) and
+// the error that stopped it.
+type runSource struct {
 	r   *run
 	i   int
 	row []any
 	err error
 }
 
-func (r *rawSource) Next() bool {
+func (r *runSource) Next() bool {
 	r.i++
 	return r.i <= r.r.len() && r.err == nil
 }
 
-func (r *rawSource) Values() ([]any, error) {
+func (r *runSource) Err() error { return r.err }
+
+// headed returns the current record, its block and its headers encoded;
+// its error stops the source.
+func (r *runSource) headed() (*blockWrite, *sinks.Record, []byte, error) {
 	w, rec := r.r.at(r.i - 1)
 	h, err := encodeHeaders(rec.Headers)
 	if err != nil {
 		r.err = fmt.Errorf("%s offset %d: %w", w.b, rec.Offset, err)
-		return nil, r.err
+		return nil, nil, nil, r.err
+	}
+	return w, rec, h, nil
+}
+
+// rawSource feeds the raw table's COPY. Its error, and stageRawSource's,
+// fails the whole call; encodeHeaders, the one step that returns errors,
+// encodes strings only and has no input it refuses.
+type rawSource struct{ runSource }
+
+func (r *rawSource) Values() ([]any, error) {
+	w, rec, h, err := r.headed()
+	if err != nil {
+		return nil, err
 	}
 	r.row[0], r.row[1], r.row[2], r.row[3] = w.b.Topic, int32(w.b.Partition), rec.Offset, rec.Key
 	r.row[4], r.row[5], r.row[6], r.row[7] = jsonbValue(rec.Value), rec.Value, rec.Time, h
 	return r.row, nil
 }
 
-func (r *rawSource) Err() error { return r.err }
-
 // stageRawSource feeds the raw staging table; value is the text jsonb is
 // made from, when the value is JSON.
-type stageRawSource struct {
-	r   *run
-	i   int
-	row []any
-	err error
-}
-
-func (r *stageRawSource) Next() bool {
-	r.i++
-	return r.i <= r.r.len() && r.err == nil
-}
+type stageRawSource struct{ runSource }
 
 func (r *stageRawSource) Values() ([]any, error) {
-	w, rec := r.r.at(r.i - 1)
-	h, err := encodeHeaders(rec.Headers)
+	w, rec, h, err := r.headed()
 	if err != nil {
-		r.err = fmt.Errorf("%s offset %d: %w", w.b, rec.Offset, err)
-		return nil, r.err
+		return nil, err
 	}
 	var text any
 	if v := jsonbValue(rec.Value); v != nil {
@@ -468,20 +470,9 @@ func (r *stageRawSource) Values() ([]any, error) {
 	return r.row, nil
 }
 
-func (r *stageRawSource) Err() error { return r.err }
-
 // stageColsSource feeds the columns staging table with the records that
-// passed objectReason.
-type stageColsSource struct {
-	r   *run
-	i   int
-	row []any
-}
-
-func (r *stageColsSource) Next() bool {
-	r.i++
-	return r.i <= r.r.len()
-}
+// passed objectReason; it has no error of its own.
+type stageColsSource struct{ runSource }
 
 func (r *stageColsSource) Values() ([]any, error) {
 	w, rec := r.r.at(r.i - 1)
@@ -489,5 +480,3 @@ func (r *stageColsSource) Values() ([]any, error) {
 	r.row[4], r.row[5], r.row[6] = rec.Key, rec.Time, rec.Value
 	return r.row, nil
 }
-
-func (r *stageColsSource) Err() error { return nil }

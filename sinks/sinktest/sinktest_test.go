@@ -222,8 +222,23 @@ func TestMutant(t *testing.T) {
 	}
 	dedup := os.Getenv("SINKTEST_DEDUP") != ""
 	claim := os.Getenv("SINKTEST_CLAIM") != ""
+	if strings.HasPrefix(mutant, "wrap-") {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			switch mutant {
+			case "wrap-no-unwrap":
+				return noUnwrap{inner}
+			case "wrap-no-batch":
+				return &wrapper{inner: inner}
+			}
+			return &perWrite{wrapper{inner: inner}}
+		}, sinktest.WrapperOptions{})
+		return
+	}
 	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 		m := newMem(dedup, true, mutant)
+		if strings.HasPrefix(mutant, "up-") {
+			return &upgraded{wrapper: wrapper{inner: m}, m: m}, m
+		}
 		return m, m
 	}, sinktest.Options{ReplayExact: claim, ReplayOverlap: claim, Fences: true})
 }
@@ -258,6 +273,13 @@ func TestMutantsFail(t *testing.T) {
 		{"batch-drop-last", true, []string{"WriteBlocks", "WriteBlocksConcurrent"}},
 		{"batch-short", true, []string{"WriteBlocks", "WriteBlocksFencing", "WriteBlocksLifecycle"}},
 		{"retain", true, []string{"BlockNotRetained", "WriteBlocks"}},
+		{"up-resume-from", true, []string{"Resumer", "WriteBlocks"}},
+		{"up-resume-generation", true, []string{"Resumer"}},
+		{"up-ping-fail", true, []string{"Pinger"}},
+		{"up-dead-letters", true, []string{"DeadLetterCounter"}},
+		{"wrap-no-unwrap", true, []string{"Unwrap", "Resumer", "Pinger", "DeadLetterCounter"}},
+		{"wrap-no-batch", true, []string{"WriteBlocks"}},
+		{"wrap-batch-per-write", true, []string{"WriteBlocks"}},
 	} {
 		name := cmp.Or(tc.mutant, "appending")
 		if tc.dedup {
@@ -285,4 +307,127 @@ func TestMutantsFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wrapper passes everything on to inner, the way a wrapper must, except
+// for WriteBlocks: it writes one block per Write.
+type wrapper struct {
+	inner sinks.Sink
+}
+
+func (w *wrapper) Write(ctx context.Context, b *sinks.Block) error { return w.inner.Write(ctx, b) }
+func (w *wrapper) Close() error                                    { return w.inner.Close() }
+func (w *wrapper) Unwrap() sinks.Sink                              { return w.inner }
+
+// batchWrapper is wrapper with WriteBlocks through sinks.WriteBlocks.
+type batchWrapper struct{ wrapper }
+
+func (w *batchWrapper) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	return sinks.WriteBlocks(ctx, w.inner, blocks)
+}
+
+// noUnwrap is a mutant wrapper that hides the inner sink's upgrades.
+type noUnwrap struct{ inner sinks.Sink }
+
+func (w noUnwrap) Write(ctx context.Context, b *sinks.Block) error { return w.inner.Write(ctx, b) }
+func (w noUnwrap) Close() error                                    { return w.inner.Close() }
+func (w noUnwrap) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	return sinks.WriteBlocks(ctx, w.inner, blocks)
+}
+
+// perWrite is a mutant wrapper that batches nothing: its WriteBlocks
+// writes the inner sink one Write per block.
+type perWrite struct{ wrapper }
+
+func (w *perWrite) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	for i, b := range blocks {
+		errs[i] = w.inner.Write(ctx, b)
+	}
+	return errs
+}
+
+func TestRunWrapper(t *testing.T) {
+	t.Run("Batched", func(t *testing.T) {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			return &batchWrapper{wrapper{inner: inner}}
+		}, sinktest.WrapperOptions{})
+	})
+	t.Run("Unbatched", func(t *testing.T) {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			return &wrapper{inner: inner}
+		}, sinktest.WrapperOptions{Unbatched: true})
+	})
+	t.Run("TwoDeep", func(t *testing.T) {
+		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+			return &batchWrapper{wrapper{inner: &batchWrapper{wrapper{inner: inner}}}}
+		}, sinktest.WrapperOptions{})
+	})
+}
+
+// upgraded is a memSink behind a wrapper with the side upgrades, which
+// the suite must find through the wrapper (sinks.As). Its Resume is the
+// last block written's Next and Generation; the up- mutants break it.
+type upgraded struct {
+	wrapper
+	m *memSink
+
+	mu   sync.Mutex
+	next map[part][2]int64
+}
+
+func (u *upgraded) Write(ctx context.Context, b *sinks.Block) error {
+	if err := u.m.Write(ctx, b); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.next == nil {
+		u.next = map[part][2]int64{}
+	}
+	next, gen := b.Next, b.Generation
+	switch u.m.mutant {
+	case "up-resume-from":
+		next = b.From
+	case "up-resume-generation":
+		gen = 0
+	}
+	u.next[part{b.Topic, b.Partition}] = [2]int64{next, gen}
+	return nil
+}
+
+func (u *upgraded) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	for i, b := range blocks {
+		errs[i] = u.Write(ctx, b)
+	}
+	return errs
+}
+
+func (u *upgraded) Resume(_ context.Context, topic string, partition int) (int64, int64, bool, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n, ok := u.next[part{topic, partition}]
+	return n[0], n[1], ok, nil
+}
+
+func (u *upgraded) Ping(context.Context) error {
+	if u.m.mutant == "up-ping-fail" {
+		return errors.New("down")
+	}
+	return nil
+}
+
+func (u *upgraded) DeadLetters() int64 {
+	if u.m.mutant == "up-dead-letters" {
+		return 1
+	}
+	return 0
+}
+
+func TestUpgraded(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
+		m := newMem(true, true, "")
+		return &upgraded{wrapper: wrapper{inner: m}, m: m}, m
+	}, sinktest.Options{ReplayExact: true, ReplayOverlap: true, Fences: true})
 }

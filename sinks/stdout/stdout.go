@@ -43,10 +43,10 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("write %s: %w", blockName(b), ErrClosed)
+		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	if len(b.Records) == 0 {
 		return nil
@@ -66,7 +66,7 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		s.buf = nil // don't hold on to the memory of one big block
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", blockName(b), err)
+		return fmt.Errorf("write %s: %w", b, err)
 	}
 	return nil
 }
@@ -78,8 +78,4 @@ func (s *Sink) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	return nil
-}
-
-func blockName(b *sinks.Block) string {
-	return fmt.Sprintf("%s/%d [%d, %d)", b.Topic, b.Partition, b.From, b.Next)
 }
