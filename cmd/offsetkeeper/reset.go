@@ -155,7 +155,7 @@ needs the log bounds.`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.admin.register(cmd, true)
+	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable")
 	fs.BoolVar(&o.allTopics, "all-topics", false, "scope: every topic found in the group's keys in etcd")
@@ -202,7 +202,7 @@ func targetList() string {
 }
 
 func (o *resetOptions) validate() error {
-	if err := o.admin.validate(true); err != nil {
+	if err := o.admin.validate(); err != nil {
 		return err
 	}
 	switch len(o.targets) {
@@ -509,15 +509,12 @@ func (v *planView) jsonValue() any { return v }
 
 func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	stderr := cmd.ErrOrStderr()
-	cli, err := o.admin.etcd()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	coord, snap, err := o.admin.loadGroup(ctx, cli)
-	if err != nil {
-		return err
-	}
+	defer s.Close()
+	coord, snap := s.coord, s.snap
 	if o.target == byDuration {
 		o.at = time.Now().Add(-o.ago)
 	}
