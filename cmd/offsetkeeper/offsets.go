@@ -78,7 +78,7 @@ An unknown --group exits with status 2 and names the groups there are.`,
 	}
 	o.admin.register(cmd, withKafka)
 	cmd.Flags().StringSliceVar(&o.topics, "topics", nil,
-		"topics of the group to show even where etcd has nothing yet, comma-separated (default: the topics found in etcd)")
+		"topics of the group to show even where etcd has nothing yet, comma-separated, whole topics as run's --topics (default: the topics found in etcd)")
 	return cmd
 }
 

@@ -119,7 +119,7 @@ needs the log bounds.`,
 	}
 	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()
-	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable")
+	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable (run and offsets describe take whole topics: --topics T,T)")
 	fs.BoolVar(&o.allTopics, "all-topics", false, "scope: every topic found in the group's keys in etcd")
 	fs.BoolVar(&o.earliest, toEarliest, false, "target: the log start offset")
 	fs.BoolVar(&o.latest, toLatest, false, "target: the log end (last stable offset)")

@@ -149,7 +149,7 @@ func unknownCommand(parent *cobra.Command, name string) error {
 	} else if s := closest(name, names); s != "" {
 		hint = fmt.Sprintf("; did you mean %q?", s)
 	}
-	return usagef("unknown command %q for %q%s: want one of %s", name, parent.CommandPath(), hint, strings.Join(names, ", "))
+	return usagef("unknown command %q for %q: want one of %s%s", name, parent.CommandPath(), strings.Join(names, ", "), hint)
 }
 
 // newHelpCommand is `offsetkeeper help [command]`: cobra's, but an unknown
