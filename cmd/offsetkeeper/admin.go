@@ -59,6 +59,14 @@ func (f *adminFlags) openGroup(ctx context.Context) (*etcdSession, error) {
 	return s, nil
 }
 
+// kafka opens the Kafka client of the topics, and a context bounded by
+// --kafka-timeout. done closes both.
+func (f *adminFlags) kafka(ctx context.Context, topics []string) (k *kafkaAdmin, kctx context.Context, done func()) {
+	kctx, cancel := context.WithTimeout(ctx, f.kafkaTimeout)
+	k = newKafkaAdmin(f.cluster.brokers, f.kafkaTimeout, topics, f.cluster.security.kafkaAuth())
+	return k, kctx, func() { k.Close(); cancel() }
+}
+
 // etcdContext bounds one etcd exchange.
 func (f *adminFlags) etcdContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.etcdTimeout)

@@ -64,11 +64,8 @@ error says whether the group knows the partition at all.`,
 	return cmd
 }
 
-// complete reads the environment and the partition of --topic T:P.
+// complete reads the partition of --topic T:P.
 func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error {
-	if err := bindEnv(cmd); err != nil {
-		return err
-	}
 	o.partitionSet = cmd.Flags().Changed("partition")
 	o.p = coordinator.Partition{Topic: o.topic, Partition: o.partition}
 	if topic, part, ok := strings.Cut(o.topic, ":"); ok {

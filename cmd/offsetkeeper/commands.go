@@ -31,7 +31,8 @@ func groupCommand(cmd *cobra.Command) *cobra.Command {
 }
 
 // options is the shape of every command's options, after kubectl's:
-// complete from the environment, validate (bad input is a usage error, exit
+// complete what derives from the flags (after the environment set the flags
+// not given), validate (bad input is a usage error, exit
 // 2, before anything is touched), then run.
 type options interface {
 	complete(cmd *cobra.Command) error
@@ -39,9 +40,13 @@ type options interface {
 	run(ctx context.Context, cmd *cobra.Command) error
 }
 
-// runE runs o's three steps; SIGINT and SIGTERM cancel the context.
+// runE sets the flags not given from the environment (bindEnv), then runs
+// o's three steps; SIGINT and SIGTERM cancel the context.
 func runE(o options) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
+		if err := bindEnv(cmd); err != nil {
+			return err
+		}
 		if err := o.complete(cmd); err != nil {
 			return err
 		}

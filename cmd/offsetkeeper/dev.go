@@ -97,19 +97,13 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	return cmd
 }
 
-// complete reads the environment and parses --sink. A postgres sink with
-// the default group gets a group of its own: the sink's offsets table
-// outlives this run's etcd, and an earlier run's epochs would fence this one.
-func (o *devOptions) complete(cmd *cobra.Command) error {
-	if err := bindEnv(cmd); err != nil {
+// complete parses --sink. A postgres sink with the default group gets a
+// group of its own: the sink's offsets table outlives this run's etcd, and
+// an earlier run's epochs would fence this one.
+func (o *devOptions) complete(*cobra.Command) error {
+	var err error
+	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
-	}
-	if o.sink != "" {
-		t, err := parseSink(o.sink)
-		if err != nil {
-			return err
-		}
-		o.target = t
 	}
 	if o.target.scheme == "postgres" && o.group == "dev" {
 		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())

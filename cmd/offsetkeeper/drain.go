@@ -49,10 +49,10 @@ draining. --undo clears the mark and the replica gets its share back.`,
 	return cmd
 }
 
-// complete reads the environment and the replica ID argument.
+// complete reads the replica ID argument.
 func (o *drainOptions) complete(cmd *cobra.Command) error {
 	o.id = cmd.Flags().Arg(0)
-	return bindEnv(cmd)
+	return nil
 }
 
 func (o *drainOptions) validate() error {

@@ -37,8 +37,21 @@ func bindEnv(cmd *cobra.Command) error {
 			return
 		}
 		f.Changed = true
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[envAnnotation] = []string{name}
 	})
 	return first
+}
+
+// envAnnotation marks, in a flag's annotations, a flag bindEnv set.
+const envAnnotation = "offsetkeeper-env"
+
+// fromEnv tells whether bindEnv set f from the environment.
+func fromEnv(f *pflag.Flag) bool {
+	_, ok := f.Annotations[envAnnotation]
+	return ok
 }
 
 func envName(flag string) string {

@@ -50,7 +50,7 @@ are kept. With --group only that group is listed.`,
 	return cmd
 }
 
-func (o *groupsListOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *groupsListOptions) complete(*cobra.Command) error { return nil }
 
 func (o *groupsListOptions) validate() error { return o.admin.validate() }
 

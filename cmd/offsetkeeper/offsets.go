@@ -82,7 +82,7 @@ An unknown --group exits with status 2 and names the groups there are.`,
 	return cmd
 }
 
-func (o *describeOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *describeOptions) complete(*cobra.Command) error { return nil }
 
 func (o *describeOptions) validate() error {
 	if err := o.admin.validate(); err != nil {
@@ -225,10 +225,8 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 	if len(topics) == 0 {
 		return nil, nil, nil
 	}
-	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
-	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
-	defer k.Close()
+	k, kctx, done := o.admin.kafka(ctx, topics)
+	defer done()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {
 		return nil, nil, err

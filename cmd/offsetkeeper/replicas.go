@@ -61,7 +61,7 @@ show in 'offsets describe' until it is gone.`,
 	return cmd
 }
 
-func (o *replicasListOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *replicasListOptions) complete(*cobra.Command) error { return nil }
 
 func (o *replicasListOptions) validate() error { return o.admin.validate() }
 

@@ -135,15 +135,11 @@ needs the log bounds.`,
 	return cmd
 }
 
-// complete reads the environment, finds the target given and parses the
+// complete finds the target given and parses the
 // scope and the target's value.
 func (o *resetOptions) complete(cmd *cobra.Command) error {
 	fs := cmd.Flags()
-	executeFlag := fs.Changed("execute")
-	if err := bindEnv(cmd); err != nil {
-		return err
-	}
-	o.executeEnv = !executeFlag && fs.Changed("execute") && o.execute
+	o.executeEnv = fromEnv(fs.Lookup("execute")) && o.execute
 	o.outputSet = fs.Changed("output")
 	o.targets = nil
 	for _, name := range resetTargets {
@@ -251,10 +247,8 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 	}
 
-	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
-	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
-	defer k.Close()
+	k, kctx, done := o.admin.kafka(ctx, topics)
+	defer done()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {
 		return o.kafkaError(err)

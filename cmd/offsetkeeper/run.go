@@ -104,18 +104,11 @@ once. Exit status 0.`,
 	return cmd
 }
 
-// complete reads the environment, parses --sink and builds the replica's
-// configuration.
-func (o *runOptions) complete(cmd *cobra.Command) error {
-	if err := bindEnv(cmd); err != nil {
+// complete parses --sink and builds the replica's configuration.
+func (o *runOptions) complete(*cobra.Command) error {
+	var err error
+	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
-	}
-	if o.sink != "" {
-		t, err := parseSink(o.sink)
-		if err != nil {
-			return err
-		}
-		o.target = t
 	}
 	o.target.group = o.cluster.group
 	o.cfg = replica.Config{

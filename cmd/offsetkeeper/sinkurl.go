@@ -65,6 +65,14 @@ func parseSink(raw string) (sinkTarget, error) {
 	}
 }
 
+// parseSinkFlag is parseSink of a --sink that may be empty (no sink).
+func parseSinkFlag(raw string) (sinkTarget, error) {
+	if raw == "" {
+		return sinkTarget{}, nil
+	}
+	return parseSink(raw)
+}
+
 // shownSink is a --sink value fit for a message: a postgres:// URL may hold
 // a password, even one that does not parse.
 func shownSink(raw string) string {
