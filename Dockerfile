@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # offsetkeeper as a container: a static binary (no cgo) built with the Go of
-# go.mod, in a distroless image that runs it as a non-root user.
+# go.mod, in a distroless image that runs it as a non-root user. -tags nodev
+# leaves out `offsetkeeper dev` and the embedded etcd and Kafka it links
+# (23 MB instead of 38 MB).
 #
 #   docker build -t offsetkeeper --build-arg VERSION=$(git describe --always) .
 #   docker run --rm offsetkeeper run --help
@@ -17,7 +19,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/offsetkeeper ./cmd/offsetkeeper
+    go build -tags nodev -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/offsetkeeper ./cmd/offsetkeeper
 
 # static: CA certificates (for --kafka-tls and https:// etcd endpoints with
 # the system's CAs), /etc/passwd with the user nonroot (65532), /tmp, no shell.

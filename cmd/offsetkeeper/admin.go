@@ -5,92 +5,83 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
-// Defaults of the operator commands' timeouts.
-const (
-	defaultEtcdTimeout  = 10 * time.Second
-	defaultKafkaTimeout = 5 * time.Second
-)
+// refusedProbeTimeout bounds the probe of the etcd endpoints that tells a
+// refused connection at once, rather than after --etcd-timeout.
+const refusedProbeTimeout = time.Second
 
-// adminFlags are the flags every operator command takes: where the cluster
-// is (the same flags as run), how long to wait for it, and -o.
-type adminFlags struct {
-	cluster      clusterFlags
-	output       outputFlag
-	etcdTimeout  time.Duration
-	kafkaTimeout time.Duration
-	withKafka    bool
+// etcdSession is an operator command's connection to etcd, and for the
+// commands of one group, the group's state read at one revision. Close it
+// when done.
+type etcdSession struct {
+	cli   *clientv3.Client
+	coord *coordinator.Coordinator // nil from open
+	snap  *coordinator.Snapshot    // nil from open
 }
 
-// register adds the flags to cmd; withKafka adds --kafka-timeout for the
-// commands that ask Kafka.
-func (f *adminFlags) register(cmd *cobra.Command, withKafka bool) {
-	f.cluster.register(cmd)
-	f.output.register(cmd)
-	fs := cmd.Flags()
-	fs.DurationVar(&f.etcdTimeout, "etcd-timeout", defaultEtcdTimeout, "give up on etcd after this long (exit 1)")
-	f.withKafka = withKafka
-	if withKafka {
-		fs.DurationVar(&f.kafkaTimeout, "kafka-timeout", defaultKafkaTimeout, "give up on Kafka after this long")
+func (s *etcdSession) Close() { _ = s.cli.Close() }
+
+// open connects to etcd. When every endpoint refuses the connection it
+// fails at once, saying so.
+func (f *adminFlags) open(ctx context.Context) (*etcdSession, error) {
+	cli, err := f.cluster.etcdClient()
+	if err != nil {
+		return nil, err
 	}
+	if err := refused(ctx, f.cluster.etcdEndpoints); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return &etcdSession{cli: cli}, nil
 }
 
-// validate checks the flags; the group is checked only when needGroup, and
-// otherwise only if given.
-func (f *adminFlags) validate(needGroup bool) error {
-	if err := f.output.validate(); err != nil {
-		return err
+// openGroup is open, then the group's state. A group without any key in
+// etcd is bad usage: the error names it and the groups there are.
+func (f *adminFlags) openGroup(ctx context.Context) (*etcdSession, error) {
+	s, err := f.open(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if needGroup || f.cluster.group != "" {
-		if err := f.cluster.validate(); err != nil {
-			return err
-		}
-	} else if err := (&clusterFlags{etcdEndpoints: f.cluster.etcdEndpoints, group: "any"}).validate(); err != nil {
-		return err
-	} else if err := f.cluster.security.validate(f.cluster.etcdEndpoints); err != nil {
-		return err
+	if s.coord, s.snap, err = f.loadGroup(ctx, s.cli); err != nil {
+		s.Close()
+		return nil, err
 	}
-	if f.etcdTimeout <= 0 {
-		return usagef("--etcd-timeout %s: want a positive duration such as 10s", f.etcdTimeout)
-	}
-	if f.withKafka && f.kafkaTimeout <= 0 {
-		return usagef("--kafka-timeout %s: want a positive duration such as 5s", f.kafkaTimeout)
-	}
-	for _, b := range f.cluster.brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			return usagef("--brokers %q: want host:port[,host:port...]", b)
-		}
-	}
-	return nil
+	return s, nil
 }
 
-// etcd opens a client; close it when done.
-func (f *adminFlags) etcd() (*clientv3.Client, error) { return f.cluster.etcdClient() }
+// kafka opens the Kafka client of the topics, and a context bounded by
+// --kafka-timeout. done closes both.
+func (f *adminFlags) kafka(ctx context.Context, topics []string) (k *kafkaAdmin, kctx context.Context, done func()) {
+	kctx, cancel := context.WithTimeout(ctx, f.kafkaTimeout)
+	k = newKafkaAdmin(f.cluster.brokers, f.kafkaTimeout, topics, f.cluster.security.kafkaAuth())
+	return k, kctx, func() { k.Close(); cancel() }
+}
 
 // etcdContext bounds one etcd exchange.
 func (f *adminFlags) etcdContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.etcdTimeout)
 }
 
+// etcdError names etcd and --etcd-timeout in an error of an etcd exchange.
 func (f *adminFlags) etcdError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("etcd at %s did not answer within --etcd-timeout %s: %w",
-			strings.Join(f.cluster.etcdEndpoints, ","), f.etcdTimeout, err)
+			strings.Join(redactURLs(f.cluster.etcdEndpoints), ","), f.etcdTimeout, err)
 	}
-	return err
+	return fmt.Errorf("etcd at %s: %w", strings.Join(redactURLs(f.cluster.etcdEndpoints), ","), err)
 }
 
-// loadGroup reads the group's state at one revision. A group without any
-// key in etcd is bad usage: the error names it and the groups there are.
+// loadGroup reads the group's state at one revision.
 func (f *adminFlags) loadGroup(ctx context.Context, cli *clientv3.Client) (*coordinator.Coordinator, *coordinator.Snapshot, error) {
 	group := f.cluster.group
 	coord, err := coordinator.New(cli, group)
@@ -122,6 +113,49 @@ func unknownGroup(group string, known []string) error {
 		return usagef("--group %q: no such group in etcd (no group has any key under /offsetkeeper/v1/groups/)", group)
 	}
 	return usagef("--group %q: no such group in etcd; want one of: %s", group, strings.Join(known, ", "))
+}
+
+// refused dials every TCP endpoint at once and returns an error when all
+// refuse the connection: nothing listens there, and the etcd client would
+// wait out its timeout to say no more than that. It returns nil as soon as
+// one connects, and when one does not answer within refusedProbeTimeout
+// (the client's own wait then tells) or is not TCP.
+func refused(ctx context.Context, endpoints []string) error {
+	addrs := make([]string, 0, len(endpoints))
+	for _, e := range endpoints {
+		addr := e
+		if scheme, _, ok := strings.Cut(e, "://"); ok {
+			u, err := url.Parse(e)
+			if err != nil || (scheme != "http" && scheme != "https") {
+				return nil
+			}
+			addr = u.Host
+		}
+		addrs = append(addrs, addr)
+	}
+	pctx, cancel := context.WithTimeout(ctx, refusedProbeTimeout)
+	defer cancel()
+	results := make(chan error, len(addrs))
+	for _, a := range addrs {
+		go func() {
+			var d net.Dialer
+			conn, err := d.DialContext(pctx, "tcp", a)
+			if err == nil {
+				_ = conn.Close()
+			}
+			results <- err
+		}()
+	}
+	var errs []error
+	for range addrs {
+		err := <-results
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil // it connected, timed out or failed otherwise: let the client tell
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("etcd at %s refused the connection (nothing listens there; check --etcd-endpoints): %w",
+		strings.Join(redactURLs(endpoints), ","), errs[0])
 }
 
 // groupTopics lists the topics named in the group's claims, offsets and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,20 +16,21 @@ import (
 
 // claimsReleaseOptions is `offsetkeeper claims release`.
 type claimsReleaseOptions struct {
-	cluster   clusterFlags
+	admin     adminFlags
 	topic     string
 	partition int
 	waiting   waitFlags
-	output    outputFlag
+
+	// Set by complete.
+	partitionSet bool
+	p            coordinator.Partition
 }
 
 func newClaimsCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := groupCommand(&cobra.Command{
 		Use:   "claims",
 		Short: "Move partitions between replicas",
-		Args:  noArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
+	})
 	cmd.AddCommand(newClaimsReleaseCommand())
 	return cmd
 }
@@ -43,37 +46,77 @@ same one, under a new epoch) claims it next and resumes from the committed
 offset, so nothing is lost or written twice. The request is a key under
 /offsetkeeper/v1/groups/<group>/release/ that names the claim's epoch, so it
 can never affect a later claim. With --wait (default) the command returns once
-the partition has been handed over, and prints who owns it now.`,
+the partition has been handed over, and prints who owns it now.
+
+The partition is --topic T --partition P, or --topic T:P as 'offsets reset'
+takes it. A partition the group has no claim of is bad usage (exit 2); the
+error says whether the group knows the partition at all.`,
 		Example: `  offsetkeeper claims release --group orders --topic orders --partition 3
-  offsetkeeper claims release --group orders --topic orders --partition 3 -o json`,
+  offsetkeeper claims release --group orders --topic orders:3 -o json`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.cluster.register(cmd)
+	o.admin.register(cmd, etcdOnly)
 	fs := cmd.Flags()
-	fs.StringVar(&o.topic, "topic", "", "the partition's topic")
-	fs.IntVar(&o.partition, "partition", -1, "the partition number")
+	fs.StringVar(&o.topic, "topic", "", "the partition's topic, or TOPIC:P for the partition too")
+	fs.IntVar(&o.partition, "partition", 0, "the partition number, 0 or more (required unless --topic is TOPIC:P)")
 	o.waiting.register(cmd, "wait until the partition has been handed over", time.Minute)
-	o.output.register(cmd)
 	return cmd
 }
 
-func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+// complete reads the partition of --topic T:P.
+func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error {
+	o.partitionSet = cmd.Flags().Changed("partition")
+	o.p = coordinator.Partition{Topic: o.topic, Partition: o.partition}
+	if topic, part, ok := strings.Cut(o.topic, ":"); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil {
+			return usagef("--topic %q: partition %q is not a partition number; want TOPIC or TOPIC:P with P 0 or more, such as %s:0", o.topic, part, topic)
+		}
+		if o.partitionSet && n != o.partition {
+			return usagef("--topic %q and --partition %d conflict: give the partition once", o.topic, o.partition)
+		}
+		o.p, o.partitionSet = coordinator.Partition{Topic: topic, Partition: n}, true
+	}
+	return nil
+}
 
 func (o *claimsReleaseOptions) validate() error {
-	if err := o.cluster.validate(); err != nil {
+	if err := o.admin.validate(); err != nil {
 		return err
 	}
-	if o.topic == "" {
-		return usagef("--topic is required: the partition's topic")
+	switch {
+	case o.topic == "":
+		return usagef("--topic is required: the partition's topic, e.g. --topic orders --partition 3 or --topic orders:3")
+	case !o.partitionSet:
+		return usagef("--partition is required: the partition number, 0 or more, e.g. --topic %s --partition 0 (or --topic %s:0)", o.p.Topic, o.p.Topic)
+	case o.p.Partition < 0:
+		return usagef("--partition %d: want a partition number, 0 or more", o.p.Partition)
 	}
-	if o.partition < 0 {
-		return usagef("--partition %d: want a partition number, 0 or more", o.partition)
-	}
-	if err := o.output.validate(); err != nil {
-		return err
+	if err := validTopic(o.p.Topic); err != nil {
+		return usagef("--topic %q: %v", o.topic, err)
 	}
 	return o.waiting.validate()
+}
+
+// notClaimed is the usage error of releasing p, which has no claim: it says
+// whether the group knows the partition, and which of the topic's it knows.
+func notClaimed(snap *coordinator.Snapshot, p coordinator.Partition, group string) error {
+	var ids []int
+	for _, q := range groupPartitions(snap) {
+		if q.Topic == p.Topic {
+			ids = append(ids, q.Partition)
+		}
+	}
+	switch {
+	case len(ids) == 0:
+		return usagef("partition %s: group %q has no partition of topic %q in etcd (its topics: %s); nothing to release",
+			p, group, p.Topic, strings.Join(groupTopics(snap), ", "))
+	case !slices.Contains(ids, p.Partition) && p.Partition > ids[len(ids)-1]:
+		return usagef("partition %s does not exist in group %q: etcd knows %d partitions of %s (%d to %d); nothing to release",
+			p, group, len(ids), p.Topic, ids[0], ids[len(ids)-1])
+	}
+	return usagef("partition %s of group %q is not claimed by any replica: nothing to release", p, group)
 }
 
 // handover is what `claims release` reports.
@@ -88,36 +131,24 @@ type handover struct {
 }
 
 func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) error {
-	stdout := cmd.OutOrStdout()
-	cli, err := o.cluster.etcdClient()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	coord, err := coordinator.New(cli, o.cluster.group)
-	if err != nil {
-		return usage(err)
-	}
-	p := coordinator.Partition{Topic: o.topic, Partition: o.partition}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	snap, err := coord.Snapshot(rctx)
-	if err != nil {
-		return err
-	}
-	if len(snap.Members) == 0 && len(snap.Offsets) == 0 && len(snap.Claims) == 0 {
-		return usagef("group %q: nothing in etcd under %s", o.cluster.group, coord.Keys().Prefix())
-	}
-	before, ok := snap.Claims[p]
+	defer s.Close()
+	p, coord := o.p, s.coord
+	before, ok := s.snap.Claims[p]
 	if !ok {
-		return usagef("partition %s of group %q is not claimed by any replica: nothing to release", p, o.cluster.group)
+		return notClaimed(s.snap, p, o.admin.cluster.group)
 	}
+	rctx, cancel := o.admin.etcdContext(ctx)
+	defer cancel()
 	epoch, err := coord.RequestRelease(rctx, p)
 	if errors.Is(err, coordinator.ErrNotClaimed) {
 		return usage(err)
 	}
 	if err != nil {
-		return err
+		return o.admin.etcdError(err)
 	}
 	h := handover{Topic: p.Topic, Partition: p.Partition, From: before.Replica, FromEpoch: epoch}
 	if o.waiting.wait {
@@ -134,14 +165,14 @@ func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) erro
 			}
 			return false, nil
 		})
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cctx, ccancel := o.admin.etcdContext(context.Background())
 		_ = coord.ClearRelease(cctx, p)
 		ccancel()
 		if err != nil {
 			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", p, o.waiting.timeout, h.From, epoch)
 		}
 	}
-	return o.output.print(stdout, h)
+	return o.admin.output.print(cmd.OutOrStdout(), h)
 }
 
 func (h handover) columns() []string {
@@ -157,25 +188,6 @@ func (h handover) rows() [][]string {
 }
 
 func (h handover) jsonValue() any { return h }
-
-// waitFlags are --wait and --timeout of a command that can wait for the
-// group to act on what it asked.
-type waitFlags struct {
-	wait    bool
-	timeout time.Duration
-}
-
-func (f *waitFlags) register(cmd *cobra.Command, what string, timeout time.Duration) {
-	cmd.Flags().BoolVar(&f.wait, "wait", true, what)
-	cmd.Flags().DurationVar(&f.timeout, "timeout", timeout, "how long --wait waits")
-}
-
-func (f *waitFlags) validate() error {
-	if f.timeout <= 0 {
-		return usagef("--timeout %s: want a positive duration", f.timeout)
-	}
-	return nil
-}
 
 // poll calls check every interval until it reports done, returns an error,
 // or ctx ends.

@@ -1,7 +1,10 @@
 package main
 
 import (
-	"strings"
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -19,16 +22,39 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func groupCommand(cmd *cobra.Command) *cobra.Command {
 	cmd.Args = func(c *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			var names []string
-			for _, s := range c.Commands() {
-				if s.IsAvailableCommand() {
-					names = append(names, s.Name())
-				}
-			}
-			return usagef("unknown command %q for %q: want one of %s", args[0], c.CommandPath(), strings.Join(names, ", "))
+			return unknownCommand(c, args[0])
 		}
 		return nil
 	}
 	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	return cmd
+}
+
+// options is the shape of every command's options, after kubectl's:
+// complete what derives from the flags (after the environment set the flags
+// not given), validate (bad input is a usage error, exit
+// 2, before anything is touched), then run.
+type options interface {
+	complete(cmd *cobra.Command) error
+	validate() error
+	run(ctx context.Context, cmd *cobra.Command) error
+}
+
+// runE sets the flags not given from the environment (bindEnv), then runs
+// o's three steps; SIGINT and SIGTERM cancel the context.
+func runE(o options) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := bindEnv(cmd); err != nil {
+			return err
+		}
+		if err := o.complete(cmd); err != nil {
+			return err
+		}
+		if err := o.validate(); err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return o.run(ctx, cmd)
+	}
 }

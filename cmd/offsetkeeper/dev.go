@@ -1,3 +1,5 @@
+//go:build !nodev
+
 package main
 
 import (
@@ -6,13 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +24,11 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
+
+// extraCommands are the commands of this build beyond the production ones:
+// dev, which links an embedded etcd and kfake. A -tags nodev build leaves
+// it out (nodev.go).
+func extraCommands() []*cobra.Command { return []*cobra.Command{newDevCommand()} }
 
 // devOptions is `offsetkeeper dev`.
 type devOptions struct {
@@ -73,17 +77,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
   offsetkeeper dev --sink stdout: --messages 10 --replicas 1
   offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the printed endpoints`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bindEnv(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return o.run(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: runE(o),
 	}
 	fs := cmd.Flags()
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas to run")
@@ -99,12 +93,23 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "replicas' lease TTL: a crashed replica's partitions move after this")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random; the report prints it)")
-	o.logs.register(fs, "console")
-	if f := fs.Lookup("log-level"); f != nil {
-		f.DefValue = "warn"
-		_ = f.Value.Set("warn")
-	}
+	o.logs.register(fs, logWarn, logConsole)
 	return cmd
+}
+
+// complete parses --sink. A postgres sink with the default group gets a
+// group of its own: the sink's offsets table outlives this run's etcd, and
+// an earlier run's epochs would fence this one.
+func (o *devOptions) complete(*cobra.Command) error {
+	var err error
+	if o.target, err = parseSinkFlag(o.sink); err != nil {
+		return err
+	}
+	if o.target.scheme == "postgres" && o.group == "dev" {
+		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())
+	}
+	o.target.group = o.group
+	return nil
 }
 
 func (o *devOptions) validate() error {
@@ -122,33 +127,21 @@ func (o *devOptions) validate() error {
 	case o.chaosEvery < 100*time.Millisecond:
 		return usagef("--chaos-every %s: want at least 100ms", o.chaosEvery)
 	}
+	if err := validTopic(o.topic); err != nil {
+		return usagef("--topic %q: %v", o.topic, err)
+	}
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
 		return usage(fmt.Errorf("--lease-ttl: %w", err))
 	}
 	if err := coordinator.ValidGroup(o.group); err != nil {
 		return usage(fmt.Errorf("--group: %w", err))
 	}
-	if o.sink != "" {
-		t, err := parseSink(o.sink)
-		if err != nil {
-			return err
-		}
-		o.target = t
-	}
-	if o.target.scheme == "postgres" && o.group == "dev" {
-		// The sink's offsets table outlives this run's etcd: a group of
-		// its own keeps an earlier run's epochs from fencing this one.
-		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())
-	}
-	o.target.group = o.group
-	if _, err := o.logs.newLogger(io.Discard); err != nil {
-		return err
-	}
 	return nil
 }
 
-func (o *devOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
-	log, _ := o.logs.newLogger(stderr)
+func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	log := o.logs.newLogger(stderr)
 	defer func() { _ = log.Sync() }()
 	deadline, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()

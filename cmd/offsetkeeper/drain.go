@@ -14,11 +14,10 @@ import (
 
 // drainOptions is `offsetkeeper replicas drain`.
 type drainOptions struct {
-	cluster clusterFlags
+	admin   adminFlags
 	id      string
 	undo    bool
 	waiting waitFlags
-	output  outputFlag
 }
 
 func newReplicasDrainCommand() *cobra.Command {
@@ -41,26 +40,23 @@ draining. --undo clears the mark and the replica gets its share back.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.id = args[0]
-			return runE(o)(cmd, args)
-		},
+		RunE: runE(o),
 	}
-	o.cluster.register(cmd)
+	o.admin.register(cmd, etcdOnly)
 	fs := cmd.Flags()
 	fs.BoolVar(&o.undo, "undo", false, "clear the draining mark")
 	o.waiting.register(cmd, "wait until the replica owns no partition", 2*time.Minute)
-	o.output.register(cmd)
 	return cmd
 }
 
-func (o *drainOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+// complete reads the replica ID argument.
+func (o *drainOptions) complete(cmd *cobra.Command) error {
+	o.id = cmd.Flags().Arg(0)
+	return nil
+}
 
 func (o *drainOptions) validate() error {
-	if err := o.cluster.validate(); err != nil {
-		return err
-	}
-	if err := o.output.validate(); err != nil {
+	if err := o.admin.validate(); err != nil {
 		return err
 	}
 	return o.waiting.validate()
@@ -68,22 +64,19 @@ func (o *drainOptions) validate() error {
 
 func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	cli, err := o.cluster.etcdClient()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	coord, err := coordinator.New(cli, o.cluster.group)
-	if err != nil {
-		return usage(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer s.Close()
+	coord := s.coord
+	rctx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
 	if err := coord.SetDraining(rctx, o.id, !o.undo); err != nil {
 		if errors.Is(err, coordinator.ErrNoMember) {
-			return usagef("replica %q is not a live member of group %q (see 'offsetkeeper replicas list')", o.id, o.cluster.group)
+			return usagef("replica %q is not a live member of group %q (see 'offsetkeeper replicas list')", o.id, o.admin.cluster.group)
 		}
-		return err
+		return o.admin.etcdError(err)
 	}
 	owned := -1
 	if o.waiting.wait && !o.undo {
@@ -111,7 +104,7 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			return fmt.Errorf("drain %s: still owns %d partitions after --timeout %s", o.id, owned, o.waiting.timeout)
 		}
 	}
-	return o.output.print(stdout, drainState{Replica: o.id, Draining: !o.undo, Partitions: max(owned, 0), Waited: o.waiting.wait && !o.undo})
+	return o.admin.output.print(stdout, drainState{Replica: o.id, Draining: !o.undo, Partitions: max(owned, 0), Waited: o.waiting.wait && !o.undo})
 }
 
 // drainState is what `replicas drain` reports. partitions is what the

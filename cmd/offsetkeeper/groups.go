@@ -35,10 +35,7 @@ func newGroupsListCommand() *cobra.Command {
 REPLICAS counts the live members (replicas whose lease is alive); PARTITIONS
 counts the partitions with a committed offset or a claim. A group whose
 replicas all stopped still shows, with 0 replicas, as long as its offsets
-are kept. With --group only that group is listed.
-
---brokers is accepted, like by every command, but not used: this reads etcd
-only.`,
+are kept. With --group only that group is listed.`,
 		Example: `  offsetkeeper groups list --etcd-endpoints etcd1:2379
   GROUP   REPLICAS  PARTITIONS
   orders  3         12
@@ -48,13 +45,14 @@ only.`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.admin.register(cmd, false)
+	o.admin.register(cmd, etcdOnly)
+	o.admin.needGroup = false
 	return cmd
 }
 
-func (o *groupsListOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *groupsListOptions) complete(*cobra.Command) error { return nil }
 
-func (o *groupsListOptions) validate() error { return o.admin.validate(false) }
+func (o *groupsListOptions) validate() error { return o.admin.validate() }
 
 // groupRow is one group; its JSON fields are stable.
 type groupRow struct {
@@ -78,11 +76,12 @@ func (v groupsView) rows() [][]string {
 func (v groupsView) jsonValue() any { return []groupRow(v) }
 
 func (o *groupsListOptions) run(ctx context.Context, cmd *cobra.Command) error {
-	cli, err := o.admin.etcd()
+	s, err := o.admin.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer s.Close()
+	cli := s.cli
 	ectx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
 	groups, err := coordinator.Groups(ectx, cli)

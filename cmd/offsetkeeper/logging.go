@@ -1,47 +1,66 @@
 package main
 
 import (
-	"fmt"
 	"io"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
+
+// logLevel is --log-level: debug, info, warn or error.
+type logLevel int
+
+const (
+	logDebug logLevel = iota
+	logInfo
+	logWarn
+	logError
+)
+
+var logLevels = enum.New[logLevel]("log level", "debug", "info", "warn", "error")
+
+func (l logLevel) String() string { return logLevels.String(l) }
+
+// zap is the zap level of l.
+func (l logLevel) zap() zapcore.Level { return zapcore.Level(int(l) - 1) }
+
+// logFormat is --log-format: json (for collectors) or console (for people).
+type logFormat int
+
+const (
+	logJSON logFormat = iota
+	logConsole
+)
+
+var logFormats = enum.New[logFormat]("log format", "json", "console")
+
+func (f logFormat) String() string { return logFormats.String(f) }
 
 // logFlags are the logging flags every long-running command takes.
 type logFlags struct {
-	level  string
-	format string
+	level  logLevel
+	format logFormat
 }
 
-// newLogger builds a zap logger writing to w. Level: debug, info, warn,
-// error. Format: json (for collectors) or console (for people).
-func (f logFlags) newLogger(w io.Writer) (*zap.Logger, error) {
-	var lvl zapcore.Level
-	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", f.level)
-	}
+func (f *logFlags) register(fs *pflag.FlagSet, level logLevel, format logFormat) {
+	f.level, f.format = level, format
+	fs.Var(newEnumFlag(logLevels, &f.level), "log-level", "log level: debug, info, warn or error")
+	fs.Var(newEnumFlag(logFormats, &f.format), "log-format", "log format: json or console")
+}
+
+// newLogger builds a zap logger writing to w.
+func (f logFlags) newLogger(w io.Writer) *zap.Logger {
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
 	var enc zapcore.Encoder
-	switch f.format {
-	case "json":
-		enc = zapcore.NewJSONEncoder(encCfg)
-	case "console":
+	if f.format == logConsole {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
 		enc = zapcore.NewConsoleEncoder(encCfg)
-	default:
-		return nil, usagef("--log-format %q: want json or console", f.format)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
-	return zap.New(core), nil
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), f.level.zap()))
 }
-
-func (f *logFlags) register(fs interface {
-	StringVar(p *string, name, value, usage string)
-}, defaultFormat string) {
-	fs.StringVar(&f.level, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.format, "log-format", defaultFormat, "log format: json or console")
-}
-
-var _ = fmt.Sprint

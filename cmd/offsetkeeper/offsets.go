@@ -76,24 +76,19 @@ An unknown --group exits with status 2 and names the groups there are.`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.admin.register(cmd, true)
+	o.admin.register(cmd, withKafka)
 	cmd.Flags().StringSliceVar(&o.topics, "topics", nil,
-		"topics of the group to show even where etcd has nothing yet, comma-separated (default: the topics found in etcd)")
+		"topics of the group to show even where etcd has nothing yet, comma-separated, whole topics as run's --topics (default: the topics found in etcd)")
 	return cmd
 }
 
-func (o *describeOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *describeOptions) complete(*cobra.Command) error { return nil }
 
 func (o *describeOptions) validate() error {
-	if err := o.admin.validate(true); err != nil {
+	if err := o.admin.validate(); err != nil {
 		return err
 	}
-	for _, t := range o.topics {
-		if err := validTopic(t); err != nil {
-			return usage(fmt.Errorf("--topics: %w", err))
-		}
-	}
-	return nil
+	return validTopics("--topics", o.topics)
 }
 
 // inFlight is an intent: the block [from, next) being written by the owner
@@ -160,15 +155,12 @@ func (v *describeView) rows() [][]string {
 func (v *describeView) jsonValue() any { return v }
 
 func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
-	cli, err := o.admin.etcd()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	_, snap, err := o.admin.loadGroup(ctx, cli)
-	if err != nil {
-		return err
-	}
+	defer s.Close()
+	snap := s.snap
 	for _, u := range snap.Unreadable {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: unreadable etcd key, left out: %s\n", u)
 	}
@@ -233,10 +225,8 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 	if len(topics) == 0 {
 		return nil, nil, nil
 	}
-	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
-	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
-	defer k.Close()
+	k, kctx, done := o.admin.kafka(ctx, topics)
+	defer done()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {
 		return nil, nil, err
@@ -265,6 +255,16 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 		ends[p] = lb.end
 	}
 	return ends, missing, nil
+}
+
+// validTopics checks the topics of flag.
+func validTopics(flag string, topics []string) error {
+	for _, t := range topics {
+		if err := validTopic(t); err != nil {
+			return usage(fmt.Errorf("%s: %w", flag, err))
+		}
+	}
+	return nil
 }
 
 // validTopic checks a topic name as Kafka does.

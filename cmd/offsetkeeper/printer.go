@@ -8,31 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/spf13/cobra"
 )
-
-// Output formats of -o.
-const (
-	outputTable = "table"
-	outputJSON  = "json"
-)
-
-// outputFlag is -o/--output: how a command prints what it found.
-type outputFlag struct{ format string }
-
-func (f *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&f.format, "output", "o", outputTable,
-		"output format: table (aligned columns for people) or json (stable snake_case fields for programs)")
-}
-
-func (f *outputFlag) validate() error {
-	switch f.format {
-	case outputTable, outputJSON:
-		return nil
-	}
-	return usagef("-o %q: want table or json", f.format)
-}
 
 // view is what a command prints: a table for people and a JSON value (an
 // array or an object with snake_case fields) for programs.

@@ -57,13 +57,13 @@ show in 'offsets describe' until it is gone.`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.admin.register(cmd, false)
+	o.admin.register(cmd, etcdOnly)
 	return cmd
 }
 
-func (o *replicasListOptions) complete(cmd *cobra.Command) error { return bindEnv(cmd) }
+func (o *replicasListOptions) complete(*cobra.Command) error { return nil }
 
-func (o *replicasListOptions) validate() error { return o.admin.validate(true) }
+func (o *replicasListOptions) validate() error { return o.admin.validate() }
 
 // replicaRow is one replica; its JSON fields are stable. lease_ttl_left is
 // in whole seconds, null when the lease is already gone.
@@ -109,15 +109,12 @@ func (v *replicasView) rows() [][]string {
 func (v *replicasView) jsonValue() any { return v.replicas }
 
 func (o *replicasListOptions) run(ctx context.Context, cmd *cobra.Command) error {
-	cli, err := o.admin.etcd()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	_, snap, err := o.admin.loadGroup(ctx, cli)
-	if err != nil {
-		return err
-	}
+	defer s.Close()
+	snap := s.snap
 	now := time.Now()
 	claims := map[string][]coordinator.Partition{}
 	for p, c := range snap.Claims {
@@ -137,7 +134,7 @@ func (o *replicasListOptions) run(ctx context.Context, cmd *cobra.Command) error
 			ID: m.ID, Host: m.Host, PID: m.PID, Version: m.Version, StartedAt: m.StartedAt, HTTPAddress: m.HTTPAddr, Draining: m.Draining,
 			ClaimCount: len(ps), Claims: names, Lease: strconv.FormatInt(m.Lease, 16),
 		}
-		ttl, err := cli.TimeToLive(ectx, clientv3.LeaseID(m.Lease))
+		ttl, err := s.cli.TimeToLive(ectx, clientv3.LeaseID(m.Lease))
 		if err != nil {
 			return o.admin.etcdError(err)
 		}

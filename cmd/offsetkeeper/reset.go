@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,23 +13,6 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
-
-// The targets of a reset, one of which is given: each is a flag.
-const (
-	toEarliest = "to-earliest"
-	toLatest   = "to-latest"
-	toCurrent  = "to-current"
-	toOffset   = "to-offset"
-	shiftBy    = "shift-by"
-	toDatetime = "to-datetime"
-	byDuration = "by-duration"
-	fromFile   = "from-file"
-)
-
-var resetTargets = []string{toEarliest, toLatest, toCurrent, toOffset, shiftBy, toDatetime, byDuration, fromFile}
-
-// exportHeader is the first line --export prints and --from-file skips.
-const exportHeader = "topic,partition,offset"
 
 // testHookBeforeApply, when set, runs after the plan is read and before it
 // is applied: tests use it to change the offsets in between.
@@ -48,38 +26,22 @@ type resetOptions struct {
 	allTopics bool
 
 	earliest, latest, current bool
-	offset, shift             string
+	offset, shift             int64
 	datetime, duration        string
 	file                      string
 
 	execute bool
 	export  bool
 
-	// Set by complete and validate.
+	// Set by complete.
 	targets    []string // the target flags given
-	target     string
+	target     string   // the one target, when there is one
 	outputSet  bool
 	executeEnv bool
 	scopes     []topicScope
-	offsetN    int64
-	shiftN     int64
-	at         time.Time // --to-datetime; --by-duration sets it in run
-	ago        time.Duration
-	lines      []fileLine
-}
-
-// topicScope is one --topic: a topic and some of its partitions (nil: all).
-type topicScope struct {
-	topic      string
-	partitions []int
-	arg        string
-}
-
-// fileLine is one row of a --from-file plan.
-type fileLine struct {
-	p      coordinator.Partition
-	offset int64
-	line   int
+	at         time.Time     // --to-datetime
+	ago        time.Duration // --by-duration: run plans at now minus it
+	lines      []fileLine    // --from-file
 }
 
 func newOffsetsResetCommand() *cobra.Command {
@@ -155,15 +117,16 @@ needs the log bounds.`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
-	o.admin.register(cmd, true)
+	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()
-	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable")
+	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable (run and offsets describe take whole topics: --topics T,T)")
 	fs.BoolVar(&o.allTopics, "all-topics", false, "scope: every topic found in the group's keys in etcd")
 	fs.BoolVar(&o.earliest, toEarliest, false, "target: the log start offset")
 	fs.BoolVar(&o.latest, toLatest, false, "target: the log end (last stable offset)")
 	fs.BoolVar(&o.current, toCurrent, false, "target: the committed offset itself (a running owner re-reads from it)")
-	fs.StringVar(&o.offset, toOffset, "", "target: this offset (an integer, 0 or more)")
-	fs.StringVar(&o.shift, shiftBy, "", "target: the committed offset plus this (an integer; negative goes back)")
+	fs.Var(&int64Flag{&o.offset, "offset", "want an offset, an integer 0 or more"}, toOffset, "target: this offset (an integer, 0 or more)")
+	fs.Var(&int64Flag{&o.shift, "delta", "want an integer, negative to go back (-100) or positive to skip ahead (100)"}, shiftBy,
+		"target: the committed offset plus this (an integer; negative goes back)")
 	fs.StringVar(&o.datetime, toDatetime, "", "target: the first offset at or after this RFC 3339 time, e.g. 2026-12-01T10:00:00Z")
 	fs.StringVar(&o.duration, byDuration, "", "target: --to-datetime now minus this: PT1H, P1DT12H, 90m, 1h30m")
 	fs.StringVar(&o.file, fromFile, "", "target and scope: a CSV file of topic,partition,offset lines, as --export prints")
@@ -172,13 +135,11 @@ needs the log bounds.`,
 	return cmd
 }
 
+// complete finds the target given and parses the
+// scope and the target's value.
 func (o *resetOptions) complete(cmd *cobra.Command) error {
 	fs := cmd.Flags()
-	executeFlag := fs.Changed("execute")
-	if err := bindEnv(cmd); err != nil {
-		return err
-	}
-	o.executeEnv = !executeFlag && fs.Changed("execute") && o.execute
+	o.executeEnv = fromEnv(fs.Lookup("execute")) && o.execute
 	o.outputSet = fs.Changed("output")
 	o.targets = nil
 	for _, name := range resetTargets {
@@ -190,26 +151,40 @@ func (o *resetOptions) complete(cmd *cobra.Command) error {
 		}
 		o.targets = append(o.targets, name)
 	}
+	scopes, err := parseScopes(o.topics)
+	if err != nil {
+		return err
+	}
+	o.scopes = scopes
+	if len(o.targets) != 1 {
+		return nil // validate says what is wrong
+	}
+	o.target = o.targets[0]
+	switch o.target {
+	case toDatetime:
+		if o.at, err = parseDatetime(o.datetime); err != nil {
+			return usage(fmt.Errorf("--to-datetime %w", err))
+		}
+	case byDuration:
+		if o.ago, err = parseAgo(o.duration); err != nil {
+			return usage(fmt.Errorf("--by-duration %w", err))
+		}
+	case fromFile:
+		if o.lines, err = readPlanFile(o.file); err != nil {
+			return usage(err)
+		}
+	}
 	return nil
 }
 
-func targetList() string {
-	names := make([]string, len(resetTargets))
-	for i, n := range resetTargets {
-		names[i] = "--" + n
-	}
-	return strings.Join(names, ", ")
-}
-
 func (o *resetOptions) validate() error {
-	if err := o.admin.validate(true); err != nil {
+	if err := o.admin.validate(); err != nil {
 		return err
 	}
 	switch len(o.targets) {
 	case 0:
 		return usagef("no target: give exactly one of %s", targetList())
 	case 1:
-		o.target = o.targets[0]
 	default:
 		return usagef("--%s conflict: give exactly one of %s", strings.Join(o.targets, " and --"), targetList())
 	}
@@ -221,8 +196,6 @@ func (o *resetOptions) validate() error {
 	case o.export && o.outputSet && o.admin.output.format != outputTable:
 		return usagef("--export and -o %s conflict: --export prints CSV", o.admin.output.format)
 	}
-
-	// Scope.
 	switch {
 	case o.target == fromFile && (len(o.topics) > 0 || o.allTopics):
 		return usagef("--from-file and %s conflict: the file names its own partitions", scopeFlag(o))
@@ -232,292 +205,24 @@ func (o *resetOptions) validate() error {
 	case len(o.topics) == 0 && !o.allTopics:
 		return usagef("no scope: give --topic TOPIC (repeatable), --topic TOPIC:P,P... or --all-topics")
 	}
-	scopes, err := parseScopes(o.topics)
-	if err != nil {
-		return err
-	}
-	o.scopes = scopes
-
-	// Target.
-	switch o.target {
-	case toOffset:
-		n, err := strconv.ParseInt(strings.TrimSpace(o.offset), 10, 64)
-		if err != nil {
-			return usagef("--to-offset %q: want an offset, an integer 0 or more", o.offset)
-		}
-		if n < 0 {
-			return usagef("--to-offset %d: offsets are never negative; want 0 or more (to go back from the committed offset use --shift-by %d)", n, n)
-		}
-		o.offsetN = n
-	case shiftBy:
-		n, err := strconv.ParseInt(strings.TrimSpace(o.shift), 10, 64)
-		if err != nil {
-			return usagef("--shift-by %q: want an integer, negative to go back (-100) or positive to skip ahead (100)", o.shift)
-		}
-		o.shiftN = n
-	case toDatetime:
-		t, err := parseDatetime(o.datetime)
-		if err != nil {
-			return usage(fmt.Errorf("--to-datetime %w", err))
-		}
-		o.at = t
-	case byDuration:
-		d, err := parseAgo(o.duration)
-		if err != nil {
-			return usage(fmt.Errorf("--by-duration %w", err))
-		}
-		o.ago = d
-	case fromFile:
-		lines, err := readPlanFile(o.file)
-		if err != nil {
-			return usage(err)
-		}
-		o.lines = lines
+	switch {
+	case o.target == toOffset && o.offset < 0:
+		return usagef("--to-offset %d: offsets are never negative; want 0 or more (to go back from the committed offset use --shift-by %d)", o.offset, o.offset)
+	case o.target == byDuration && time.Now().Add(-o.ago).UnixMilli() < 0:
+		return usagef("--by-duration %q: reaches back to %s, before 1970, when Kafka's record times start; want a shorter duration",
+			o.duration, time.Now().Add(-o.ago).UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-func scopeFlag(o *resetOptions) string {
-	if o.allTopics {
-		return "--all-topics"
-	}
-	return "--topic"
-}
-
-// parseScopes parses the --topic values: TOPIC or TOPIC:P,P,... A topic
-// named twice is scoped to the union.
-func parseScopes(args []string) ([]topicScope, error) {
-	var out []topicScope
-	index := map[string]int{}
-	for _, arg := range args {
-		topic, list, hasList := strings.Cut(arg, ":")
-		if err := validTopic(topic); err != nil {
-			return nil, usagef("--topic %q: %v; want TOPIC or TOPIC:P,P,...", arg, err)
-		}
-		var parts []int
-		if hasList {
-			if list == "" {
-				return nil, usagef("--topic %q: no partitions after ':'; want TOPIC or TOPIC:P,P,... such as %s:0,2", arg, topic)
-			}
-			for _, s := range strings.Split(list, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n < 0 {
-					return nil, usagef("--topic %q: partition %q is not a partition number; want TOPIC:P,P,... with numbers 0 or more, such as %s:0,2", arg, s, topic)
-				}
-				if !slices.Contains(parts, n) {
-					parts = append(parts, n)
-				}
-			}
-			slices.Sort(parts)
-		}
-		i, seen := index[topic]
-		switch {
-		case !seen:
-			index[topic] = len(out)
-			out = append(out, topicScope{topic: topic, partitions: parts, arg: arg})
-		case out[i].partitions == nil || parts == nil:
-			out[i].partitions = nil // all of it
-		default:
-			for _, n := range parts {
-				if !slices.Contains(out[i].partitions, n) {
-					out[i].partitions = append(out[i].partitions, n)
-				}
-			}
-			slices.Sort(out[i].partitions)
-			out[i].arg += " --topic " + arg
-		}
-	}
-	return out, nil
-}
-
-// parseDatetime parses an RFC 3339 time at or after 1970.
-func parseDatetime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time such as 2026-12-01T10:00:00Z or 2026-12-01T11:00:00+01:00", s)
-	}
-	if t.UnixMilli() < 0 {
-		return time.Time{}, fmt.Errorf("%q: before 1970, when Kafka's record times start; want a later RFC 3339 time", s)
-	}
-	return t, nil
-}
-
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:[.,]\d+)?)S)?)?$`)
-
-// parseAgo parses a positive duration: ISO-8601's PnDTnHnMnS (days of 24
-// hours; no years, months or weeks, whose length varies) or Go's (90m,
-// 1h30m).
-func parseAgo(s string) (time.Duration, error) {
-	const want = "want a positive ISO-8601 duration such as PT1H, PT30M or P1DT12H, or a Go duration such as 90m or 1h30m"
-	v := strings.TrimSpace(s)
-	var d time.Duration
-	if strings.HasPrefix(strings.ToUpper(v), "P") {
-		m := isoDuration.FindStringSubmatch(strings.ToUpper(v))
-		if m == nil || strings.HasSuffix(strings.ToUpper(v), "T") || len(v) < 3 {
-			return 0, fmt.Errorf("%q: %s", s, want)
-		}
-		total := 0.0
-		for i, unit := range []float64{24 * 3600, 3600, 60, 1} {
-			if m[i+1] == "" {
-				continue
-			}
-			n, err := strconv.ParseFloat(strings.ReplaceAll(m[i+1], ",", "."), 64)
-			if err != nil {
-				return 0, fmt.Errorf("%q: %s", s, want)
-			}
-			total += n * unit
-		}
-		if total*float64(time.Second) > math.MaxInt64/2 {
-			return 0, fmt.Errorf("%q: too long; %s", s, want)
-		}
-		d = time.Duration(total * float64(time.Second))
-	} else {
-		var err error
-		if d, err = time.ParseDuration(v); err != nil {
-			return 0, fmt.Errorf("%q: %s", s, want)
-		}
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%q: not positive; %s", s, want)
-	}
-	return d, nil
-}
-
-// readPlanFile reads a plan as --export prints it: CSV lines of
-// topic,partition,offset, the header line optional, blank lines and lines
-// starting with # ignored.
-func readPlanFile(path string) ([]fileLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("--from-file %q: %w; want a CSV file of topic,partition,offset lines as --export prints", path, err)
-	}
-	defer f.Close()
-	lines, err := parsePlan(f)
-	if err != nil {
-		return nil, fmt.Errorf("--from-file %s %w", path, err)
-	}
-	if len(lines) == 0 {
-		return nil, fmt.Errorf("--from-file %s: no partitions in it; want CSV lines of topic,partition,offset as --export prints", path)
-	}
-	return lines, nil
-}
-
-func parsePlan(r io.Reader) ([]fileLine, error) {
-	const want = "want topic,partition,offset (e.g. orders,0,1200) as --export prints"
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.Comment = '#'
-	cr.TrimLeadingSpace = true
-	var out []fileLine
-	seen := map[coordinator.Partition]int{}
-	for first := true; ; first = false {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("line %d: %v; %s", pe.StartLine, pe.Err, want)
-			}
-			return nil, fmt.Errorf(": %w", err)
-		}
-		line, _ := cr.FieldPos(0)
-		for i := range rec {
-			rec[i] = strings.TrimSpace(rec[i])
-		}
-		text := strings.Join(rec, ",")
-		if first && strings.EqualFold(text, exportHeader) {
-			continue
-		}
-		if len(rec) != 3 {
-			return nil, fmt.Errorf("line %d: %q has %d fields; %s", line, text, len(rec), want)
-		}
-		if err := validTopic(rec[0]); err != nil {
-			return nil, fmt.Errorf("line %d: %q: %v; %s", line, text, err, want)
-		}
-		part, err := strconv.Atoi(rec[1])
-		if err != nil || part < 0 {
-			return nil, fmt.Errorf("line %d: %q: partition %q is not a number 0 or more; %s", line, text, rec[1], want)
-		}
-		off, err := strconv.ParseInt(rec[2], 10, 64)
-		if err != nil || off < 0 {
-			return nil, fmt.Errorf("line %d: %q: offset %q is not an integer 0 or more; %s", line, text, rec[2], want)
-		}
-		p := coordinator.Partition{Topic: rec[0], Partition: part}
-		if prev, dup := seen[p]; dup {
-			return nil, fmt.Errorf("line %d: %q: %s is already on line %d; want each partition once", line, text, p, prev)
-		}
-		seen[p] = line
-		out = append(out, fileLine{p: p, offset: off, line: line})
-	}
-}
-
-// Statuses of an executed plan's rows.
-const (
-	statusReset        = "reset"
-	statusConflict     = "conflict"
-	statusFailed       = "failed"
-	statusNotAttempted = "not-attempted"
-)
-
-// planRow is one partition of a reset; its JSON fields are stable. current
-// is null where nothing is committed; status and generation are set by
-// --execute.
-type planRow struct {
-	Topic      string `json:"topic"`
-	Partition  int    `json:"partition"`
-	Current    *int64 `json:"current"`
-	New        int64  `json:"new"`
-	LogStart   int64  `json:"log_start"`
-	LogEnd     int64  `json:"log_end"`
-	Status     string `json:"status,omitempty"`
-	Generation *int64 `json:"generation,omitempty"`
-	Error      string `json:"error,omitempty"`
-
-	p    coordinator.Partition
-	seen coordinator.Offsets
-}
-
-// planView is the plan, or its outcome after --execute. JSON: an object
-// with the group, whether it was executed, and the partitions.
-type planView struct {
-	Group      string    `json:"group"`
-	Executed   bool      `json:"executed"`
-	Partitions []planRow `json:"partitions"`
-}
-
-func (v *planView) columns() []string {
-	if v.Executed {
-		return []string{"TOPIC", "PARTITION", "CURRENT", "NEW", "STATUS"}
-	}
-	return []string{"TOPIC", "PARTITION", "CURRENT", "NEW"}
-}
-
-func (v *planView) rows() [][]string {
-	out := make([][]string, len(v.Partitions))
-	for i, r := range v.Partitions {
-		out[i] = []string{r.Topic, strconv.Itoa(r.Partition), intCell(r.Current), strconv.FormatInt(r.New, 10)}
-		if v.Executed {
-			out[i] = append(out[i], r.Status)
-		}
-	}
-	return out
-}
-
-func (v *planView) jsonValue() any { return v }
-
 func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	stderr := cmd.ErrOrStderr()
-	cli, err := o.admin.etcd()
+	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	coord, snap, err := o.admin.loadGroup(ctx, cli)
-	if err != nil {
-		return err
-	}
+	defer s.Close()
+	coord, snap := s.coord, s.snap
 	if o.target == byDuration {
 		o.at = time.Now().Add(-o.ago)
 	}
@@ -542,10 +247,8 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 	}
 
-	kctx, cancel := context.WithTimeout(ctx, o.admin.kafkaTimeout)
-	defer cancel()
-	k := newKafkaAdmin(o.admin.cluster.brokers, o.admin.kafkaTimeout, topics, o.admin.cluster.security.kafkaAuth())
-	defer k.Close()
+	k, kctx, done := o.admin.kafka(ctx, topics)
+	defer done()
 	known, missing, err := k.partitions(kctx, topics)
 	if err != nil {
 		return o.kafkaError(err)
@@ -566,64 +269,15 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	k.Close()
 
-	plan := &planView{Group: o.admin.cluster.group, Partitions: []planRow{}}
-	asked := map[coordinator.Partition]int64{}
-	for _, l := range o.lines {
-		asked[l.p] = l.offset
+	rows, warnings := planReset(o.resetTarget(atTime), parts, snap.Offsets, bounds)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	for _, p := range parts {
-		b := bounds[p]
-		seen, committed := snap.Offsets[p]
-		row := planRow{Topic: p.Topic, Partition: p.Partition, LogStart: b.earliest, LogEnd: b.end, p: p, seen: seen}
-		if committed {
-			row.Current = ptr(seen.Next)
-		}
-		var want int64
-		switch o.target {
-		case toEarliest:
-			want = b.earliest
-		case toLatest:
-			want = b.end
-		case toCurrent, shiftBy:
-			if !committed {
-				fmt.Fprintf(stderr, "warning: %s has no committed offset: left out of --%s\n", p, o.target)
-				continue
-			}
-			want = seen.Next
-			if o.target == shiftBy {
-				want = saturatingAdd(seen.Next, o.shiftN)
-			}
-		case toOffset:
-			want = o.offsetN
-		case toDatetime, byDuration:
-			want = atTime[p]
-			if want < 0 {
-				want = b.end // no record at or after the time
-			}
-		case fromFile:
-			want = asked[p]
-		}
-		row.New = want
-		switch {
-		case want < b.earliest:
-			row.New = b.earliest
-			fmt.Fprintf(stderr, "warning: %s: offset %d is before the log start %d; using %d\n", p, want, b.earliest, b.earliest)
-		case want > b.end:
-			row.New = b.end
-			fmt.Fprintf(stderr, "warning: %s: offset %d is past the log end %d; using %d\n", p, want, b.end, b.end)
-		}
-		plan.Partitions = append(plan.Partitions, row)
-	}
+	plan := &planView{Group: o.admin.cluster.group, Partitions: rows}
 
 	out := cmd.OutOrStdout()
 	if o.export {
-		w := csv.NewWriter(out)
-		_ = w.Write(strings.Split(exportHeader, ","))
-		for _, r := range plan.Partitions {
-			_ = w.Write([]string{r.Topic, strconv.Itoa(r.Partition), strconv.FormatInt(r.New, 10)})
-		}
-		w.Flush()
-		return w.Error()
+		return writeExport(out, plan.Partitions)
 	}
 	if !o.execute {
 		if err := o.admin.output.print(out, plan); err != nil {
@@ -647,111 +301,17 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	return applyErr
 }
 
-// partitionsInScope lists the partitions to reset, checked against what
-// Kafka has: a topic or partition it does not know is bad usage.
-func (o *resetOptions) partitionsInScope(snap *coordinator.Snapshot, known map[string][]int, missing []string, stderr io.Writer) ([]coordinator.Partition, error) {
-	brokers := strings.Join(o.admin.cluster.brokers, ",")
-	groupHas := "the group's topics in etcd: " + strings.Join(groupTopics(snap), ", ")
-	if len(groupTopics(snap)) == 0 {
-		groupHas = "the group has no topics in etcd yet"
-	}
-	var parts []coordinator.Partition
-	exists := func(t string, n int) bool { return slices.Contains(known[t], n) }
-	describeTopic := func(t string) string {
-		ids := known[t]
-		return fmt.Sprintf("%s has %d partitions (%d to %d)", t, len(ids), ids[0], ids[len(ids)-1])
-	}
-	switch {
-	case o.target == fromFile:
+// resetTarget is the planner's target from the flags; atTime is Kafka's
+// answer for the time targets.
+func (o *resetOptions) resetTarget(atTime map[coordinator.Partition]int64) resetTarget {
+	t := resetTarget{kind: o.target, offset: o.offset, shift: o.shift, atTime: atTime}
+	if o.target == fromFile {
+		t.file = make(map[coordinator.Partition]int64, len(o.lines))
 		for _, l := range o.lines {
-			if slices.Contains(missing, l.p.Topic) {
-				return nil, usagef("--from-file %s line %d: topic %q not found in Kafka at %s; %s", o.file, l.line, l.p.Topic, brokers, groupHas)
-			}
-			if !exists(l.p.Topic, l.p.Partition) {
-				return nil, usagef("--from-file %s line %d: partition %d of %s not found in Kafka; %s", o.file, l.line, l.p.Partition, l.p.Topic, describeTopic(l.p.Topic))
-			}
-			parts = append(parts, l.p)
-		}
-	case o.allTopics:
-		for _, t := range missing {
-			fmt.Fprintf(stderr, "warning: topic %s of the group not found in Kafka at %s: left out\n", t, brokers)
-		}
-		for _, t := range groupTopics(snap) {
-			for _, n := range known[t] {
-				parts = append(parts, coordinator.Partition{Topic: t, Partition: n})
-			}
-		}
-	default:
-		for _, s := range o.scopes {
-			if slices.Contains(missing, s.topic) {
-				return nil, usagef("--topic %q: topic %q not found in Kafka at %s; %s", s.arg, s.topic, brokers, groupHas)
-			}
-			ids := s.partitions
-			if ids == nil {
-				ids = known[s.topic]
-			}
-			for _, n := range ids {
-				if !exists(s.topic, n) {
-					return nil, usagef("--topic %q: partition %d not found in Kafka; %s", s.arg, n, describeTopic(s.topic))
-				}
-				parts = append(parts, coordinator.Partition{Topic: s.topic, Partition: n})
-			}
+			t.file[l.p] = l.offset
 		}
 	}
-	sortPartitions(parts)
-	return parts, nil
-}
-
-// apply writes each row by its own fenced transaction, conditioned on the
-// offsets as the plan read them. A conflict does not stop the others; an
-// etcd failure does, as etcd is then unlikely to answer the rest.
-func (o *resetOptions) apply(ctx context.Context, coord *coordinator.Coordinator, plan *planView) error {
-	plan.Executed = true
-	var applied, conflicted, failed, skipped []string
-	var failure error
-	for i := range plan.Partitions {
-		r := &plan.Partitions[i]
-		if failure != nil {
-			r.Status = statusNotAttempted
-			skipped = append(skipped, r.p.String())
-			continue
-		}
-		ectx, cancel := o.admin.etcdContext(ctx)
-		got, err := coord.ResetOffsets(ectx, r.p, r.New, r.seen)
-		cancel()
-		switch {
-		case err == nil:
-			r.Status, r.Generation = statusReset, ptr(got.Generation)
-			applied = append(applied, r.p.String())
-		case errors.Is(err, coordinator.ErrConflict):
-			r.Status, r.Error = statusConflict, err.Error()
-			conflicted = append(conflicted, r.p.String())
-		default:
-			r.Status, r.Error = statusFailed, err.Error()
-			failed = append(failed, r.p.String())
-			failure = o.admin.etcdError(err)
-		}
-	}
-	if len(conflicted) == 0 && failure == nil {
-		return nil
-	}
-	var msg []string
-	if len(conflicted) > 0 {
-		msg = append(msg, fmt.Sprintf("not reset, offsets changed since the plan was read (a replica committed or another reset ran; run again to plan from the new state): %s",
-			strings.Join(conflicted, ", ")))
-	}
-	if failure != nil {
-		msg = append(msg, fmt.Sprintf("failed, the outcome unknown (check with offsets describe): %s: %v", strings.Join(failed, ", "), failure))
-		if len(skipped) > 0 {
-			msg = append(msg, "not attempted: "+strings.Join(skipped, ", "))
-		}
-	}
-	if len(applied) > 0 {
-		msg = append(msg, "reset: "+strings.Join(applied, ", "))
-	} else {
-		msg = append(msg, "nothing was reset")
-	}
-	return errors.New(strings.Join(msg, "; "))
+	return t
 }
 
 func (o *resetOptions) kafkaError(err error) error {
@@ -762,16 +322,4 @@ func (o *resetOptions) kafkaError(err error) error {
 		return fmt.Errorf("%w: a reset needs the log bounds to plan; nothing changed", err)
 	}
 	return fmt.Errorf("%w; nothing changed", err)
-}
-
-// saturatingAdd is a+b, held within int64.
-func saturatingAdd(a, b int64) int64 {
-	s := a + b
-	switch {
-	case b > 0 && s < a:
-		return math.MaxInt64
-	case b < 0 && s > a:
-		return math.MinInt64
-	}
-	return s
 }

@@ -1,75 +1,18 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
-
-// clusterFlags are the flags every command that talks to a group takes.
-type clusterFlags struct {
-	etcdEndpoints []string
-	brokers       []string
-	group         string
-	security      securityFlags // TLS and credentials of etcd and Kafka (security.go)
-}
-
-func (f *clusterFlags) register(cmd *cobra.Command) {
-	fs := cmd.Flags()
-	fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", []string{"127.0.0.1:2379"}, "etcd client endpoints, comma-separated host:port or URL")
-	fs.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers, comma-separated host:port")
-	fs.StringVar(&f.group, "group", "", "the group (pipeline) name; its state is in etcd under /offsetkeeper/v1/groups/<group>/")
-	f.security.register(cmd)
-}
-
-func (f *clusterFlags) validate() error {
-	if err := coordinator.ValidGroup(f.group); err != nil {
-		if f.group == "" {
-			return usagef("--group is required: name the pipeline, e.g. --group orders")
-		}
-		return usage(fmt.Errorf("--group: %w", err))
-	}
-	if len(f.etcdEndpoints) == 0 {
-		return usagef("--etcd-endpoints is empty: want host:port[,host:port...]")
-	}
-	for _, e := range f.etcdEndpoints {
-		if strings.TrimSpace(e) == "" || strings.ContainsAny(e, " \t") {
-			return usagef("--etcd-endpoints %q: want host:port or http(s)://host:port", e)
-		}
-	}
-	return f.security.validate(f.etcdEndpoints)
-}
-
-func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
-	cfg := clientv3.Config{
-		Endpoints:   f.etcdEndpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	}
-	if err := f.security.applyEtcd(&cfg); err != nil { // TLS and credentials; errDryRun in a dry run
-		return nil, err
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		err = f.security.explainEtcd(err, f.etcdEndpoints) // a TLS refusal, not a timeout
-		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redactURLs(f.etcdEndpoints), ","), err)
-	}
-	return cli, nil
-}
 
 // runOptions is `offsetkeeper run`.
 type runOptions struct {
@@ -88,11 +31,12 @@ type runOptions struct {
 	maxBufferBytes byteSize
 	flushInterval  time.Duration
 	maxEmptyPolls  int
-	commitMode     string
-	startFrom      string
+	commitMode     replica.CommitMode
+	startFrom      kafka.StartPolicy
 	fetchMaxWait   time.Duration
 	shutdown       time.Duration
 
+	// Built by complete.
 	cfg    replica.Config
 	target sinkTarget
 }
@@ -133,66 +77,40 @@ once. Exit status 0.`,
   # The same from the environment, as in a container:
   OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(cmd); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return o.run(ctx, cmd)
-		},
+		RunE: runE(o),
 	}
 	o.cluster.register(cmd)
 	fs := cmd.Flags()
-	fs.StringSliceVar(&o.topics, "topics", nil, "topics to consume, comma-separated (all their partitions)")
+	fs.StringSliceVar(&o.topics, "topics", nil, "topics to consume, comma-separated, each with all its partitions (the operator commands' --topic T:P,P picks partitions)")
 	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp)
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
-	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows")
+	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows (at least 1)")
 	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, kafka.DefaultMaxBufferBytes
 	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
-	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
-	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row")
+	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
+	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row (at least 1)")
 	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
-	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
-	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
-	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
-	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight")
-	o.logs.register(fs, "json")
+	fs.Var(&parsedFlag[replica.CommitMode]{&o.commitMode, replica.ParseCommitMode, []string{"after-write", "every-batch"}},
+		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
+	fs.Var(&parsedFlag[kafka.StartPolicy]{&o.startFrom, kafka.ParseStartPolicy, []string{"earliest", "latest"}},
+		"start-from", "where a partition without a committed offset starts: earliest or latest")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
+	o.logs.register(fs, logInfo, logJSON)
 	o.ops.register(fs)
 	return cmd
 }
 
-func (o *runOptions) complete(cmd *cobra.Command) error {
-	return bindEnv(cmd)
-}
-
-func (o *runOptions) validate() error {
-	if err := o.cluster.validate(); err != nil {
+// complete parses --sink and builds the replica's configuration.
+func (o *runOptions) complete(*cobra.Command) error {
+	var err error
+	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
 	}
-	if o.sink == "" {
-		return usagef("--sink is required: want %s", sinkURLHelp)
-	}
-	t, err := parseSink(o.sink)
-	if err != nil {
-		return err
-	}
-	o.target = t
 	o.target.group = o.cluster.group
-	mode, err := replica.ParseCommitMode(o.commitMode)
-	if err != nil {
-		return usage(fmt.Errorf("--commit-mode: %w", err))
-	}
-	start, err := kafka.ParseStartPolicy(o.startFrom)
-	if err != nil {
-		return usage(fmt.Errorf("--start-from: %w", err))
-	}
 	o.cfg = replica.Config{
 		Group:     o.cluster.group,
 		ReplicaID: o.replicaID,
@@ -200,7 +118,7 @@ func (o *runOptions) validate() error {
 		Fetch: kafka.Config{
 			Brokers:        o.cluster.brokers,
 			MaxWait:        o.fetchMaxWait,
-			StartPolicy:    start,
+			StartPolicy:    o.startFrom,
 			MaxBufferBytes: int(o.maxBufferBytes),
 		},
 		MaxBlockBytes:   int(o.maxBlockBytes),
@@ -210,52 +128,67 @@ func (o *runOptions) validate() error {
 		MaxEmptyPolls:   o.maxEmptyPolls,
 		CommitLinger:    o.commitLinger,
 		EtcdMaxTxnOps:   o.etcdMaxTxnOps,
-		CommitMode:      mode,
+		CommitMode:      o.commitMode,
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
-	}
-	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Fetch) // TLS and SASL (security.go)
-	if o.cfg.ReplicaID == "" {
-		host, _ := os.Hostname()
-		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	if o.commitLinger < 0 {
-		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)
 	}
 	if o.commitLinger == 0 {
 		o.cfg.CommitLinger = -1 // the library's zero is its default
 	}
-	if o.leaseTTL <= 0 || o.maxBlockRows <= 0 || o.flushInterval <= 0 || o.maxEmptyPolls <= 0 {
-		// Zero would mean "default" to the library; on the command line it
-		// is a mistake.
-		return usagef("--lease-ttl, --max-block-rows, --flush-interval and --max-empty-polls must be positive (got %s, %d, %s, %d)",
-			o.leaseTTL, o.maxBlockRows, o.flushInterval, o.maxEmptyPolls)
-	}
-	if len(o.topics) == 0 {
-		return usagef("--topics is required: name at least one topic, e.g. --topics orders,refunds")
-	}
-	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
-		return usage(fmt.Errorf("--lease-ttl: %w", err))
-	}
-	for _, b := range o.cluster.brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			return usagef("--brokers %q: want host:port", b)
-		}
-	}
-	if err := o.cfg.Validate(); err != nil {
-		return usage(err)
-	}
-	if err := o.ops.validate(); err != nil {
-		return err
-	}
-	if _, err := o.logs.newLogger(os.Stderr); err != nil {
-		return err
+	if o.cfg.ReplicaID == "" {
+		host, _ := os.Hostname()
+		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	return nil
 }
 
+// validate checks the flags, each by name: zero would mean "the default"
+// to the library, and on the command line it is a mistake.
+func (o *runOptions) validate() error {
+	if err := o.cluster.validate(); err != nil {
+		return err
+	}
+	if o.sink == "" {
+		return usagef("--sink is required: want %s", sinkURLHelp)
+	}
+	if len(o.topics) == 0 {
+		return usagef("--topics is required: name at least one topic, e.g. --topics orders,refunds")
+	}
+	if err := validTopics("--topics", o.topics); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		flag string
+		ok   bool
+		got  any
+		want string
+	}{
+		{"--lease-ttl", o.leaseTTL > 0, o.leaseTTL, "whole seconds, at least 2s"},
+		{"--max-block-rows", o.maxBlockRows > 0, o.maxBlockRows, "1 or more"},
+		{"--flush-interval", o.flushInterval > 0, o.flushInterval, "a duration such as 1s"},
+		{"--max-empty-polls", o.maxEmptyPolls > 0, o.maxEmptyPolls, "1 or more"},
+		{"--fetch-max-wait", o.fetchMaxWait > 0, o.fetchMaxWait, "a duration such as 500ms"},
+		{"--shutdown-timeout", o.shutdown > 0, o.shutdown, "a duration such as 30s (a stop that does not wait is SIGKILL)"},
+	} {
+		if !c.ok {
+			return usagef("%s must be positive; the value given, %v, is not: want %s", c.flag, c.got, c.want)
+		}
+	}
+	if o.commitLinger < 0 {
+		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)
+	}
+	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
+		return usage(fmt.Errorf("--lease-ttl: %w", err))
+	}
+	cfg := o.cfg // Validate fills in defaults: not in ours
+	if err := cfg.Validate(); err != nil {
+		return usage(err)
+	}
+	return o.ops.validate()
+}
+
 func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
-	log, _ := o.logs.newLogger(cmd.ErrOrStderr())
+	log := o.logs.newLogger(cmd.ErrOrStderr())
 	defer func() { _ = log.Sync() }()
 	cli, err := o.cluster.etcdClient()
 	if err != nil {

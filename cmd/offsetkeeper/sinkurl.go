@@ -41,11 +41,15 @@ func parseSink(raw string) (sinkTarget, error) {
 	}
 	switch u.Scheme {
 	case "file":
-		dir := u.Host + u.Path
-		if u.Opaque != "" {
-			dir = u.Opaque
-		}
-		if dir == "" {
+		// A file URL names an absolute directory: file:///DIR. In
+		// file://data/x, "data" is the URL's host, and file:data is opaque:
+		// both would be a directory relative to wherever the command runs.
+		dir := u.Path
+		switch {
+		case u.Opaque != "" || (u.Host != "" && u.Host != "localhost") || (dir != "" && !filepath.IsAbs(dir)):
+			return sinkTarget{}, usagef("--sink %q: not an absolute directory (a relative one would depend on where the command runs); "+
+				"want file:///DIR with three slashes, such as file:///var/lib/offsetkeeper", raw)
+		case dir == "":
 			return sinkTarget{}, usagef("--sink %q: no directory; want file:///DIR", raw)
 		}
 		return sinkTarget{scheme: "file", dir: filepath.Clean(dir)}, nil
@@ -59,6 +63,14 @@ func parseSink(raw string) (sinkTarget, error) {
 	default:
 		return sinkTarget{}, usagef("--sink %q: unknown scheme %q; want %s", shownSink(raw), u.Scheme, sinkURLHelp)
 	}
+}
+
+// parseSinkFlag is parseSink of a --sink that may be empty (no sink).
+func parseSinkFlag(raw string) (sinkTarget, error) {
+	if raw == "" {
+		return sinkTarget{}, nil
+	}
+	return parseSink(raw)
 }
 
 // shownSink is a --sink value fit for a message: a postgres:// URL may hold

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// closedPort is a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// TestBadInputPerCommand: bad input to every command, on the command line
+// or in an OFFSETKEEPER_* variable, exits 2 at once with one line naming
+// the flag (or the variable), the value and what is accepted. No case
+// reaches etcd or Kafka: the endpoints are a closed loopback port.
+func TestBadInputPerCommand(t *testing.T) {
+	closed := closedPort(t)
+	cluster := []string{"--etcd-endpoints", closed, "--brokers", closed, "--group", "g"}
+	// with is cmd, then extra, then the cluster flags extra does not give
+	// (list flags such as --brokers add up when given twice).
+	with := func(cmd []string, extra ...string) []string {
+		out := append(append([]string{}, cmd...), extra...)
+		for i := 0; i < len(cluster); i += 2 {
+			given := false
+			for _, a := range extra {
+				given = given || a == cluster[i] || strings.HasPrefix(a, cluster[i]+"=")
+			}
+			if !given {
+				out = append(out, cluster[i], cluster[i+1])
+			}
+		}
+		return out
+	}
+	run := func(extra ...string) []string {
+		return with([]string{"run", "--topics", "t", "--sink", "discard:"}, extra...)
+	}
+	var (
+		describe = func(extra ...string) []string { return with([]string{"offsets", "describe"}, extra...) }
+		reset    = func(extra ...string) []string {
+			return with([]string{"offsets", "reset", "--topic", "orders"}, extra...)
+		}
+		groups   = func(extra ...string) []string { return with([]string{"groups", "list"}, extra...) }
+		replicas = func(extra ...string) []string { return with([]string{"replicas", "list"}, extra...) }
+		drain    = func(extra ...string) []string { return with([]string{"replicas", "drain", "r1"}, extra...) }
+		release  = func(extra ...string) []string { return with([]string{"claims", "release"}, extra...) }
+	)
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+		not  []string
+	}{
+		// The root, help and completion.
+		{"unknown command", nil, []string{"nosuch"}, []string{`"nosuch"`, "want one of", "offsets"}, nil},
+		{"mistyped command", nil, []string{"ofsets"}, []string{`"ofsets"`, `did you mean "offsets"`}, nil},
+		{"help of an unknown command", nil, []string{"help", "nosuch"}, []string{`"nosuch"`, "want one of"}, nil},
+		{"help of an unknown subcommand", nil, []string{"help", "offsets", "rewind"}, []string{`"rewind"`, "describe, reset"}, nil},
+		{"completion of an unknown shell", nil, []string{"completion", "nosh"}, []string{`"nosh"`, "bash", "zsh"}, nil},
+		{"mistyped flag", nil, run("--max-blok-rows", "5"), []string{"unknown flag: --max-blok-rows", "did you mean --max-block-rows"}, nil},
+
+		// run.
+		{"run empty --brokers", nil, run("--brokers", ""), []string{"--brokers is empty", "host:port"}, nil},
+		{"run --brokers port out of range", nil, run("--brokers", "127.0.0.1:99999"), []string{`--brokers "127.0.0.1:99999"`, "1 to 65535"}, nil},
+		{"run etcd scheme", nil, run("--etcd-endpoints", "ftp://x:1"), []string{`--etcd-endpoints "ftp://x:1"`, `"ftp"`, "https://host:port"}, nil},
+		{"run etcd port out of range", nil, run("--etcd-endpoints", "127.0.0.1:99999"), []string{`--etcd-endpoints "127.0.0.1:99999"`, "1 to 65535"}, nil},
+		{"run negative --shutdown-timeout", nil, run("--shutdown-timeout", "-1s"), []string{"--shutdown-timeout", "-1s", "positive"}, nil},
+		{"run zero --fetch-max-wait", nil, run("--fetch-max-wait", "0"), []string{"--fetch-max-wait", "0s", "positive"}, nil},
+		{"run negative --lease-ttl", nil, run("--lease-ttl", "-5s"), []string{"--lease-ttl", "-5s"}, []string{"--max-block-rows", "--flush-interval"}},
+		{"run zero --max-empty-polls", nil, run("--max-empty-polls", "0"), []string{"--max-empty-polls", "0"}, []string{"--lease-ttl", "--flush-interval"}},
+		{"run bad --topics", nil, run("--topics", "bad topic!"), []string{"--topics", `"bad topic!"`, "A-Z a-z 0-9 . _ -"}, nil},
+		{"run relative file sink", nil, run("--sink", "file://relative/dir"), []string{`--sink "file://relative/dir"`, "absolute", "file:///DIR"}, nil},
+		{"run opaque file sink", nil, run("--sink", "file:data"), []string{`--sink "file:data"`, "absolute"}, nil},
+		{"run bad bool", nil, run("--mirror-offsets=maybe"), []string{`--mirror-offsets "maybe"`, "true or false"}, []string{"strconv"}},
+		{"run bad int", nil, run("--max-block-rows", "many"), []string{`--max-block-rows "many"`, "whole number"}, []string{"strconv"}},
+		{"run bad duration", nil, run("--flush-interval", "soon"), []string{`--flush-interval "soon"`, "500ms"}, []string{"time:"}},
+		{"run bad size", nil, run("--max-block-bytes", "lots"), []string{`--max-block-bytes "lots"`, "MiB"}, nil},
+		{"run bad --commit-mode", nil, run("--commit-mode", "never"), []string{`--commit-mode "never"`, "after-write or every-batch"}, nil},
+		{"run bad --log-level", nil, run("--log-level", "loud"), []string{`--log-level "loud"`, "debug, info, warn or error"}, nil},
+		{"run bad variable", map[string]string{"OFFSETKEEPER_MIRROR_OFFSETS": "maybe"}, run(),
+			[]string{`OFFSETKEEPER_MIRROR_OFFSETS="maybe"`, "--mirror-offsets", "true or false"}, []string{"strconv"}},
+		{"run bad duration variable", map[string]string{"OFFSETKEEPER_FLUSH_INTERVAL": "5"}, run(),
+			[]string{`OFFSETKEEPER_FLUSH_INTERVAL="5"`, "--flush-interval", "a duration with a unit"}, nil},
+		{"mistyped variable", map[string]string{"OFFSETKEEPER_GRUOP": "orders"}, run(),
+			[]string{"OFFSETKEEPER_GRUOP", "did you mean OFFSETKEEPER_GROUP?"}, nil},
+		{"unknown variable", map[string]string{"OFFSETKEEPER_COLOUR_SCHEME": "dark"}, groups(),
+			[]string{"OFFSETKEEPER_COLOUR_SCHEME", "no command reads it"}, nil},
+
+		// dev.
+		{"dev bad --topic", nil, []string{"dev", "--topic", "bad topic"}, []string{"--topic", `"bad topic"`, "A-Z a-z 0-9 . _ -"}, nil},
+		{"dev bad --replicas", nil, []string{"dev", "--replicas", "x"}, []string{`--replicas "x"`, "whole number"}, nil},
+		{"dev bad --seed", nil, []string{"dev", "--seed", "-1"}, []string{`--seed "-1"`, "0 or more"}, nil},
+
+		// offsets describe.
+		{"describe bad --topics", nil, describe("--topics", "a b"), []string{"--topics", `"a b"`}, nil},
+		{"describe bad -o", nil, describe("-o", "yaml"), []string{`-o "yaml"`, "table or json"}, nil},
+		{"describe bad -o variable", map[string]string{"OFFSETKEEPER_OUTPUT": "yaml"}, describe(), []string{`OFFSETKEEPER_OUTPUT="yaml"`, "table or json"}, nil},
+		{"describe zero --kafka-timeout", nil, describe("--kafka-timeout", "0s"), []string{"--kafka-timeout 0s", "positive"}, nil},
+		{"describe without --group", nil, []string{"offsets", "describe", "--etcd-endpoints", closed}, []string{"--group is required"}, nil},
+
+		// offsets reset.
+		{"reset --by-duration before 1970", nil, reset("--by-duration", "P21000D"), []string{`--by-duration "P21000D"`, "before 1970"}, nil},
+		{"reset --to-datetime before 1970", nil, reset("--to-datetime", "1969-01-01T00:00:00Z"), []string{`"1969-01-01T00:00:00Z"`, "before 1970"}, nil},
+		{"reset --to-offset not a number", nil, reset("--to-offset", "x"), []string{`--to-offset "x"`, "integer 0 or more"}, nil},
+		{"reset --shift-by not a number", nil, reset("--shift-by", "back"), []string{`--shift-by "back"`, "an integer"}, nil},
+		{"reset --to-offset from a variable", map[string]string{"OFFSETKEEPER_TO_OFFSET": "x"}, reset(), []string{`OFFSETKEEPER_TO_OFFSET="x"`, "integer 0 or more"}, nil},
+		{"reset bad etcd endpoint", nil, reset("--to-earliest", "--etcd-endpoints", "ftp://x:1"), []string{`"ftp://x:1"`}, nil},
+
+		// groups list, replicas list: etcd only.
+		{"groups bad etcd endpoint", nil, groups("--etcd-endpoints", "127.0.0.1:99999"), []string{`"127.0.0.1:99999"`, "1 to 65535"}, nil},
+		{"groups zero --etcd-timeout", nil, groups("--etcd-timeout", "0s"), []string{"--etcd-timeout 0s", "positive"}, nil},
+		{"replicas bad --output", nil, replicas("--output", "wide"), []string{`-o "wide"`, "table or json"}, nil},
+		{"replicas bad --group", nil, replicas("--group", "a/b"), []string{`"a/b"`}, nil},
+
+		// replicas drain.
+		{"drain without a replica", nil, with([]string{"replicas", "drain"}), []string{"one replica ID", "replicas list"}, nil},
+		{"drain zero --timeout", nil, drain("--timeout", "0s"), []string{"--timeout 0s", "positive"}, nil},
+		{"drain zero --etcd-timeout", nil, drain("--etcd-timeout", "0s"), []string{"--etcd-timeout 0s"}, nil},
+
+		// claims release.
+		{"release without --topic", nil, release("--partition", "1"), []string{"--topic is required"}, nil},
+		{"release without --partition", nil, release("--topic", "orders"), []string{"--partition is required", "--topic orders:0"}, []string{"-1"}},
+		{"release negative --partition", nil, release("--topic", "orders", "--partition", "-1"), []string{"--partition -1", "0 or more"}, nil},
+		{"release bad TOPIC:P", nil, release("--topic", "orders:x"), []string{`--topic "orders:x"`, `partition "x"`}, nil},
+		{"release TOPIC:P and --partition", nil, release("--topic", "orders:1", "--partition", "2"), []string{`--topic "orders:1" and --partition 2 conflict`}, nil},
+		{"release bad topic", nil, release("--topic", "a b", "--partition", "0"), []string{`"a b"`, "A-Z a-z 0-9 . _ -"}, nil},
+		{"release zero --etcd-timeout", nil, release("--topic", "orders:1", "--etcd-timeout", "0s"), []string{"--etcd-timeout 0s"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			start := time.Now()
+			r := runCLI(t, 5*time.Second, tc.args...)
+			if r.code != exitUsage {
+				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("took %s: bad input must fail at once", d)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+			if !strings.HasPrefix(r.stderr, "Error: ") || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("stderr %q, want one line starting with \"Error: \"", r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(r.stderr, w) {
+					t.Errorf("error %q mentions %q", strings.TrimSpace(r.stderr), w)
+				}
+			}
+		})
+	}
+}
+
+// TestRefusedEtcdFailsAtOnce: an etcd port that refuses connections fails an
+// operator command at once (exit 1), saying so, not after --etcd-timeout.
+func TestRefusedEtcdFailsAtOnce(t *testing.T) {
+	closed := closedPort(t)
+	cluster := []string{"--etcd-endpoints", closed + ",http://" + closed, "--brokers", closed, "--group", "g", "--etcd-timeout", "30s"}
+	for _, args := range [][]string{
+		{"groups", "list"},
+		{"replicas", "list"},
+		{"offsets", "describe"},
+		{"offsets", "reset", "--topic", "orders", "--to-earliest"},
+		{"replicas", "drain", "r1"},
+		{"claims", "release", "--topic", "orders:" + strconv.Itoa(0)},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			start := time.Now()
+			r := runCLI(t, 10*time.Second, append(args, cluster...)...)
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("took %s with --etcd-timeout 30s: a refused connection must fail at once", d)
+			}
+			if r.code != exitError || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, closed) {
+				t.Errorf("exit %d, stderr %q; want 1 saying etcd at %s refused the connection", r.code, r.stderr, closed)
+			}
+		})
+	}
+}
