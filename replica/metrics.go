@@ -10,20 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
-
-// Pinger is an optional sink upgrade: a sink that can tell whether its
-// store answers. Ready calls it; a sink without it counts as reachable.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// DeadLetterCounter is an optional sink upgrade: DeadLetters counts the
-// records the sink could not take and set aside or skipped by its policy.
-// The collector exports it; a sink without it reports zero.
-type DeadLetterCounter interface {
-	DeadLetters() int64
-}
 
 // Collector exports a replica's metrics to Prometheus. It reads the
 // replica's counters and lag at scrape time, so a scrape costs no etcd or
@@ -128,7 +117,7 @@ func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
 		{own("offsetkeeper_dead_letters_total",
 			"Records the sink set aside as dead letters or skipped by its policy (0 for sinks without one)."),
 			prometheus.CounterValue, func(r *Replica) float64 {
-				if dl, ok := r.sink.(DeadLetterCounter); ok {
+				if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {
 					return float64(dl.DeadLetters())
 				}
 				return 0
@@ -288,7 +277,7 @@ var ErrNotReady = errors.New("replica not ready")
 // Ready reports whether the replica can do its work now: its session is
 // alive (a keepalive succeeded within TTL/2), its member key is registered
 // in etcd under that session's lease (one read, bounded by ctx), and the
-// sink answers when it is a Pinger. The error says which failed.
+// sink answers when it (or a sink it wraps) is a sinks.Pinger. The error says which failed.
 func (r *Replica) Ready(ctx context.Context) error {
 	r.mu.Lock()
 	s := r.session
@@ -304,7 +293,7 @@ func (r *Replica) Ready(ctx context.Context) error {
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.Lease()) {
 		return fmt.Errorf("%w: member %s not registered under lease %x", ErrNotReady, r.cfg.ReplicaID, int64(s.Lease()))
 	}
-	if p, ok := r.sink.(Pinger); ok {
+	if p, ok := sinks.As[sinks.Pinger](r.sink); ok {
 		if err := p.Ping(ctx); err != nil {
 			return fmt.Errorf("%w: sink unreachable: %w", ErrNotReady, err)
 		}

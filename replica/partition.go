@@ -13,6 +13,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/guard"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -143,16 +144,16 @@ func (pt *partition) stopping() bool {
 }
 
 func (pt *partition) consume(fctx, wctx context.Context) error {
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	start, err := pt.resume(fctx)
 	for err != nil {
 		pt.log.Warn("finding the resume point failed; retrying", zap.Error(err))
-		if backoff.wait(fctx) != nil {
+		if retry.Wait(fctx) != nil {
 			return errStopped
 		}
 		start, err = pt.resume(fctx)
 	}
-	backoff.reset()
+	retry.Reset()
 	pt.f.SeekTo(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 	pt.next.Store(start)
@@ -187,11 +188,11 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 				break
 			}
 			pt.f.SeekTo(in.From)
-			if backoff.wait(fctx) != nil {
+			if retry.Wait(fctx) != nil {
 				return errStopped
 			}
 		}
-		backoff.reset()
+		retry.Reset()
 	}
 
 	for {
@@ -206,14 +207,14 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			return err
 		}
 		if derr != nil {
-			if err := backoff.wait(fctx); err != nil {
+			if err := retry.Wait(fctx); err != nil {
 				return errStopped
 			}
 			continue
 		}
 		switch {
 		case perr == nil:
-			backoff.reset()
+			retry.Reset()
 		case errors.Is(perr, errStopped) || fctx.Err() != nil:
 			return errStopped
 		default:
@@ -225,7 +226,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			} else {
 				pt.log.Warn("poll failed; retrying", zap.Error(perr))
 			}
-			if err := backoff.wait(fctx); err != nil {
+			if err := retry.Wait(fctx); err != nil {
 				return errStopped
 			}
 		}
@@ -272,7 +273,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	o := pt.claim.Offsets()
 	pt.gen = o.Generation
 	next, have := o.Next, o.ModRevision != 0
-	if rs, ok := pt.r.sink.(sinks.Resumer); ok {
+	if rs, ok := sinks.As[sinks.Resumer](pt.r.sink); ok {
 		sn, sgen, sok, err := rs.Resume(ctx, pt.p.Topic, pt.p.Partition)
 		if err != nil {
 			return 0, fmt.Errorf("resume %s from the sink: %w", pt.p, err)
@@ -485,7 +486,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	}
 
 	if len(b.records) > 0 {
-		if _, resumes := pt.r.sink.(sinks.Resumer); !resumes {
+		if _, resumes := sinks.As[sinks.Resumer](pt.r.sink); !resumes {
 			// A sink that stores its own offsets with the rows needs no
 			// intent: a new owner resumes from what it holds, and it
 			// refuses a lower epoch, so the intent would only cost an etcd

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -156,7 +157,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.consumer = nil
 		r.mu.Unlock()
 	}()
-	b := newBackoff(200*time.Millisecond, r.cfg.LeaseTTL/2)
+	b := backoff.Backoff{Min: 200 * time.Millisecond, Max: max(200*time.Millisecond, r.cfg.LeaseTTL/2)}
 	for {
 		s, err := r.join(ctx)
 		if err != nil {
@@ -164,12 +165,12 @@ func (r *Replica) Run(ctx context.Context) error {
 				return nil
 			}
 			r.log.Warn("join failed; retrying", zap.Error(err))
-			if b.wait(ctx) != nil {
+			if b.Wait(ctx) != nil {
 				return nil
 			}
 			continue
 		}
-		b.reset()
+		b.Reset()
 		r.runSession(ctx, s)
 		if ctx.Err() != nil || r.isKilled() {
 			return nil
