@@ -55,7 +55,7 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 			Group:     fmt.Sprintf("bench-%d", round), // a new group starts from the earliest offset
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     kafka.Config{Brokers: k.Brokers()},
+			Kafka:     replica.Kafka{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)

@@ -1,8 +1,6 @@
 package integration_test
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"fmt"
 	"strings"
@@ -104,7 +102,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 			Group:     group,
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     kafka.Config{Brokers: k.Brokers()},
+			Kafka:     replica.Kafka{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)

@@ -136,7 +136,7 @@ func TestEveryBatchCrashAfterCommitLosesTheBatch(t *testing.T) {
 	// every-batch commits a batch before writing it: crash in between.
 	cfg := e.config("r1")
 	cfg.CommitMode = replica.EveryBatch
-	cfg.Fetch.MaxBytes = 1 // one record batch per poll
+	cfg.Kafka.FetchMaxPartitionBytes = 1 // one record batch per poll
 	lostBatch := e.crashAt(cfg, &hookSink{inner: fs}, -1, false)
 	if got := e.committed()[0]; got != lostBatch.Next {
 		t.Fatalf("committed %d, want the crashed batch's end %d (every-batch commits first)", got, lostBatch.Next)
@@ -221,7 +221,7 @@ func TestKafkaCutOffRetriesWithoutLoss(t *testing.T) {
 	// Every connection to Kafka goes through the proxy, whatever address
 	// the broker advertises (one broker here).
 	var d netDialer
-	cfg.Fetch.Dial = func(ctx context.Context, network, _ string) (netConn, error) {
+	cfg.Kafka.Dial = func(ctx context.Context, network, _ string) (netConn, error) {
 		return d.DialContext(ctx, network, proxy.Addr())
 	}
 	rn := e.start(cfg, fs)

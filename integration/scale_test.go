@@ -19,7 +19,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -119,7 +118,7 @@ func TestBufferBudgetBoundsBytesHeld(t *testing.T) {
 	}
 	sink := &budgetSink{countingSink: newCountingSink(), delay: 5 * time.Millisecond}
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = budget
+	cfg.Kafka.MaxBufferBytes = budget
 	rn := e.start(cfg, sink)
 
 	var peak atomic.Int64
@@ -194,7 +193,7 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 	}
 	sink := &trickleSink{countingSink: newCountingSink(), watch: func(p int) bool { return p > 0 }}
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = 4 << 20
+	cfg.Kafka.MaxBufferBytes = 4 << 20
 	cfg.FlushInterval = time.Second // the default: a block of a trickle ends at the log end
 	e.start(cfg, sink)
 	await(t, 20*time.Second, "every partition claimed", func() bool { return len(e.snapshot().Claims) == parts })
@@ -228,18 +227,18 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 // takes it.
 func TestStartPolicyForNewPartitions(t *testing.T) {
 	for _, tc := range []struct {
-		policy kafka.StartPolicy
+		policy replica.StartPolicy
 		want   int64 // records per partition in the sink
-	}{{kafka.StartLatest, 3}, {kafka.StartEarliest, 8}} {
+	}{{replica.StartLatest, 3}, {replica.StartEarliest, 8}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			e := newEnv(t, "policy", 3)
 			e.produce(5)
 			sink := newCountingSink()
 			cfg := e.config("r1")
-			cfg.Fetch.StartPolicy = tc.policy
+			cfg.Kafka.StartPolicy = tc.policy
 			rn := e.start(cfg, sink)
 			start := int64(5)
-			if tc.policy == kafka.StartEarliest {
+			if tc.policy == replica.StartEarliest {
 				start = 0
 			}
 			await(t, 10*time.Second, "every partition started where the policy says", func() bool {
@@ -327,7 +326,7 @@ func TestIdleReplicaFetchesOncePerBrokerPerMaxWait(t *testing.T) {
 	const maxWait = 200 * time.Millisecond
 	e := newEnv(t, "idle", 300, harness.NumBrokers(2))
 	cfg := e.config("r1")
-	cfg.Fetch.MaxWait = maxWait
+	cfg.Kafka.FetchMaxWait = maxWait
 	rn := e.start(cfg, newCountingSink())
 	await(t, 20*time.Second, "every partition claimed and polled", func() bool {
 		n, _, _ := rn.r.Fetching()
@@ -417,7 +416,7 @@ func TestBatchInflatingPastTheBudgetFailsItsPartitionOnly(t *testing.T) {
 	}
 	core, logs := observer.New(zap.ErrorLevel)
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = budget
+	cfg.Kafka.MaxBufferBytes = budget
 	r, err := replica.New(cfg, e.etcd.Client(t), newCountingSink(), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +531,7 @@ func TestIntentReplayFailingPartWayLosesNothing(t *testing.T) {
 	})
 	sink := newCountingSink()
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	e.start(cfg, sink)
 	await(t, 20*time.Second, "the range committed", func() bool { return e.allCommitted(map[int]int64{0: 20}) })
 	if !failed.Load() {

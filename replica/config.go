@@ -1,15 +1,15 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 // Defaults of Config. Each trades latency against etcd and sink load: a
@@ -62,24 +62,20 @@ const (
 	EveryBatch
 )
 
-var commitModeNames = []string{"after-write", "every-batch"}
+var commitModeNames = enum.New[CommitMode]("commit mode", "after-write", "every-batch")
 
-func (m CommitMode) String() string {
-	if int(m) >= 0 && int(m) < len(commitModeNames) {
-		return commitModeNames[m]
-	}
-	return fmt.Sprintf("CommitMode(%d)", int(m))
-}
+// String returns "after-write" or "every-batch".
+func (m CommitMode) String() string { return commitModeNames.String(m) }
 
-// ParseCommitMode parses "after-write" or "every-batch".
-func ParseCommitMode(s string) (CommitMode, error) {
-	for i, n := range commitModeNames {
-		if s == n {
-			return CommitMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("commit mode %q: want one of %s", s, strings.Join(commitModeNames, ", "))
-}
+// ParseCommitMode parses "after-write" or "every-batch" (space trimmed,
+// case folded).
+func ParseCommitMode(s string) (CommitMode, error) { return commitModeNames.Parse(s) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (m CommitMode) MarshalText() ([]byte, error) { return commitModeNames.Marshal(m) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseCommitMode.
+func (m *CommitMode) UnmarshalText(b []byte) error { return commitModeNames.Unmarshal(m, b) }
 
 // Config configures a Replica. Zero durations and counts take the defaults.
 type Config struct {
@@ -91,9 +87,9 @@ type Config struct {
 	ReplicaID string
 	// Topics are consumed whole: every partition of each.
 	Topics []string
-	// Fetch says how Kafka is read; Fetch.StartPolicy is the group's start
+	// Kafka says how Kafka is read; Kafka.StartPolicy is the group's start
 	// policy.
-	Fetch kafka.Config
+	Kafka Kafka
 	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
 	LeaseTTL time.Duration
 	// EtcdMaxTxnOps is the etcd cluster's --max-txn-ops (default 128):
@@ -127,7 +123,11 @@ type Config struct {
 
 var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
-func (c *Config) withDefaults() {
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.ReplicaID == "" {
+		c.ReplicaID = DefaultID()
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = coordinator.DefaultTTL
 	}
@@ -161,12 +161,21 @@ func (c *Config) withDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	return c
 }
 
-// Validate checks the configuration after defaults; each message names the
-// value and what is accepted.
-func (c *Config) Validate() error {
-	c.withDefaults()
+// DefaultID is the replica ID of a Config without one: the host name and
+// the process ID, host-pid, unique among the live replicas of a host.
+func DefaultID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// Validate checks the configuration as New would use it, zero fields taking
+// their defaults; c itself is not changed. Each message names the value and
+// what is accepted; all the problems are reported together.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	if err := coordinator.ValidGroup(c.Group); err != nil {
 		errs = append(errs, err)
@@ -182,7 +191,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
 		}
 	}
-	if err := c.Fetch.Validate(); err != nil {
+	if err := c.Kafka.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {
@@ -197,17 +206,14 @@ func (c *Config) Validate() error {
 	if c.MaxBlockBytes < 1 {
 		errs = append(errs, fmt.Errorf("max block bytes %d: want at least 1", c.MaxBlockBytes))
 	}
-	if c.Fetch.MaxBufferBytes < 0 {
-		errs = append(errs, fmt.Errorf("max buffer bytes %d: want at least 1 (0 takes the default, %d)", c.Fetch.MaxBufferBytes, kafka.DefaultMaxBufferBytes))
-	}
 	if c.FlushInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("flush interval %s: want at least 1ms", c.FlushInterval))
 	}
 	if c.MaxEmptyPolls < 1 {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))
 	}
-	if c.CommitMode != AfterWrite && c.CommitMode != EveryBatch {
-		errs = append(errs, fmt.Errorf("commit mode %d: want after-write or every-batch", int(c.CommitMode)))
+	if err := commitModeNames.Check(c.CommitMode); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"errors"
 	"io"
@@ -35,7 +33,7 @@ func (s *deadLetterSink) Ping(ctx context.Context) error { return s.ping }
 func offlineReplica(t *testing.T, sink sinks.Sink) *Replica {
 	t.Helper()
 	r, err := New(Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Version: "v1.2.3",
-		Fetch: kafka.Config{Brokers: []string{"127.0.0.1:1"}}}, nil, sink, nil)
+		Kafka: Kafka{Brokers: []string{"127.0.0.1:1"}}}, nil, sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

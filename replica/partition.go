@@ -296,7 +296,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
 	}
-	if pt.r.cfg.Fetch.StartPolicy == kafka.StartLatest {
+	if pt.r.cfg.Kafka.StartPolicy == StartLatest {
 		return logEnd, nil
 	}
 	return earliest, nil

@@ -9,7 +9,6 @@ import (
 
 	"context"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -27,7 +26,8 @@ import (
 
 // Replica is one running instance of a group.
 type Replica struct {
-	cfg   Config
+	cfg   Config       // defaults applied
+	kafka kafka.Config // cfg.Kafka, converted
 	coord *coordinator.Coordinator
 	sink  sinks.Sink
 	// writer is how partitions write blocks: in rounds when the sink is a
@@ -68,10 +68,7 @@ func (r *Replica) isKilled() bool {
 // New checks cfg and returns a replica that uses cli for etcd and writes to
 // sink. The caller owns cli and sink, and closes them after Run returns.
 func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*Replica, error) {
-	if cfg.ReplicaID == "" {
-		host, _ := os.Hostname()
-		cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -83,7 +80,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	return &Replica{cfg: cfg, coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
+	return &Replica{cfg: cfg, kafka: cfg.Kafka.config(), coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
 		hist: newTimings(cfg.Group)}, nil
 }
 
@@ -111,7 +108,7 @@ func (r *Replica) Fetching() (requests, held, budget int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	requests = r.fetchedBefore
-	budget = int64(r.cfg.Fetch.WithDefaults().MaxBufferBytes)
+	budget = int64(r.kafka.MaxBufferBytes)
 	if r.consumer != nil {
 		st := r.consumer.Stats()
 		requests += st.FetchRequests
@@ -134,7 +131,7 @@ func (r *Replica) Alive() bool {
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
-	consumer, err := kafka.NewConsumer(r.cfg.Fetch, r.log, r.cfg.Topics...)
+	consumer, err := kafka.NewConsumer(r.kafka, r.log, r.cfg.Topics...)
 	if err != nil {
 		return err
 	}
@@ -310,7 +307,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	byTopic, err := kafka.Partitions(mctx, r.cfg.Fetch, r.cfg.Topics...)
+	byTopic, err := kafka.Partitions(mctx, r.kafka, r.cfg.Topics...)
 	if err != nil {
 		return nil, err
 	}

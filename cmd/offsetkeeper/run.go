@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"fmt"
 	"net"
@@ -152,7 +150,7 @@ once. Exit status 0.`,
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows")
-	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, kafka.DefaultMaxBufferBytes
+	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, replica.DefaultMaxBufferBytes
 	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row")
@@ -161,7 +159,7 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
 	fs.StringVar(&o.commitMode, "commit-mode", "after-write", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.StringVar(&o.startFrom, "start-from", "earliest", "where a partition without a committed offset starts: earliest or latest")
-	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight")
 	o.logs.register(fs, "json")
 	o.ops.register(fs)
@@ -189,7 +187,7 @@ func (o *runOptions) validate() error {
 	if err != nil {
 		return usage(fmt.Errorf("--commit-mode: %w", err))
 	}
-	start, err := kafka.ParseStartPolicy(o.startFrom)
+	start, err := replica.ParseStartPolicy(o.startFrom)
 	if err != nil {
 		return usage(fmt.Errorf("--start-from: %w", err))
 	}
@@ -197,9 +195,9 @@ func (o *runOptions) validate() error {
 		Group:     o.cluster.group,
 		ReplicaID: o.replicaID,
 		Topics:    o.topics,
-		Fetch: kafka.Config{
+		Kafka: replica.Kafka{
 			Brokers:        o.cluster.brokers,
-			MaxWait:        o.fetchMaxWait,
+			FetchMaxWait:   o.fetchMaxWait,
 			StartPolicy:    start,
 			MaxBufferBytes: int(o.maxBufferBytes),
 		},
@@ -214,10 +212,9 @@ func (o *runOptions) validate() error {
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
 	}
-	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Fetch) // TLS and SASL (security.go)
+	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka) // TLS and SASL (sasl.go)
 	if o.cfg.ReplicaID == "" {
-		host, _ := os.Hostname()
-		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
+		o.cfg.ReplicaID = replica.DefaultID()
 	}
 	if o.commitLinger < 0 {
 		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)
@@ -262,7 +259,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer cli.Close()
-	if err := o.cluster.checkAccess(ctx, cli, o.cfg.Fetch, o.cfg.Topics); err != nil {
+	if err := o.cluster.checkAccess(ctx, cli, o.cfg.Topics); err != nil {
 		return err // credentials refused: fail now rather than retry forever
 	}
 	ops, err := o.ops.listen(log)
