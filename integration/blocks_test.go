@@ -198,7 +198,7 @@ func TestFlushIntervalEndsBlock(t *testing.T) {
 			t.Fatalf("blocks written %s: a gap or overlap", fmtBlocks(got))
 		}
 	}
-	if n := rn.r.Stats().Records.Load(); n != 150 {
+	if n := rn.r.Stats().Records; n != 150 {
 		t.Fatalf("%d records written, want 150", n)
 	}
 }
@@ -256,7 +256,7 @@ func TestIdlePartitionWritesNoEmptyBlock(t *testing.T) {
 	if got := e.committed()[1]; got != 0 {
 		t.Errorf("idle partition 1 committed %d, want nothing", got)
 	}
-	if n := rn.r.Stats().Blocks.Load(); n != 1 {
+	if n := rn.r.Stats().Blocks; n != 1 {
 		t.Errorf("%d blocks committed, want 1: empty blocks must not be committed either", n)
 	}
 }
@@ -279,12 +279,12 @@ func TestAbortedOnlyBlockCommittedWithoutWrite(t *testing.T) {
 	rn := e.start(e.config("r1"), h)
 	// Blocks counts a block once its commit is through.
 	await(t, blockWait, fmt.Sprintf("offset %d (the log end) committed by a block", end), func() bool {
-		return e.committed()[0] == end && rn.r.Stats().Blocks.Load() == 1
+		return e.committed()[0] == end && rn.r.Stats().Blocks == 1
 	})
 	if c := calls.all(); len(c) != 0 {
 		t.Fatalf("sink written %s, want no write: the block held only aborted records and a marker", fmtBlocks(c))
 	}
-	if n := rn.r.Stats().Records.Load(); n != 0 {
+	if n := rn.r.Stats().Records; n != 0 {
 		t.Fatalf("%d records written, want none", n)
 	}
 

@@ -115,7 +115,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 		go func() { defer close(done); _ = r.Run(rctx) }()
 		// A Write that returned has committed its transaction: the rows are
 		// in PostgreSQL.
-		for r.Stats().Records.Load() < total {
+		for r.Stats().Records < total {
 			time.Sleep(time.Millisecond)
 		}
 		replicaTime += time.Since(start)

@@ -44,7 +44,7 @@ func TestOneReplicaDeliversEverything(t *testing.T) {
 			t.Errorf("partition %d: committed %d, log end %d", p, got[p], end)
 		}
 	}
-	if n := rn.r.Stats().Records.Load(); n != 100000 {
+	if n := rn.r.Stats().Records; n != 100000 {
 		t.Errorf("replica wrote %d records, want 100000", n)
 	}
 }
@@ -107,7 +107,7 @@ func TestFailingSinkRollsBackAndRetries(t *testing.T) {
 	await(t, 60*time.Second, "every offset committed despite failures", func() bool { return e.allCommitted(want) })
 	rn.stop()
 	e.checkFileSink(dir, want)
-	if n := rn.r.Stats().Rollbacks.Load(); n < 12 {
+	if n := rn.r.Stats().Rollbacks; n < 12 {
 		t.Errorf("%d rollbacks, want at least 12 (3 per partition)", n)
 	}
 	for p := 0; p < 4; p++ {

@@ -386,7 +386,7 @@ func BenchmarkScaleStartup512(b *testing.B) {
 		rev0, start := harness.EtcdRevision(b, cli), time.Now()
 		rn := replicarun.Start(b, r)
 		at := pollUntil(b, 10*time.Minute, time.Millisecond, "every partition claimed", func() bool {
-			return r.Stats().Claims.Load() >= int64(parts)
+			return r.Stats().Claims >= int64(parts)
 		})
 		took += at.Sub(start)
 		txns += harness.EtcdRevision(b, cli) - rev0

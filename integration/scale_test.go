@@ -308,7 +308,7 @@ func TestRoundFencesOnePartitionOthersCommit(t *testing.T) {
 		}
 	}
 	await(t, 10*time.Second, "the other seven committed", func() bool { return e.allCommitted(want) })
-	await(t, 10*time.Second, "the victim fenced", func() bool { return rn.r.Stats().Fenced.Load() == 1 })
+	await(t, 10*time.Second, "the victim fenced", func() bool { return rn.r.Stats().Fenced == 1 })
 	if got := e.committed()[victim]; got != 0 {
 		t.Fatalf("the fenced partition committed %d, want nothing", got)
 	}
@@ -423,7 +423,7 @@ func TestBatchInflatingPastTheBudgetFailsItsPartitionOnly(t *testing.T) {
 	}
 	replicarun.Start(t, r)
 	await(t, 10*time.Second, "partition 1 committed", func() bool { return e.committed()[1] == 20 })
-	await(t, 10*time.Second, "the oversized batch reported", func() bool { return r.Stats().OversizedBatches.Load() > 0 })
+	await(t, 10*time.Second, "the oversized batch reported", func() bool { return r.Stats().OversizedBatches > 0 })
 	entries := logs.FilterMessageSnippet("inflates past the memory budget").All()
 	if len(entries) == 0 {
 		t.Fatal("no error logged for the oversized batch")
@@ -476,7 +476,7 @@ func TestStrayClaimOfOwnSessionIsReleased(t *testing.T) {
 	// The running partition is fenced by the new epoch and stops; the
 	// stray claim goes, and the partition is claimed and consumed again.
 	await(t, 20*time.Second, "partition 1 consumed again", func() bool { return e.allCommitted(perPartition(2, 10)) })
-	if rn.r.Stats().Fenced.Load() == 0 {
+	if rn.r.Stats().Fenced == 0 {
 		t.Fatal("the partition whose claim was replaced was not fenced")
 	}
 }

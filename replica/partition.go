@@ -221,7 +221,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			if errors.Is(perr, kafka.ErrBatchTooLarge) {
 				// Retried, for the budget may be raised; the partition
 				// goes no further until then, and says why.
-				pt.r.stats.OversizedBatches.Add(1)
+				pt.r.stats.oversizedBatches.Add(1)
 				pt.log.Error("a record batch inflates past the memory budget (--max-buffer-bytes); the partition waits", zap.Error(perr))
 			} else {
 				pt.log.Warn("poll failed; retrying", zap.Error(perr))
@@ -243,20 +243,20 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, coordinator.ErrFenced) || errors.Is(err, sinks.ErrFenced):
-		pt.r.stats.Fenced.Add(1)
+		pt.r.stats.fenced.Add(1)
 		pt.log.Warn("claim lost; partition stopped", zap.Error(err))
 		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
 	case errors.Is(err, coordinator.ErrOffsetsChanged):
 		o := pt.claim.Offsets()
 		pt.next.Store(o.Next)
 		pt.pending.Store(0)
-		pt.r.stats.OffsetsChanged.Add(1)
+		pt.r.stats.offsetsChanged.Add(1)
 		pt.gen = o.Generation
 		pt.f.SeekTo(o.Next)
 		pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
 		return nil
 	case errors.As(err, &ce):
-		pt.r.stats.CommitFailures.Add(1)
+		// Counted by the coordinator: see Stats.CommitFailures.
 		pt.log.Error("commit failed", zap.Error(err))
 		return nil
 	case ctx.Err() != nil:
@@ -331,7 +331,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			} else if changed {
 				// Nothing of the block is written yet: drop it and start
 				// over where the operator said.
-				pt.r.stats.OffsetsChanged.Add(1)
+				pt.r.stats.offsetsChanged.Add(1)
 				pt.gen = o.Generation
 				pt.next.Store(o.Next)
 				pt.pending.Store(0)
@@ -362,7 +362,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			continue
 		}
 		if batch.Reset != nil {
-			pt.r.stats.OffsetResets.Add(1)
+			pt.r.stats.offsetResets.Add(1)
 			pt.log.Warn("offset out of range; reset by the start policy",
 				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("policy", batch.Reset.Policy))
 			if b.empty() {
@@ -429,7 +429,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
 		}
 		if batch.Reset != nil {
-			pt.r.stats.OffsetResets.Add(1)
+			pt.r.stats.offsetResets.Add(1)
 			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
 		}
 		for _, rec := range batch.Records {
@@ -474,13 +474,13 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		if len(b.records) > 0 {
 			start = time.Now()
 			if err := pt.r.writer.Write(ctx, blk); err != nil {
-				pt.r.stats.SinkErrors.Add(1)
+				pt.r.stats.sinkErrors.Add(1)
 				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
 					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
 				return nil
 			}
 			pt.r.observeWrite(len(b.records), time.Since(start))
-			pt.r.stats.Records.Add(int64(len(b.records)))
+			pt.r.stats.records.Add(int64(len(b.records)))
 		}
 		return nil
 	}
@@ -497,11 +497,11 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		}
 		start := time.Now()
 		if err := pt.r.writer.Write(ctx, blk); err != nil {
-			pt.r.stats.SinkErrors.Add(1)
+			pt.r.stats.sinkErrors.Add(1)
 			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
-		pt.r.stats.Records.Add(int64(len(b.records)))
+		pt.r.stats.records.Add(int64(len(b.records)))
 	}
 	start := time.Now()
 	if err := g.Commit(ctx); err != nil {
@@ -515,15 +515,15 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 func (pt *partition) committed(b *block) {
 	pt.next.Store(b.next)
 	pt.pending.Store(0)
-	pt.r.stats.Blocks.Add(1)
-	pt.r.stats.Commits.Add(1)
+	pt.r.stats.blocks.Add(1)
+	pt.r.stats.commits.Add(1)
 	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
 }
 
 // Rewind is the guard's rollback: the next poll starts at the block again.
 func (pt *partition) Rewind(from int64) {
 	pt.pending.Store(0)
-	pt.r.stats.Rollbacks.Add(1)
+	pt.r.stats.rollbacks.Add(1)
 	pt.f.SeekTo(from)
 }
 

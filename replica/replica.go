@@ -34,7 +34,7 @@ type Replica struct {
 	// sinks.BatchWriter, else one Write each. Set by Run.
 	writer blockWriter
 	log    *zap.Logger
-	stats  Stats
+	stats  counters
 	hist   *timings // block rows, sink write and commit latencies
 
 	// consumer fetches every partition the replica owns: one fetch loop
@@ -81,48 +81,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 		return nil, err
 	}
 	return &Replica{cfg: cfg, kafka: cfg.Kafka.config(), coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
-		hist: newTimings(cfg.Group)}, nil
-}
-
-// ID is the replica ID.
-func (r *Replica) ID() string { return r.cfg.ReplicaID }
-
-// Stats counts what the replica did.
-func (r *Replica) Stats() *Stats { return &r.stats }
-
-// Owned lists the partitions this replica consumes now.
-func (r *Replica) Owned() []coordinator.Partition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]coordinator.Partition, 0, len(r.owned))
-	for p := range r.owned {
-		out = append(out, p)
-	}
-	slices.SortFunc(out, coordinator.Partition.Compare)
-	return out
-}
-
-// Fetching reports the fetch requests sent so far and the bytes of records
-// held now against the budget (kafka.Config.MaxBufferBytes).
-func (r *Replica) Fetching() (requests, held, budget int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	requests = r.fetchedBefore
-	budget = int64(r.kafka.MaxBufferBytes)
-	if r.consumer != nil {
-		st := r.consumer.Stats()
-		requests += st.FetchRequests
-		held = st.BytesHeld
-	}
-	return requests, held, budget
-}
-
-// Alive reports whether the replica holds a live session.
-func (r *Replica) Alive() bool {
-	r.mu.Lock()
-	s := r.session
-	r.mu.Unlock()
-	return s != nil && s.Alive()
+		hist: newTimings()}, nil
 }
 
 // Run joins the group and consumes until ctx ends, then stops gracefully:
@@ -138,9 +97,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.consumer = consumer
 	r.mu.Unlock()
-	r.writer = countedSink{r.sink, &r.stats.SinkCalls}
+	r.writer = countedSink{r.sink, &r.stats.sinkCalls}
 	if bw, ok := r.sink.(sinks.BatchWriter); ok {
-		rounds := newSinkRounds(bw, &r.stats.SinkCalls)
+		rounds := newSinkRounds(bw, &r.stats.sinkCalls)
 		stop, ended := make(chan struct{}), make(chan struct{})
 		go func() { defer close(ended); rounds.run(stop) }()
 		// Deferred before the partitions stop: runs after them.
@@ -192,7 +151,7 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.stats.Sessions.Add(1)
+	r.stats.sessions.Add(1)
 	r.mu.Lock()
 	r.session = s
 	r.mu.Unlock()
@@ -404,7 +363,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		changed = true
 	}
 	if changed {
-		r.stats.Rebalances.Add(1)
+		r.stats.rebalances.Add(1)
 	}
 }
 
@@ -450,7 +409,7 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		r.mu.Lock()
 		r.owned[pt.p] = pt
 		r.mu.Unlock()
-		r.stats.Claims.Add(1)
+		r.stats.claims.Add(1)
 		if c.Offsets().ModRevision == 0 {
 			unplaced = append(unplaced, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 		}
@@ -524,7 +483,7 @@ func (r *Replica) forget(pt *partition) {
 	defer r.mu.Unlock()
 	if r.owned[pt.p] == pt {
 		delete(r.owned, pt.p)
-		r.stats.Claims.Add(-1)
+		r.stats.claims.Add(-1)
 	}
 }
 
@@ -578,40 +537,4 @@ func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelFunc,
 	if err := s.Close(cctx); err != nil {
 		r.log.Warn("leaving the group failed; the lease expires by itself", zap.Error(err))
 	}
-}
-
-// PartitionLag is how far a partition this replica owns is behind.
-type PartitionLag struct {
-	Partition coordinator.Partition
-	Epoch     int64
-	Committed int64 // the committed offset
-	LogEnd    int64 // the log end last seen (last stable offset); -1 unknown
-	// Lag is LogEnd - Committed in records, 0 when LogEnd is unknown.
-	Lag int64
-	// LagSeconds is how old the oldest polled but uncommitted record is:
-	// the delay a record now sees before its offset is committed.
-	LagSeconds float64
-}
-
-// Lag reports every owned partition, for metrics.
-func (r *Replica) Lag() []PartitionLag {
-	r.mu.Lock()
-	pts := make([]*partition, 0, len(r.owned))
-	for _, pt := range r.owned {
-		pts = append(pts, pt)
-	}
-	r.mu.Unlock()
-	now := time.Now()
-	out := make([]PartitionLag, 0, len(pts))
-	for _, pt := range pts {
-		l := PartitionLag{Partition: pt.p, Epoch: pt.claim.Epoch(), Committed: pt.next.Load(), LogEnd: pt.logEnd.Load()}
-		if l.LogEnd >= 0 && l.LogEnd > l.Committed {
-			l.Lag = l.LogEnd - l.Committed
-		}
-		if ns := pt.pending.Load(); ns > 0 && l.Lag > 0 {
-			l.LagSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
-		}
-		out = append(out, l)
-	}
-	return out
 }

@@ -284,6 +284,6 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close sink: %w", err)
 	}
-	log.Info("replica stopped", zap.Int64("records", r.Stats().Records.Load()), zap.Int64("blocks", r.Stats().Blocks.Load()))
+	log.Info("replica stopped", zap.Int64("records", r.Stats().Records), zap.Int64("blocks", r.Stats().Blocks))
 	return runErr
 }
