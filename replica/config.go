@@ -125,43 +125,27 @@ var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if c.ReplicaID == "" {
-		c.ReplicaID = DefaultID()
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = coordinator.DefaultTTL
-	}
-	if c.MaxBlockRows == 0 {
-		c.MaxBlockRows = DefaultMaxBlockRows
-	}
-	if c.EtcdMaxTxnOps == 0 {
-		c.EtcdMaxTxnOps = coordinator.DefaultMaxTxnOps
-	}
-	if c.MaxBlockBytes == 0 {
-		c.MaxBlockBytes = DefaultMaxBlockBytes
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
-	if c.MaxEmptyPolls == 0 {
-		c.MaxEmptyPolls = DefaultMaxEmptyPolls
-	}
-	if c.CommitLinger == 0 {
-		c.CommitLinger = DefaultCommitLinger
-	}
-	if c.ResyncInterval == 0 {
-		c.ResyncInterval = DefaultResyncInterval
-	}
-	if c.MetadataInterval == 0 {
-		c.MetadataInterval = DefaultMetadataInterval
-	}
-	if c.RebalanceDelay == 0 {
-		c.RebalanceDelay = DefaultRebalanceDelay
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	orDefault(&c.ReplicaID, DefaultID())
+	orDefault(&c.LeaseTTL, coordinator.DefaultTTL)
+	orDefault(&c.MaxBlockRows, DefaultMaxBlockRows)
+	orDefault(&c.EtcdMaxTxnOps, coordinator.DefaultMaxTxnOps)
+	orDefault(&c.MaxBlockBytes, DefaultMaxBlockBytes)
+	orDefault(&c.FlushInterval, DefaultFlushInterval)
+	orDefault(&c.MaxEmptyPolls, DefaultMaxEmptyPolls)
+	orDefault(&c.CommitLinger, DefaultCommitLinger)
+	orDefault(&c.ResyncInterval, DefaultResyncInterval)
+	orDefault(&c.MetadataInterval, DefaultMetadataInterval)
+	orDefault(&c.RebalanceDelay, DefaultRebalanceDelay)
+	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // DefaultID is the replica ID of a Config without one: the host name and
