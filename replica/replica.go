@@ -1,7 +1,22 @@
 // Package replica runs one replica of a group: it joins the group in etcd,
-// claims the partitions the plan gives it, consumes each with kafka-go's
-// batch-level fetch, writes blocks to a sink and commits their offsets
-// through a guard.
+// claims the partitions the plan gives it, reads them from Kafka (one fetch
+// request per broker per round trip, within one memory budget), writes
+// blocks of records to a sink and commits each block's offset to etcd,
+// fenced by its claim, after the write.
+//
+// A Go service embeds a replica with a sink of its own: any
+// sinks.Sink, optionally upgraded with sinks.Resumer (offsets stored with
+// the rows: exactly-once), sinks.BatchWriter, sinks.Pinger or
+// sinks.DeadLetterCounter. Configure it with Config, start it with New and
+// Run, watch it with Stats, Lag, Timings and Ready; package replica/metrics
+// exports those to Prometheus, and Mirror copies the committed offsets to
+// Kafka's consumer group for Kafka's own tools.
+//
+// The guarantees: a record is never lost (a block's offset is committed
+// only after the sink has it, AfterWrite), and nothing is committed
+// without the claim (every intent, commit and release is an etcd
+// transaction conditioned on the claim's epoch). A replica that crashes
+// leaves at most the block in flight to replay.
 package replica
 
 import (
@@ -19,7 +34,8 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// Replica is one running instance of a group.
+// Replica is one running instance of a group. Its methods are safe for
+// concurrent use; Run is called once at a time.
 type Replica struct {
 	cfg   Config       // defaults applied
 	kafka kafka.Config // cfg.Kafka, converted
@@ -48,13 +64,17 @@ type Replica struct {
 
 // Kill stops the replica as a crash would: partitions stop at once without
 // finishing their blocks, nothing is released and the lease is left to
-// expire. Run then returns. It is for chaos tests and the dev command.
+// expire, so the group takes LeaseTTL to move its partitions. Run then
+// returns. It is for chaos tests and the dev command's --chaos; to stop a
+// replica, end Run's context.
 func (r *Replica) Kill() { r.killOnce.Do(func() { close(r.killed) }) }
 
 func (r *Replica) isKilled() bool { return isClosed(r.killed) }
 
-// New checks cfg and returns a replica that uses cli for etcd and writes to
-// sink. The caller owns cli and sink, and closes them after Run returns.
+// New checks cfg (see Config.Validate) and returns a replica that uses cli
+// for etcd and writes to sink; log may be nil. It connects to nothing
+// until Run. The caller owns cli and sink, and closes them after Run
+// returns.
 func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*Replica, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
