@@ -12,33 +12,33 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
-// Defaults of Kafka, applied to its zero fields. They are those of the
-// Java consumer where it has the setting, named after it.
+// Defaults of Kafka, applied to its zero fields, named after the Java
+// consumer's settings they stand for.
 const (
 	// DefaultFetchMinBytes is fetch.min.bytes: a fetch returns as soon as
 	// there is anything.
-	DefaultFetchMinBytes = kafka.DefaultFetchMinBytes
+	DefaultFetchMinBytes = 1
 	// DefaultFetchMaxWait is fetch.max.wait.ms.
-	DefaultFetchMaxWait = kafka.DefaultFetchMaxWait
+	DefaultFetchMaxWait = 500 * time.Millisecond
 	// DefaultFetchMaxPartitionBytes is max.partition.fetch.bytes, 1 MiB.
-	DefaultFetchMaxPartitionBytes = kafka.DefaultFetchMaxBytes
+	DefaultFetchMaxPartitionBytes = 1 << 20
 	// DefaultFetchMaxBytes is what one fetch of many partitions returns
 	// at most (fetch.max.bytes; the Java consumer's is 50 MiB, ours 16
 	// MiB): large enough that a broker's round trip carries many
 	// partitions' worth, small enough to be decoded while the next one is
 	// on its way.
-	DefaultFetchMaxBytes = kafka.DefaultMaxRequestBytes
+	DefaultFetchMaxBytes = 16 << 20
 	// DefaultMaxBufferBytes bounds the bytes of records a replica holds,
 	// fetched and not yet committed, all its partitions together: 256 MiB.
-	DefaultMaxBufferBytes = kafka.DefaultMaxBufferBytes
+	DefaultMaxBufferBytes = 256 << 20
 	// DefaultRequestTimeout bounds a request beyond what the broker is
 	// asked to wait (request.timeout.ms is 30s; ours is 10s).
-	DefaultRequestTimeout = kafka.DefaultFetchRequestTimeout
+	DefaultRequestTimeout = 10 * time.Second
 	// DefaultRetryBackoffMin and DefaultRetryBackoffMax bound the wait
 	// between retries of a failed request (retry.backoff.ms and
 	// retry.backoff.max.ms are 100ms and 1s; ours grows to 5s).
-	DefaultRetryBackoffMin = kafka.DefaultFetchBackoffMin
-	DefaultRetryBackoffMax = kafka.DefaultFetchBackoffMax
+	DefaultRetryBackoffMin = 100 * time.Millisecond
+	DefaultRetryBackoffMax = 5 * time.Second
 	// DefaultClientID is the client.id the brokers see.
 	DefaultClientID = "offsetkeeper"
 )

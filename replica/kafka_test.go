@@ -26,6 +26,27 @@ func TestKafkaEnumsMatchTheInternalOnes(t *testing.T) {
 	}
 }
 
+// The defaults documented here are the ones the internal package applies.
+func TestKafkaDefaultsAreTheInternalOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ours, its any
+	}{
+		{"fetch min bytes", DefaultFetchMinBytes, kafka.DefaultFetchMinBytes},
+		{"fetch max wait", DefaultFetchMaxWait, kafka.DefaultFetchMaxWait},
+		{"fetch max partition bytes", DefaultFetchMaxPartitionBytes, kafka.DefaultFetchMaxBytes},
+		{"fetch max bytes", DefaultFetchMaxBytes, kafka.DefaultMaxRequestBytes},
+		{"max buffer bytes", DefaultMaxBufferBytes, kafka.DefaultMaxBufferBytes},
+		{"request timeout", DefaultRequestTimeout, kafka.DefaultFetchRequestTimeout},
+		{"retry backoff min", DefaultRetryBackoffMin, kafka.DefaultFetchBackoffMin},
+		{"retry backoff max", DefaultRetryBackoffMax, kafka.DefaultFetchBackoffMax},
+	} {
+		if tc.ours != tc.its {
+			t.Errorf("%s: documented %v, applied %v", tc.name, tc.ours, tc.its)
+		}
+	}
+}
+
 func TestKafkaConfig(t *testing.T) {
 	k := Kafka{
 		Brokers:                []string{"b:9092"},
