@@ -229,7 +229,7 @@ func TestScaleThousandPartitionsTenReplicas(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cli.Close() })
 		cfg := e.config(fmt.Sprintf("r%02d", i))
-		cfg.Fetch.MaxWait = 10 * time.Second // 1,000 idle partitions: poll them slowly
+		cfg.Kafka.FetchMaxWait = 10 * time.Second // 1,000 idle partitions: poll them slowly
 		cfg.LeaseTTL = 10 * time.Second
 		r, err := replica.New(cfg, cli, discard.New(), e.logger)
 		if err != nil {

@@ -55,7 +55,7 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 			Group:     fmt.Sprintf("bench-%d", round), // a new group starts from the earliest offset
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     kafka.Config{Brokers: k.Brokers()},
+			Kafka:     replica.Kafka{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)
@@ -66,7 +66,7 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 		done := make(chan struct{})
 		start = time.Now()
 		go func() { defer close(done); _ = r.Run(ctx) }()
-		for r.Stats().Records.Load() < int64(parts*perPart) || r.Stats().Claims.Load() < parts {
+		for r.Stats().Records < int64(parts*perPart) || r.Stats().Claims < parts {
 			time.Sleep(time.Millisecond)
 		}
 		replicaTime += time.Since(start)

@@ -20,7 +20,7 @@ import (
 // The tests of this file check the block rules of DESIGN.md ("Blocks"): a
 // block ends, only between polled batches, at max-block-rows rows, after
 // flush-interval, after max-empty-polls empty polls, or after every batch in
-// every-batch mode; empty blocks are not written. With Fetch.MaxBytes = 1
+// every-batch mode; empty blocks are not written. With Kafka.FetchMaxPartitionBytes = 1
 // each poll returns one Kafka record batch, and each produceBatches call
 // below makes one record batch, so the batches are known exactly.
 
@@ -34,7 +34,7 @@ const (
 	neverFlush = time.Hour
 )
 
-// oneBatch is Fetch.MaxBytes for one record batch per poll.
+// oneBatch is Kafka.FetchMaxPartitionBytes for one record batch per poll.
 const oneBatch = 1
 
 // produceBatches writes one record batch per size to partition p, one
@@ -160,7 +160,7 @@ func TestMaxBlockRowsEndsBlockBetweenBatches(t *testing.T) {
 	}
 	h, _ := newBlockSink()
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	cfg.MaxBlockRows = 250
 	cfg.FlushInterval = neverFlush
 	cfg.MaxEmptyPolls = 3
@@ -177,7 +177,7 @@ func TestFlushIntervalEndsBlock(t *testing.T) {
 	e.produceBatches(0, 100)
 	h, _ := newBlockSink()
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	cfg.MaxBlockRows = neverRows
 	cfg.MaxEmptyPolls = neverPolls
 	cfg.FlushInterval = 300 * time.Millisecond // the only rule that can end a block
@@ -198,7 +198,7 @@ func TestFlushIntervalEndsBlock(t *testing.T) {
 			t.Fatalf("blocks written %s: a gap or overlap", fmtBlocks(got))
 		}
 	}
-	if n := rn.r.Stats().Records.Load(); n != 150 {
+	if n := rn.r.Stats().Records; n != 150 {
 		t.Fatalf("%d records written, want 150", n)
 	}
 }
@@ -218,7 +218,7 @@ func TestMaxEmptyPollsEndsBlock(t *testing.T) {
 		return nil
 	}}
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	cfg.MaxBlockRows = neverRows
 	cfg.FlushInterval = neverFlush
 	cfg.MaxEmptyPolls = emptyPolls
@@ -227,9 +227,9 @@ func TestMaxEmptyPollsEndsBlock(t *testing.T) {
 	await(t, blockWait, "offset 150 committed", func() bool { return e.committed()[0] == 150 })
 	// All three batches in one block, ended by the partition going quiet.
 	checkBlocks(t, h, 0, blockWant{0, 150, 150})
-	if quiet, want := writtenAt.Load().Sub(start), (emptyPolls-1)*cfg.Fetch.MaxWait; quiet < want {
+	if quiet, want := writtenAt.Load().Sub(start), (emptyPolls-1)*cfg.Kafka.FetchMaxWait; quiet < want {
 		t.Fatalf("the block was written %s after the start, want at least %s (%d empty polls of %s, the first one the catch-up)",
-			quiet, want, emptyPolls, cfg.Fetch.MaxWait)
+			quiet, want, emptyPolls, cfg.Kafka.FetchMaxWait)
 	}
 }
 
@@ -239,7 +239,7 @@ func TestIdlePartitionWritesNoEmptyBlock(t *testing.T) {
 	fetches := e.countFetches()
 	h, calls := newBlockSink()
 	cfg := e.config("r1") // MaxEmptyPolls 1: every empty poll could end a block
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	rn := e.start(cfg, h)
 	await(t, blockWait, "offset 100 committed on partition 0", func() bool { return e.committed()[0] == 100 })
 	// Partition 1 polls and gets nothing, again and again.
@@ -256,7 +256,7 @@ func TestIdlePartitionWritesNoEmptyBlock(t *testing.T) {
 	if got := e.committed()[1]; got != 0 {
 		t.Errorf("idle partition 1 committed %d, want nothing", got)
 	}
-	if n := rn.r.Stats().Blocks.Load(); n != 1 {
+	if n := rn.r.Stats().Blocks; n != 1 {
 		t.Errorf("%d blocks committed, want 1: empty blocks must not be committed either", n)
 	}
 }
@@ -273,18 +273,18 @@ func TestAbortedOnlyBlockCommittedWithoutWrite(t *testing.T) {
 		t.Fatalf("log end %d: want the aborted records and the abort marker", end)
 	}
 	h, calls := newBlockSink()
-	// The default Fetch.MaxBytes: kfake leaves the aborted transactions out
+	// The default Kafka.FetchMaxPartitionBytes: kfake leaves the aborted transactions out
 	// of a fetch response cut short by the request's MaxBytes, which a
 	// real broker does not (so oneBatch would deliver aborted records).
 	rn := e.start(e.config("r1"), h)
 	// Blocks counts a block once its commit is through.
 	await(t, blockWait, fmt.Sprintf("offset %d (the log end) committed by a block", end), func() bool {
-		return e.committed()[0] == end && rn.r.Stats().Blocks.Load() == 1
+		return e.committed()[0] == end && rn.r.Stats().Blocks == 1
 	})
 	if c := calls.all(); len(c) != 0 {
 		t.Fatalf("sink written %s, want no write: the block held only aborted records and a marker", fmtBlocks(c))
 	}
-	if n := rn.r.Stats().Records.Load(); n != 0 {
+	if n := rn.r.Stats().Records; n != 0 {
 		t.Fatalf("%d records written, want none", n)
 	}
 
@@ -301,7 +301,7 @@ func TestEveryBatchBlocksAreOneBatch(t *testing.T) {
 	h, _ := newBlockSink()
 	cfg := e.config("r1")
 	cfg.CommitMode = replica.EveryBatch
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	cfg.MaxBlockRows = neverRows
 	cfg.FlushInterval = neverFlush
 	cfg.MaxEmptyPolls = neverPolls // only the every-batch rule ends a block

@@ -82,7 +82,7 @@ func (e *env) config(id string) replica.Config {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Fetch:          kafka.Config{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
+		Kafka:          replica.Kafka{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,

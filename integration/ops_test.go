@@ -27,6 +27,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	replicametrics "github.com/offsetkeeper/offsetkeeper/replica/metrics"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -140,7 +141,7 @@ const gateDeadLetters = 3
 func (g *gateSink) DeadLetters() int64 { return gateDeadLetters }
 
 // opsRun is a replica run in this process with its HTTP endpoints (served
-// by replica.Handler on a loopback port) and, optionally, its offset
+// by replicametrics.Handler on a loopback port) and, optionally, its offset
 // mirror: what `offsetkeeper run` wires, without the process.
 type opsRun struct {
 	t      *testing.T
@@ -168,14 +169,14 @@ func (e *env) startOpsRun(cfg replica.Config, sink sinks.Sink, cli *clientv3.Cli
 		e.t.Fatal(err)
 	}
 	o := &opsRun{t: e.t, r: r, done: make(chan struct{}), mirrorDone: make(chan struct{})}
-	var copts []replica.CollectorOption
+	var copts []replicametrics.CollectorOption
 	if mirrorEvery > 0 {
 		o.mirror = replica.NewMirror(r, replica.WithMirrorInterval(mirrorEvery))
-		copts = append(copts, replica.WithMirror(o.mirror))
+		copts = append(copts, replicametrics.WithMirror(o.mirror))
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(replica.NewCollector(r, copts...))
-	o.srv = httptest.NewServer(replica.Handler(r, reg))
+	reg.MustRegister(replicametrics.NewCollector(r, copts...))
+	o.srv = httptest.NewServer(replicametrics.Handler(r, reg))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	o.cancel = cancel
@@ -433,7 +434,7 @@ func TestReadyzFollowsEtcd(t *testing.T) {
 	proxy.Pass()
 	await(t, 30*time.Second, "/readyz 200 after etcd is back", ready)
 	healthy()
-	if n := o.r.Stats().Sessions.Load(); n < 2 {
+	if n := o.r.Stats().Sessions; n < 2 {
 		t.Errorf("%d sessions: ready again without rejoining", n)
 	}
 	if got := scrape(t, o.srv.URL+"/metrics").value("offsetkeeper_sessions_total"); got < 2 {

@@ -1,8 +1,6 @@
 package integration_test
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"fmt"
 	"strings"
@@ -104,7 +102,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 			Group:     group,
 			ReplicaID: "r",
 			Topics:    []string{"bench"},
-			Fetch:     kafka.Config{Brokers: k.Brokers()},
+			Kafka:     replica.Kafka{Brokers: k.Brokers()},
 			LeaseTTL:  10 * time.Second,
 		}
 		r, err := replica.New(cfg, cli, sink, nil)
@@ -117,7 +115,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 		go func() { defer close(done); _ = r.Run(rctx) }()
 		// A Write that returned has committed its transaction: the rows are
 		// in PostgreSQL.
-		for r.Stats().Records.Load() < total {
+		for r.Stats().Records < total {
 			time.Sleep(time.Millisecond)
 		}
 		replicaTime += time.Since(start)

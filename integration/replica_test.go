@@ -44,7 +44,7 @@ func TestOneReplicaDeliversEverything(t *testing.T) {
 			t.Errorf("partition %d: committed %d, log end %d", p, got[p], end)
 		}
 	}
-	if n := rn.r.Stats().Records.Load(); n != 100000 {
+	if n := rn.r.Stats().Records; n != 100000 {
 		t.Errorf("replica wrote %d records, want 100000", n)
 	}
 }
@@ -107,7 +107,7 @@ func TestFailingSinkRollsBackAndRetries(t *testing.T) {
 	await(t, 60*time.Second, "every offset committed despite failures", func() bool { return e.allCommitted(want) })
 	rn.stop()
 	e.checkFileSink(dir, want)
-	if n := rn.r.Stats().Rollbacks.Load(); n < 12 {
+	if n := rn.r.Stats().Rollbacks; n < 12 {
 		t.Errorf("%d rollbacks, want at least 12 (3 per partition)", n)
 	}
 	for p := 0; p < 4; p++ {
@@ -136,7 +136,7 @@ func TestEveryBatchCrashAfterCommitLosesTheBatch(t *testing.T) {
 	// every-batch commits a batch before writing it: crash in between.
 	cfg := e.config("r1")
 	cfg.CommitMode = replica.EveryBatch
-	cfg.Fetch.MaxBytes = 1 // one record batch per poll
+	cfg.Kafka.FetchMaxPartitionBytes = 1 // one record batch per poll
 	lostBatch := e.crashAt(cfg, &hookSink{inner: fs}, -1, false)
 	if got := e.committed()[0]; got != lostBatch.Next {
 		t.Fatalf("committed %d, want the crashed batch's end %d (every-batch commits first)", got, lostBatch.Next)
@@ -221,7 +221,7 @@ func TestKafkaCutOffRetriesWithoutLoss(t *testing.T) {
 	// Every connection to Kafka goes through the proxy, whatever address
 	// the broker advertises (one broker here).
 	var d netDialer
-	cfg.Fetch.Dial = func(ctx context.Context, network, _ string) (netConn, error) {
+	cfg.Kafka.Dial = func(ctx context.Context, network, _ string) (netConn, error) {
 		return d.DialContext(ctx, network, proxy.Addr())
 	}
 	rn := e.start(cfg, fs)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -179,7 +178,7 @@ func BenchmarkScaleTrickle(b *testing.B) {
 				Group:     group,
 				ReplicaID: fmt.Sprintf("r%d", i),
 				Topics:    []string{"trickle"},
-				Fetch:     kafka.Config{Brokers: k.Brokers()},
+				Kafka:     replica.Kafka{Brokers: k.Brokers()},
 			}, etcd.Client(b), sink, nil)
 			if err != nil {
 				b.Fatal(err)
@@ -379,7 +378,7 @@ func BenchmarkScaleStartup512(b *testing.B) {
 			Group:     group,
 			ReplicaID: "r",
 			Topics:    []string{"startup"},
-			Fetch:     kafka.Config{Brokers: k.Brokers()},
+			Kafka:     replica.Kafka{Brokers: k.Brokers()},
 		}, etcd.Client(b), discard.New(), nil)
 		if err != nil {
 			b.Fatal(err)
@@ -387,7 +386,7 @@ func BenchmarkScaleStartup512(b *testing.B) {
 		rev0, start := harness.EtcdRevision(b, cli), time.Now()
 		rn := replicarun.Start(b, r)
 		at := pollUntil(b, 10*time.Minute, time.Millisecond, "every partition claimed", func() bool {
-			return r.Stats().Claims.Load() >= int64(parts)
+			return r.Stats().Claims >= int64(parts)
 		})
 		took += at.Sub(start)
 		txns += harness.EtcdRevision(b, cli) - rev0
@@ -446,7 +445,7 @@ func BenchmarkScale10k(b *testing.B) {
 				Group:     group,
 				ReplicaID: fmt.Sprintf("r%02d", i),
 				Topics:    []string{"wide"},
-				Fetch:     kafka.Config{Brokers: k.Brokers()},
+				Kafka:     replica.Kafka{Brokers: k.Brokers()},
 				LeaseTTL:  ttl,
 			}, etcd.Client(b), discard.New(), nil)
 			if err != nil {

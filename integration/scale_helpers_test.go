@@ -139,7 +139,7 @@ func byReplica(m map[string]int) []int {
 func inProcessClaims(rs []*replicarun.Running) []int {
 	out := make([]int, len(rs))
 	for i, r := range rs {
-		out[i] = int(r.Stats().Claims.Load())
+		out[i] = int(r.Stats().Claims)
 	}
 	return out
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -124,7 +123,7 @@ func TestBufferBudgetBoundsBytesHeld(t *testing.T) {
 	}
 	sink := &budgetSink{countingSink: newCountingSink(), delay: 5 * time.Millisecond}
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = budget
+	cfg.Kafka.MaxBufferBytes = budget
 	rn := e.start(cfg, sink)
 
 	var peak atomic.Int64
@@ -203,7 +202,7 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 	}
 	sink := &trickleSink{countingSink: newCountingSink(), watch: func(p int) bool { return p > 0 }}
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = 4 << 20
+	cfg.Kafka.MaxBufferBytes = 4 << 20
 	cfg.FlushInterval = time.Second // the default: a block of a trickle ends at the log end
 	e.start(cfg, sink)
 	await(t, 20*time.Second, "every partition claimed", func() bool { return len(e.snapshot().Claims) == parts })
@@ -237,18 +236,18 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 // takes it.
 func TestStartPolicyForNewPartitions(t *testing.T) {
 	for _, tc := range []struct {
-		policy kafka.StartPolicy
+		policy replica.StartPolicy
 		want   int64 // records per partition in the sink
-	}{{kafka.StartLatest, 3}, {kafka.StartEarliest, 8}} {
+	}{{replica.StartLatest, 3}, {replica.StartEarliest, 8}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			e := newEnv(t, "policy", 3)
 			e.produce(5)
 			sink := newCountingSink()
 			cfg := e.config("r1")
-			cfg.Fetch.StartPolicy = tc.policy
+			cfg.Kafka.StartPolicy = tc.policy
 			rn := e.start(cfg, sink)
 			start := int64(5)
-			if tc.policy == kafka.StartEarliest {
+			if tc.policy == replica.StartEarliest {
 				start = 0
 			}
 			await(t, 10*time.Second, "every partition started where the policy says", func() bool {
@@ -318,7 +317,7 @@ func TestRoundFencesOnePartitionOthersCommit(t *testing.T) {
 		}
 	}
 	await(t, 10*time.Second, "the other seven committed", func() bool { return e.allCommitted(want) })
-	await(t, 10*time.Second, "the victim fenced", func() bool { return rn.r.Stats().Fenced.Load() == 1 })
+	await(t, 10*time.Second, "the victim fenced", func() bool { return rn.r.Stats().Fenced == 1 })
 	if got := e.committed()[victim]; got != 0 {
 		t.Fatalf("the fenced partition committed %d, want nothing", got)
 	}
@@ -336,7 +335,7 @@ func TestIdleReplicaFetchesOncePerBrokerPerMaxWait(t *testing.T) {
 	const maxWait = 200 * time.Millisecond
 	e := newEnv(t, "idle", 300, harness.NumBrokers(2))
 	cfg := e.config("r1")
-	cfg.Fetch.MaxWait = maxWait
+	cfg.Kafka.FetchMaxWait = maxWait
 	rn := e.start(cfg, newCountingSink())
 	await(t, 20*time.Second, "every partition claimed and polled", func() bool {
 		n, _, _ := rn.r.Fetching()
@@ -429,14 +428,14 @@ func TestBatchInflatingPastTheBudgetFailsItsPartitionOnly(t *testing.T) {
 	}
 	core, logs := observer.New(zap.ErrorLevel)
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBufferBytes = budget
+	cfg.Kafka.MaxBufferBytes = budget
 	r, err := replica.New(cfg, e.etcd.Client(t), newCountingSink(), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
 	replicarun.Start(t, r)
 	await(t, 10*time.Second, "partition 1 committed", func() bool { return e.committed()[1] == 20 })
-	await(t, 10*time.Second, "the oversized batch reported", func() bool { return r.Stats().OversizedBatches.Load() > 0 })
+	await(t, 10*time.Second, "the oversized batch reported", func() bool { return r.Stats().OversizedBatches > 0 })
 	entries := logs.FilterMessageSnippet("inflates past the memory budget").All()
 	if len(entries) == 0 {
 		t.Fatal("no error logged for the oversized batch")
@@ -489,7 +488,7 @@ func TestStrayClaimOfOwnSessionIsReleased(t *testing.T) {
 	// The running partition is fenced by the new epoch and stops; the
 	// stray claim goes, and the partition is claimed and consumed again.
 	await(t, 20*time.Second, "partition 1 consumed again", func() bool { return e.allCommitted(perPartition(2, 10)) })
-	if rn.r.Stats().Fenced.Load() == 0 {
+	if rn.r.Stats().Fenced == 0 {
 		t.Fatal("the partition whose claim was replaced was not fenced")
 	}
 }
@@ -544,7 +543,7 @@ func TestIntentReplayFailingPartWayLosesNothing(t *testing.T) {
 	})
 	sink := newCountingSink()
 	cfg := e.config("r1")
-	cfg.Fetch.MaxBytes = oneBatch
+	cfg.Kafka.FetchMaxPartitionBytes = oneBatch
 	e.start(cfg, sink)
 	await(t, 20*time.Second, "the range committed", func() bool { return e.allCommitted(map[int]int64{0: 20}) })
 	if !failed.Load() {

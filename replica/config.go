@@ -1,15 +1,15 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 // Defaults of Config. Each trades latency against etcd and sink load: a
@@ -22,7 +22,7 @@ const (
 	// per-block costs (an intent, a sink write, a commit) vanish beside
 	// the bytes at any record size, keeps a sink's transaction modest, and
 	// lets 16 partitions hold a full block each within the default budget
-	// (kafka.DefaultMaxBufferBytes, 256 MiB).
+	// (DefaultMaxBufferBytes, 256 MiB).
 	DefaultMaxBlockBytes = 16 << 20
 	// DefaultFlushInterval ends a block this long after its first row: the
 	// bound on how late a record reaches the sink under light load.
@@ -62,111 +62,157 @@ const (
 	EveryBatch
 )
 
-var commitModeNames = []string{"after-write", "every-batch"}
+var commitModeNames = enum.New[CommitMode]("commit mode", "after-write", "every-batch")
 
-func (m CommitMode) String() string {
-	if int(m) >= 0 && int(m) < len(commitModeNames) {
-		return commitModeNames[m]
-	}
-	return fmt.Sprintf("CommitMode(%d)", int(m))
-}
+// String returns "after-write" or "every-batch".
+func (m CommitMode) String() string { return commitModeNames.String(m) }
 
-// ParseCommitMode parses "after-write" or "every-batch".
-func ParseCommitMode(s string) (CommitMode, error) {
-	for i, n := range commitModeNames {
-		if s == n {
-			return CommitMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("commit mode %q: want one of %s", s, strings.Join(commitModeNames, ", "))
-}
+// ParseCommitMode parses "after-write" or "every-batch" (space trimmed,
+// case folded).
+func ParseCommitMode(s string) (CommitMode, error) { return commitModeNames.Parse(s) }
 
-// Config configures a Replica. Zero durations and counts take the defaults.
+// MarshalText implements encoding.TextMarshaler.
+func (m CommitMode) MarshalText() ([]byte, error) { return commitModeNames.Marshal(m) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseCommitMode.
+func (m *CommitMode) UnmarshalText(b []byte) error { return commitModeNames.Unmarshal(m, b) }
+
+// Config configures a Replica. Group, Topics and Kafka.Brokers are
+// required; every other zero field takes the default its doc names. New
+// applies the defaults to its own copy, and Validate checks a copy the same
+// way: the caller's Config is never changed.
+//
+// The block rules (MaxBlockRows, MaxBlockBytes, FlushInterval,
+// MaxEmptyPolls) decide where a block ends. A block is the unit of work:
+// one intent in etcd (for a sink without its own offsets), one sink write,
+// one offset commit. Larger blocks cost etcd and the sink less per record,
+// and a crash replays more; smaller ones the reverse.
 type Config struct {
-	// Group names the pipeline; its state lives under
-	// /offsetkeeper/v1/groups/<group>/ in etcd.
+	// Group names the pipeline (Kafka's group.id): its state lives under
+	// /offsetkeeper/v1/groups/<group>/ in etcd, and a Mirror copies its
+	// offsets to the Kafka consumer group of this name. Required.
 	Group string
-	// ReplicaID identifies this replica in the group; unique among live
-	// replicas. Default: host-pid.
+	// ReplicaID identifies this replica in the group (group.instance.id);
+	// unique among live replicas, without '/' or spaces. Default
+	// DefaultID(), host-pid. A fixed ID lets a restarted replica be known
+	// again in logs; two live replicas with one ID refuse each other.
 	ReplicaID string
-	// Topics are consumed whole: every partition of each.
+	// Topics are consumed whole, every partition of each, partitions added
+	// later included (see MetadataInterval). Required.
 	Topics []string
-	// Fetch says how Kafka is read; Fetch.StartPolicy is the group's start
-	// policy.
-	Fetch kafka.Config
-	// LeaseTTL is the replica's etcd lease TTL (default 10s, at least 2s).
+	// Kafka says how Kafka is reached and read: brokers, TLS, SASL, fetch
+	// sizes, isolation level and the group's start policy
+	// (Kafka.StartPolicy, auto.offset.reset). Kafka.Brokers is required.
+	Kafka Kafka
+
+	// LeaseTTL is the TTL of the replica's etcd lease, the counterpart of
+	// session.timeout.ms: a replica that dies is replaced after it, and a
+	// replica cut off from etcd stops writing after LeaseTTL/2, before its
+	// claims can go to another. Default coordinator.DefaultTTL, 10s; at
+	// least 2s, whole seconds. Shorter moves partitions sooner after a
+	// crash, at the cost of a keepalive every LeaseTTL/3 and of losing the
+	// claims over a shorter etcd hiccup.
 	LeaseTTL time.Duration
-	// EtcdMaxTxnOps is the etcd cluster's --max-txn-ops (default 128):
-	// the write rounds that carry many partitions' claims, intents and
-	// commits are sized to it.
+	// EtcdMaxTxnOps is the etcd cluster's --max-txn-ops. Default
+	// coordinator.DefaultMaxTxnOps, 128, etcd's own; at least 4. The write
+	// rounds that carry many partitions' claims, intents and commits are
+	// sized to it: set it to the cluster's value, higher than it and
+	// rounds are refused.
 	EtcdMaxTxnOps int
 
+	// MaxBlockRows ends a block at this many records (think
+	// max.poll.records, per partition). Default DefaultMaxBlockRows,
+	// 65,536.
 	MaxBlockRows int
-	// MaxBlockBytes ends a block by size (default DefaultMaxBlockBytes).
-	// A block also ends when its partition holds its share of the memory
-	// budget, Fetch.MaxBufferBytes.
+	// MaxBlockBytes ends a block at this many bytes of records. Default
+	// DefaultMaxBlockBytes, 16 MiB. A block also ends when its partition
+	// holds half its share of the memory budget, Kafka.MaxBufferBytes.
 	MaxBlockBytes int
+	// FlushInterval ends a block this long after its first record: the
+	// bound on how late a record reaches the sink under a light load.
+	// Default DefaultFlushInterval, 1s; at least 1ms. Shorter is fresher
+	// data for more, smaller blocks.
 	FlushInterval time.Duration
+	// MaxEmptyPolls ends a block after this many empty polls in a row;
+	// reaching the log end counts as one. Default DefaultMaxEmptyPolls, 1:
+	// a partition that caught up writes what it has at once. More waits
+	// up to that many Kafka.FetchMaxWait for company.
 	MaxEmptyPolls int
-	CommitMode    CommitMode
+	// CommitMode is when a block's offset is committed. Default
+	// AfterWrite: after the sink write, at-least-once (exactly-once with a
+	// sink that stores its offsets, a sinks.Resumer). EveryBatch commits
+	// before the write: at-most-once.
+	CommitMode CommitMode
 	// CommitLinger is how long the intent and the commit of a block that
-	// did not end by size may wait to share an etcd round with other
-	// partitions' (default DefaultCommitLinger; negative: never wait). It
-	// is capped at LeaseTTL/16.
+	// did not end by size may wait to share an etcd transaction with other
+	// partitions'. Default DefaultCommitLinger, 100ms; negative: never
+	// wait. It is capped at LeaseTTL/16. Longer makes fewer etcd
+	// transactions for many trickling partitions, for that much latency.
 	CommitLinger time.Duration
 
-	ResyncInterval   time.Duration
+	// ResyncInterval re-plans even without a watch event, to repair what a
+	// lost event would leave. Default DefaultResyncInterval, 10s.
+	ResyncInterval time.Duration
+	// MetadataInterval is how often topic metadata is read to find
+	// partitions added to a topic (metadata.max.age.ms). Default
+	// DefaultMetadataInterval, 10s. Each read is one Metadata request.
 	MetadataInterval time.Duration
-	RebalanceDelay   time.Duration
-	ShutdownTimeout  time.Duration
+	// RebalanceDelay debounces re-planning after membership or claim
+	// changes, with as much jitter again, so that a burst of events costs
+	// one plan and replicas do not all claim at the same instant. Default
+	// DefaultRebalanceDelay, 100ms.
+	RebalanceDelay time.Duration
+	// ShutdownTimeout bounds how long a graceful stop (Run's ctx done)
+	// waits for the blocks in flight to be written and committed before
+	// it rolls them back. Default DefaultShutdownTimeout, 30s: keep it
+	// below the orchestrator's grace period (Kubernetes' is 30s).
+	ShutdownTimeout time.Duration
 
-	// HTTPAddr and Version are advertised in the member key.
+	// HTTPAddr and Version are advertised in the member key, for the
+	// operator's tools (offsetkeeper replicas). Default empty.
 	HTTPAddr string
 	Version  string
 }
 
 var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
-func (c *Config) withDefaults() {
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = coordinator.DefaultTTL
-	}
-	if c.MaxBlockRows == 0 {
-		c.MaxBlockRows = DefaultMaxBlockRows
-	}
-	if c.EtcdMaxTxnOps == 0 {
-		c.EtcdMaxTxnOps = coordinator.DefaultMaxTxnOps
-	}
-	if c.MaxBlockBytes == 0 {
-		c.MaxBlockBytes = DefaultMaxBlockBytes
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
-	if c.MaxEmptyPolls == 0 {
-		c.MaxEmptyPolls = DefaultMaxEmptyPolls
-	}
-	if c.CommitLinger == 0 {
-		c.CommitLinger = DefaultCommitLinger
-	}
-	if c.ResyncInterval == 0 {
-		c.ResyncInterval = DefaultResyncInterval
-	}
-	if c.MetadataInterval == 0 {
-		c.MetadataInterval = DefaultMetadataInterval
-	}
-	if c.RebalanceDelay == 0 {
-		c.RebalanceDelay = DefaultRebalanceDelay
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	orDefault(&c.ReplicaID, DefaultID())
+	orDefault(&c.LeaseTTL, coordinator.DefaultTTL)
+	orDefault(&c.MaxBlockRows, DefaultMaxBlockRows)
+	orDefault(&c.EtcdMaxTxnOps, coordinator.DefaultMaxTxnOps)
+	orDefault(&c.MaxBlockBytes, DefaultMaxBlockBytes)
+	orDefault(&c.FlushInterval, DefaultFlushInterval)
+	orDefault(&c.MaxEmptyPolls, DefaultMaxEmptyPolls)
+	orDefault(&c.CommitLinger, DefaultCommitLinger)
+	orDefault(&c.ResyncInterval, DefaultResyncInterval)
+	orDefault(&c.MetadataInterval, DefaultMetadataInterval)
+	orDefault(&c.RebalanceDelay, DefaultRebalanceDelay)
+	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
-// Validate checks the configuration after defaults; each message names the
-// value and what is accepted.
-func (c *Config) Validate() error {
-	c.withDefaults()
+// DefaultID is the replica ID of a Config without one: the host name and
+// the process ID, host-pid, unique among the live replicas of a host.
+func DefaultID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// Validate checks the configuration as New would use it, zero fields taking
+// their defaults; c itself is not changed. Each message names the value and
+// what is accepted; all the problems are reported together.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	if err := coordinator.ValidGroup(c.Group); err != nil {
 		errs = append(errs, err)
@@ -182,7 +228,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
 		}
 	}
-	if err := c.Fetch.Validate(); err != nil {
+	if err := c.Kafka.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {
@@ -197,17 +243,14 @@ func (c *Config) Validate() error {
 	if c.MaxBlockBytes < 1 {
 		errs = append(errs, fmt.Errorf("max block bytes %d: want at least 1", c.MaxBlockBytes))
 	}
-	if c.Fetch.MaxBufferBytes < 0 {
-		errs = append(errs, fmt.Errorf("max buffer bytes %d: want at least 1 (0 takes the default, %d)", c.Fetch.MaxBufferBytes, kafka.DefaultMaxBufferBytes))
-	}
 	if c.FlushInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("flush interval %s: want at least 1ms", c.FlushInterval))
 	}
 	if c.MaxEmptyPolls < 1 {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))
 	}
-	if c.CommitMode != AfterWrite && c.CommitMode != EveryBatch {
-		errs = append(errs, fmt.Errorf("commit mode %d: want after-write or every-batch", int(c.CommitMode)))
+	if err := commitModeNames.Check(c.CommitMode); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

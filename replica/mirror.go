@@ -1,12 +1,9 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
 // DefaultMirrorInterval is how often a Mirror copies the committed offsets
@@ -43,11 +41,8 @@ type Mirror struct {
 	lags    func() []PartitionLag
 	offsets func(ctx context.Context) (map[coordinator.Partition]coordinator.Offsets, error)
 
-	addr      net.Addr
-	transport *kafkago.Transport
-	client    *kafkago.Client
-	stop      context.CancelFunc
-	closeOnce sync.Once
+	kc    *kafka.Client // nil when it could not be made: see clientErr
+	kcErr error
 
 	mu      sync.Mutex
 	seen    map[coordinator.Partition]bool // partitions copied since the start, for Flush
@@ -82,32 +77,29 @@ func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
 		}
 		return s.Offsets, nil
 	}
-	return newMirror(r.cfg.Group, r.cfg.ReplicaID, r.cfg.Fetch, r.cfg.Topics, r.Lag, offsets, r.log, opts...)
+	return newMirror(r.cfg.Group, r.cfg.ReplicaID, r.kafka, r.cfg.Topics, r.Lag, offsets, r.log, opts...)
 }
 
 func newMirror(group, replica string, fc kafka.Config, topics []string, lags func() []PartitionLag,
 	offsets func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error),
 	log *zap.Logger, opts ...MirrorOption) *Mirror {
-	fc = fc.WithDefaults()
-	t := fc.SharedTransport(topics...)
-	bg, stop := context.WithCancel(context.Background())
-	t.Context = bg
+	// A client of its own: a replica's config is valid, so this fails
+	// only with a config made up by a test, and every pass then says why.
+	kc, err := kafka.NewClient(fc, topics...)
 	if log == nil {
 		log = zap.NewNop()
 	}
 	m := &Mirror{
-		group:     group,
-		replica:   replica,
-		interval:  DefaultMirrorInterval,
-		started:   time.Now(),
-		log:       log,
-		lags:      lags,
-		offsets:   offsets,
-		addr:      kafkago.TCP(fc.Brokers...),
-		transport: t,
-		client:    &kafkago.Client{Transport: t, Timeout: fc.RequestTimeout},
-		stop:      stop,
-		seen:      map[coordinator.Partition]bool{},
+		group:    group,
+		replica:  replica,
+		interval: DefaultMirrorInterval,
+		started:  time.Now(),
+		log:      log,
+		lags:     lags,
+		offsets:  offsets,
+		kc:       kc,
+		kcErr:    err,
+		seen:     map[coordinator.Partition]bool{},
 	}
 	for _, o := range opts {
 		o(m)
@@ -190,8 +182,13 @@ func (m *Mirror) commit(ctx context.Context, offsets map[coordinator.Partition]i
 			Metadata:  "offsetkeeper " + m.replica,
 		})
 	}
-	resp, err := m.client.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
-		Addr:         m.addr,
+	if m.kc == nil {
+		err := fmt.Errorf("mirror offsets of group %s to kafka: %w", m.group, m.kcErr)
+		m.failed(err)
+		return err
+	}
+	resp, err := m.kc.Kafka().OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
+		Addr:         m.kc.Addr(),
 		GroupID:      m.group,
 		GenerationID: -1, // a standalone consumer's commit: no group membership
 		Topics:       topics,
@@ -253,9 +250,8 @@ func partitionErrors(resp *kafkago.OffsetCommitResponse) error {
 // Close releases the mirror's connections. Run and Flush must have
 // returned.
 func (m *Mirror) Close() error {
-	m.closeOnce.Do(func() {
-		m.stop()
-		m.transport.CloseIdleConnections()
-	})
-	return nil
+	if m.kc == nil {
+		return nil
+	}
+	return m.kc.Close()
 }

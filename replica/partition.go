@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/guard"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -64,28 +63,6 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 	return pt
 }
 
-// block is a block being built: whole polled batches, [from, next).
-type block struct {
-	from, next int64
-	records    []sinks.Record
-	bytes      int // what its batches hold of the memory budget
-	// full: it ended by size (rows, bytes, the budget), so its etcd writes
-	// go at once; a block that ended because the partition went quiet
-	// lets them linger for others to share their round.
-	full bool
-}
-
-// writeOptions are the block's etcd write options: a lingering round for a
-// block of a quiet partition, none for a full one.
-func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
-	if b.full || pt.r.cfg.CommitLinger <= 0 {
-		return nil
-	}
-	return []coordinator.WriteOption{coordinator.Linger(pt.r.cfg.CommitLinger)}
-}
-
-func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
-
 // errRangeGone says an intent's range is no longer in Kafka (retention):
 // the partition goes on where the start policy put it.
 var errRangeGone = errors.New("the range is no longer in kafka")
@@ -133,9 +110,12 @@ func (pt *partition) run(ctx context.Context) {
 	pt.log.Debug("released", zap.NamedError("cause", pt.err))
 }
 
-func (pt *partition) stopping() bool {
+func (pt *partition) stopping() bool { return isClosed(pt.stop) }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-pt.stop:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -143,16 +123,16 @@ func (pt *partition) stopping() bool {
 }
 
 func (pt *partition) consume(fctx, wctx context.Context) error {
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	start, err := pt.resume(fctx)
 	for err != nil {
 		pt.log.Warn("finding the resume point failed; retrying", zap.Error(err))
-		if backoff.wait(fctx) != nil {
+		if retry.Wait(fctx) != nil {
 			return errStopped
 		}
 		start, err = pt.resume(fctx)
 	}
-	backoff.reset()
+	retry.Reset()
 	pt.f.SeekTo(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 	pt.next.Store(start)
@@ -187,11 +167,11 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 				break
 			}
 			pt.f.SeekTo(in.From)
-			if backoff.wait(fctx) != nil {
+			if retry.Wait(fctx) != nil {
 				return errStopped
 			}
 		}
-		backoff.reset()
+		retry.Reset()
 	}
 
 	for {
@@ -206,26 +186,26 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			return err
 		}
 		if derr != nil {
-			if err := backoff.wait(fctx); err != nil {
+			if err := retry.Wait(fctx); err != nil {
 				return errStopped
 			}
 			continue
 		}
 		switch {
 		case perr == nil:
-			backoff.reset()
+			retry.Reset()
 		case errors.Is(perr, errStopped) || fctx.Err() != nil:
 			return errStopped
 		default:
 			if errors.Is(perr, kafka.ErrBatchTooLarge) {
 				// Retried, for the budget may be raised; the partition
 				// goes no further until then, and says why.
-				pt.r.stats.OversizedBatches.Add(1)
+				pt.r.stats.oversizedBatches.Add(1)
 				pt.log.Error("a record batch inflates past the memory budget (--max-buffer-bytes); the partition waits", zap.Error(perr))
 			} else {
 				pt.log.Warn("poll failed; retrying", zap.Error(perr))
 			}
-			if err := backoff.wait(fctx); err != nil {
+			if err := retry.Wait(fctx); err != nil {
 				return errStopped
 			}
 		}
@@ -242,20 +222,14 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, coordinator.ErrFenced) || errors.Is(err, sinks.ErrFenced):
-		pt.r.stats.Fenced.Add(1)
+		pt.r.stats.fenced.Add(1)
 		pt.log.Warn("claim lost; partition stopped", zap.Error(err))
 		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
 	case errors.Is(err, coordinator.ErrOffsetsChanged):
-		o := pt.claim.Offsets()
-		pt.next.Store(o.Next)
-		pt.pending.Store(0)
-		pt.r.stats.OffsetsChanged.Add(1)
-		pt.gen = o.Generation
-		pt.f.SeekTo(o.Next)
-		pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
+		pt.seekReset(pt.claim.Offsets())
 		return nil
 	case errors.As(err, &ce):
-		pt.r.stats.CommitFailures.Add(1)
+		// Counted by the coordinator: see Stats.CommitFailures.
 		pt.log.Error("commit failed", zap.Error(err))
 		return nil
 	case ctx.Err() != nil:
@@ -266,13 +240,23 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 	}
 }
 
+// seekReset moves the partition to the offsets an operator's reset wrote.
+func (pt *partition) seekReset(o coordinator.Offsets) {
+	pt.r.stats.offsetsChanged.Add(1)
+	pt.gen = o.Generation
+	pt.next.Store(o.Next)
+	pt.pending.Store(0)
+	pt.f.SeekTo(o.Next)
+	pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
+}
+
 // resume finds where to start: the committed offset, the sink's own if it
 // is further and of the same generation, else the start policy.
 func (pt *partition) resume(ctx context.Context) (int64, error) {
 	o := pt.claim.Offsets()
 	pt.gen = o.Generation
 	next, have := o.Next, o.ModRevision != 0
-	if rs, ok := pt.r.sink.(sinks.Resumer); ok {
+	if rs, ok := sinks.As[sinks.Resumer](pt.r.sink); ok {
 		sn, sgen, sok, err := rs.Resume(ctx, pt.p.Topic, pt.p.Partition)
 		if err != nil {
 			return 0, fmt.Errorf("resume %s from the sink: %w", pt.p, err)
@@ -295,254 +279,8 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
 	}
-	if pt.r.cfg.Fetch.StartPolicy == kafka.StartLatest {
+	if pt.r.cfg.Kafka.StartPolicy == StartLatest {
 		return logEnd, nil
 	}
 	return earliest, nil
-}
-
-// poll builds one block by the rules: it ends, between batches, at
-// MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
-// share of the memory budget, when it has caught up with the log end,
-// FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
-// row; in EveryBatch mode after each batch. A failed or stopped poll returns
-// what it has so far with the error.
-func (pt *partition) poll(ctx context.Context) (*block, error) {
-	cfg := &pt.r.cfg
-	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare}
-	pt.spare = nil
-	var first time.Time
-	empties := 0
-	throttled := false
-	for {
-		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
-		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
-			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
-			(cfg.CommitMode == EveryBatch && !b.empty()) {
-			return b, nil
-		}
-		if ctx.Err() != nil {
-			return b, errStopped
-		}
-		if pt.resetSeen.Swap(false) {
-			if o, changed, err := pt.claim.Refresh(ctx); err != nil {
-				pt.resetSeen.Store(true) // try again after the next batch
-			} else if changed {
-				// Nothing of the block is written yet: drop it and start
-				// over where the operator said.
-				pt.r.stats.OffsetsChanged.Add(1)
-				pt.gen = o.Generation
-				pt.next.Store(o.Next)
-				pt.pending.Store(0)
-				pt.f.SeekTo(o.Next)
-				pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
-				pt.finish(b)
-				*b = block{from: o.Next, next: o.Next, records: pt.spare}
-				pt.spare = nil
-				first, empties, throttled = time.Time{}, 0, false
-				continue
-			}
-		}
-		fetch := pt.f.Fetch
-		if b.empty() && !pt.resetSeen.Load() {
-			// Nothing in hand, so no rule waits on an empty poll: sleep
-			// until records come (or a reset or a stop wakes us).
-			fetch = pt.f.Next
-		}
-		batch, err := fetch(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return b, errStopped
-			}
-			return b, err
-		}
-		if batch.Throttled {
-			throttled = true
-			continue
-		}
-		if batch.Reset != nil {
-			pt.r.stats.OffsetResets.Add(1)
-			pt.log.Warn("offset out of range; reset by the start policy",
-				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("policy", batch.Reset.Policy))
-			if b.empty() {
-				b.from, b.next = batch.Next, batch.Next
-			}
-			continue
-		}
-		if end := batch.LastStable; end >= 0 {
-			pt.logEnd.Store(end)
-		} else if batch.HighWatermark >= 0 {
-			pt.logEnd.Store(batch.HighWatermark)
-		}
-		if batch.Next == batch.From {
-			empties++
-			continue
-		}
-		empties = 0
-		if caughtUp(batch) {
-			// Reaching the log end counts as an empty poll: with the
-			// default MaxEmptyPolls, 1, the block ends at once, and the
-			// records that come next go into the next one, so a trickle
-			// is delivered without waiting out an empty poll.
-			empties = 1
-		}
-		if b.empty() && b.next != batch.From {
-			b.from = batch.From
-		}
-		if len(b.records) == 0 && len(batch.Records) > 0 {
-			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
-		}
-		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
-			// The batch's own slice, which is ours, saves a copy: with
-			// many partitions a block is often one batch.
-			b.records = batch.Records
-		} else {
-			b.records = append(b.records, batch.Records...)
-		}
-		b.bytes += batch.Bytes
-		b.next = batch.Next
-		if first.IsZero() {
-			first = time.Now()
-		}
-	}
-}
-
-// finish gives a finished block's bytes back to the budget and keeps its
-// records slice for the next block: a sink keeps no slice of a block once
-// its write returns, and a block of 65,536 rows would otherwise grow a new
-// slice of several megabytes every time.
-func (pt *partition) finish(b *block) {
-	pt.f.Free(b.bytes)
-	b.bytes = 0
-	clear(b.records) // keep no record's bytes alive
-	pt.spare, b.records = b.records[:0], nil
-}
-
-// pollRange reads exactly [from, next), cutting the last batch at next and
-// seeking there, for the replay of an intent.
-func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, error) {
-	b := &block{from: from, next: from}
-	for b.next < next {
-		batch, err := pt.f.Fetch(ctx)
-		if err != nil {
-			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
-		}
-		if batch.Reset != nil {
-			pt.r.stats.OffsetResets.Add(1)
-			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
-		}
-		for _, rec := range batch.Records {
-			if rec.Offset < next {
-				b.records = append(b.records, rec)
-			}
-		}
-		// The range was a block of the previous owner's, which may be
-		// larger than this replica's share of the budget: it is read
-		// whole all the same, off the budget, so that the replay cannot
-		// wait on memory only its own commit frees.
-		pt.f.Free(batch.Bytes)
-		b.next = min(batch.Next, next)
-	}
-	pt.f.SeekTo(next)
-	return b, nil
-}
-
-// deliver writes one block and commits its offset, through a guard.
-func (pt *partition) deliver(ctx context.Context, b *block) error {
-	blk := &sinks.Block{
-		Topic:      pt.p.Topic,
-		Partition:  pt.p.Partition,
-		Epoch:      pt.claim.Epoch(),
-		Generation: pt.gen,
-		From:       b.from,
-		Next:       b.next,
-		Records:    b.records,
-	}
-	opts := pt.writeOptions(b)
-	g := guard.New(committer{pt.claim, int64(len(b.records)), opts}, pt, b.from, b.next)
-	defer g.Release()
-
-	if pt.r.cfg.CommitMode == EveryBatch {
-		// At-most-once: the offset moves before the write.
-		start := time.Now()
-		if err := g.Commit(ctx); err != nil {
-			return err
-		}
-		pt.r.observeCommit(time.Since(start))
-		pt.committed(b)
-		if len(b.records) > 0 {
-			start = time.Now()
-			if err := pt.r.writer.Write(ctx, blk); err != nil {
-				pt.r.stats.SinkErrors.Add(1)
-				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
-					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
-				return nil
-			}
-			pt.r.observeWrite(len(b.records), time.Since(start))
-			pt.r.stats.Records.Add(int64(len(b.records)))
-		}
-		return nil
-	}
-
-	if len(b.records) > 0 {
-		if _, resumes := pt.r.sink.(sinks.Resumer); !resumes {
-			// A sink that stores its own offsets with the rows needs no
-			// intent: a new owner resumes from what it holds, and it
-			// refuses a lower epoch, so the intent would only cost an etcd
-			// write per block.
-			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
-				return err
-			}
-		}
-		start := time.Now()
-		if err := pt.r.writer.Write(ctx, blk); err != nil {
-			pt.r.stats.SinkErrors.Add(1)
-			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
-		}
-		pt.r.observeWrite(len(b.records), time.Since(start))
-		pt.r.stats.Records.Add(int64(len(b.records)))
-	}
-	start := time.Now()
-	if err := g.Commit(ctx); err != nil {
-		return err
-	}
-	pt.r.observeCommit(time.Since(start))
-	pt.committed(b)
-	return nil
-}
-
-func (pt *partition) committed(b *block) {
-	pt.next.Store(b.next)
-	pt.pending.Store(0)
-	pt.r.stats.Blocks.Add(1)
-	pt.r.stats.Commits.Add(1)
-	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
-}
-
-// Rewind is the guard's rollback: the next poll starts at the block again.
-func (pt *partition) Rewind(from int64) {
-	pt.pending.Store(0)
-	pt.r.stats.Rollbacks.Add(1)
-	pt.f.SeekTo(from)
-}
-
-// committer adapts a claim to guard.Committer.
-type committer struct {
-	claim *coordinator.Claim
-	rows  int64
-	opts  []coordinator.WriteOption
-}
-
-func (c committer) Commit(ctx context.Context, next int64) error {
-	return c.claim.Commit(ctx, next, c.rows, c.opts...)
-}
-
-// caughtUp reports whether a batch reached what can be read now: the last
-// stable offset (read_committed) or the high watermark.
-func caughtUp(b kafka.PolledBatch) bool {
-	end := b.LastStable
-	if end < 0 {
-		end = b.HighWatermark
-	}
-	return end >= 0 && b.Next >= end
 }

@@ -2,22 +2,63 @@ package replica
 
 import "sync/atomic"
 
-// Stats counts what a replica did. Metrics read it; tests assert on it.
+// Stats is a snapshot of what a replica did since New: counters, and
+// Claims, a gauge. Replica.Stats takes it; metrics export it.
 type Stats struct {
-	Records        atomic.Int64 // records written to the sink
-	Blocks         atomic.Int64 // blocks committed
-	Commits        atomic.Int64 // successful offset commits
-	Rollbacks      atomic.Int64 // blocks rolled back (guard released uncommitted)
-	Fenced         atomic.Int64 // partitions stopped because the claim was lost
-	OffsetsChanged atomic.Int64 // commits refused by an operator's reset
-	OffsetResets   atomic.Int64 // out-of-range offsets reset by the start policy
-	CommitFailures atomic.Int64 // blocks in the sink whose offset could not be committed
-	SinkErrors     atomic.Int64 // failed sink writes
-	SinkCalls      atomic.Int64 // calls to the sink: Write, or WriteBlocks for several blocks
+	Records        int64 // records written to the sink
+	Blocks         int64 // blocks committed
+	Commits        int64 // successful offset commits
+	Rollbacks      int64 // blocks rolled back (polled, not committed, read again)
+	Fenced         int64 // partitions stopped because their claim was lost
+	OffsetsChanged int64 // commits refused, or blocks dropped, by an operator's reset
+	OffsetResets   int64 // out-of-range offsets reset by the start policy
+	// CommitFailures counts offset commits that failed after their
+	// retries: blocks in the sink whose offset is not committed, which the
+	// next owner replays. Zero in a healthy group.
+	CommitFailures int64
+	SinkErrors     int64 // failed sink writes
+	SinkCalls      int64 // calls to the sink: Write, or WriteBlocks for several blocks
 	// OversizedBatches counts fetches of a record batch that would
 	// decompress past the memory budget: its partition cannot go on.
-	OversizedBatches atomic.Int64
-	Claims           atomic.Int64 // partitions held now
-	Rebalances       atomic.Int64 // plans that claimed or released something
-	Sessions         atomic.Int64 // sessions joined (more than one: rejoined after a loss)
+	OversizedBatches int64
+	Claims           int64 // partitions held now
+	Rebalances       int64 // plans that claimed or released something
+	Sessions         int64 // sessions joined (more than one: rejoined after a loss)
+	// DeadLetters is the sink's count of records it set aside or skipped
+	// by its own policy (sinks.DeadLetterCounter, found through
+	// wrappers); 0 for a sink without one.
+	DeadLetters int64
+	// EtcdRounds counts the write transactions sent to etcd, and
+	// EtcdRoundWrites the partition writes (claims, intents, commits,
+	// releases) they carried.
+	EtcdRounds      int64
+	EtcdRoundWrites int64
+}
+
+// counters are what Stats snapshots of the replica's own, updated by the
+// partitions and the session loop; the rest comes from the coordinator and
+// the sink.
+type counters struct {
+	records, blocks, commits, rollbacks, fenced  atomic.Int64
+	offsetsChanged, offsetResets, commitFailures atomic.Int64
+	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
+	claims, rebalances, sessions                 atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Records:          c.records.Load(),
+		Blocks:           c.blocks.Load(),
+		Commits:          c.commits.Load(),
+		Rollbacks:        c.rollbacks.Load(),
+		Fenced:           c.fenced.Load(),
+		OffsetsChanged:   c.offsetsChanged.Load(),
+		OffsetResets:     c.offsetResets.Load(),
+		SinkErrors:       c.sinkErrors.Load(),
+		SinkCalls:        c.sinkCalls.Load(),
+		OversizedBatches: c.oversizedBatches.Load(),
+		Claims:           c.claims.Load(),
+		Rebalances:       c.rebalances.Load(),
+		Sessions:         c.sessions.Load(),
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -29,14 +28,14 @@ import (
 // etcd: one transaction reads the group's prefix (count only) and deletes
 // P/access-check, a key that never exists: read and write permission on the
 // prefix, the least role a replica needs. Kafka: the topics' metadata.
-func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, fetch kafka.Config, topics []string) error {
+func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, topics []string) error {
 	if f.security.etcdUser != "" || f.security.etcdCert != "" {
 		if err := f.checkEtcdAccess(ctx, cli); err != nil {
 			return err
 		}
 	}
-	if fetch.TLS != nil || fetch.SASL != nil {
-		if err := f.checkKafkaAccess(ctx, fetch, topics); err != nil {
+	if auth := f.security.kafkaAuth(); auth.tls != nil || auth.sasl != nil {
+		if err := f.checkKafkaAccess(ctx, auth, topics); err != nil {
 			return err
 		}
 	}
@@ -76,36 +75,28 @@ func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client
 	}
 }
 
-func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch kafka.Config, topics []string) error {
-	// A connection of its own, not the fetchers' Transport: kafka-go's
-	// Dialer reports a broker that closes the connection during the SASL
-	// exchange, the way brokers reject a login, as SASLAuthenticationFailed,
-	// where the Transport only sees an unexpected EOF.
-	d := &kafkago.Dialer{ClientID: "offsetkeeper", Timeout: accessCheckTimeout, TLS: fetch.TLS, SASLMechanism: fetch.SASL}
+func (f *clusterFlags) checkKafkaAccess(ctx context.Context, auth kafkaAuth, topics []string) error {
+	cfg := kafka.Config{Brokers: f.brokers, ClientID: "offsetkeeper", DialTimeout: accessCheckTimeout}
+	auth.apply(&cfg)
+	c, err := kafka.NewClient(cfg, topics...)
+	if err != nil {
+		return usage(err)
+	}
+	defer c.Close()
 	cctx, cancel := context.WithTimeout(ctx, accessCheckTimeout)
 	defer cancel()
-	var err error
-	for _, b := range f.brokers { // the first broker that answers tells
-		var conn *kafkago.Conn
-		if conn, err = d.DialContext(cctx, "tcp", b); err == nil {
-			_, err = conn.ReadPartitions(topics...)
-			_ = conn.Close()
-		}
-		if err == nil || kafkaRefused(err) {
-			break
-		}
-	}
+	// The first broker that answers tells; see CheckAccess for why it has
+	// a connection of its own.
+	err = c.CheckAccess(cctx, kafkaRefused, topics...)
 	if err == nil || !kafkaRefused(err) {
 		return nil // unreachable, or a topic still missing: the replica retries
 	}
 	login := "no SASL"
-	if l, ok := fetch.SASL.(*saslLogin); ok {
-		login = l.String()
-	} else if fetch.SASL != nil {
-		login = fetch.SASL.Name()
+	if auth.sasl != nil {
+		login = auth.sasl.String()
 	}
 	tlsState := "TLS off"
-	if fetch.TLS != nil {
+	if auth.tls != nil {
 		tlsState = "TLS on"
 	}
 	return fmt.Errorf("kafka at %s refused this client (%s, %s): %w: check --kafka-user, --kafka-sasl-mechanism, "+
@@ -114,15 +105,7 @@ func (f *clusterFlags) checkKafkaAccess(ctx context.Context, fetch kafka.Config,
 
 // kafkaRefused tells a refusal of the credentials or certificates from
 // Kafka being unreachable.
-func kafkaRefused(err error) bool {
-	for _, e := range []kafkago.Error{kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState,
-		kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return tlsRefused(err)
-}
+func kafkaRefused(err error) bool { return kafka.Refused(err) || tlsRefused(err) }
 
 // tlsRefused tells whether err is a TLS handshake that failed: a
 // certificate that does not verify, a peer that is not TLS, or an alert

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"errors"
 	"fmt"
@@ -183,7 +181,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	cfg := replica.Config{
 		Group:         o.group,
 		Topics:        []string{o.topic},
-		Fetch:         kafka.Config{Brokers: brokers, MaxWait: 200 * time.Millisecond},
+		Kafka:         replica.Kafka{Brokers: brokers, FetchMaxWait: 200 * time.Millisecond},
 		LeaseTTL:      o.leaseTTL,
 		FlushInterval: 200 * time.Millisecond,
 		Version:       version,

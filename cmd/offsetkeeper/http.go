@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/replica/metrics"
 )
 
 const (
@@ -136,10 +137,10 @@ func (o *runOps) start(ctx context.Context, r *replica.Replica) {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		replica.NewCollector(r, replica.WithMirror(o.mirror)),
+		metrics.NewCollector(r, metrics.WithMirror(o.mirror)),
 	)
 	o.srv = &http.Server{
-		Handler:           replica.Handler(r, reg),
+		Handler:           metrics.Handler(r, reg),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(o.log.Named("http")),
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"slices"
 	"strings"
 	"time"
 
@@ -20,35 +18,23 @@ import (
 // which offset a time corresponds to. Log ends are read_committed: the last
 // stable offset, where a replica's reading ends.
 type kafkaAdmin struct {
-	brokers   []string
-	addr      net.Addr
-	transport *kafkago.Transport
-	client    *kafkago.Client
-	stop      context.CancelFunc
+	brokers []string
+	client  *kafka.Client
+	err     error // why there is no client: every question returns it
 }
 
 func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string, auth kafkaAuth) *kafkaAdmin {
-	bg, stop := context.WithCancel(context.Background())
-	t := &kafkago.Transport{
-		DialTimeout:    timeout,
-		ClientID:       "offsetkeeper-cli",
-		MetadataTopics: topics,
-		Context:        bg,
-	}
-	auth.apply(t) // TLS and SASL (security.go)
-	return &kafkaAdmin{
-		brokers:   brokers,
-		addr:      kafkago.TCP(brokers...),
-		transport: t,
-		client:    &kafkago.Client{Transport: t, Timeout: timeout},
-		stop:      stop,
-	}
+	cfg := kafka.Config{Brokers: brokers, DialTimeout: timeout, RequestTimeout: timeout, ClientID: "offsetkeeper-cli"}
+	auth.apply(&cfg) // TLS and SASL (sasl.go)
+	c, err := kafka.NewClient(cfg, topics...)
+	return &kafkaAdmin{brokers: brokers, client: c, err: err}
 }
 
 // Close ends the connections and the transport's goroutines.
 func (k *kafkaAdmin) Close() {
-	k.stop()
-	k.transport.CloseIdleConnections()
+	if k.client != nil {
+		_ = k.client.Close()
+	}
 }
 
 // errKafkaUnreachable marks a failure to talk to Kafka at all, as opposed to
@@ -62,36 +48,16 @@ func (k *kafkaAdmin) unreachable(err error) error {
 // partitions returns the partition ids of each topic Kafka knows, sorted,
 // and the topics it does not know.
 func (k *kafkaAdmin) partitions(ctx context.Context, topics []string) (map[string][]int, []string, error) {
-	found := map[string][]int{}
-	if len(topics) == 0 {
-		return found, nil, nil
+	if k.err != nil {
+		return nil, nil, k.err
 	}
-	res, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Addr: k.addr, Topics: topics})
+	found, missing, err := k.client.Partitions(ctx, topics...)
 	if err != nil {
+		var kerr kafkago.Error
+		if errors.As(err, &kerr) {
+			return nil, nil, err // an answer: an error of a topic
+		}
 		return nil, nil, k.unreachable(err)
-	}
-	for _, t := range res.Topics {
-		if !slices.Contains(topics, t.Name) {
-			continue
-		}
-		if t.Error != nil {
-			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
-				continue
-			}
-			return nil, nil, fmt.Errorf("partitions of topic %q: %w", t.Name, t.Error)
-		}
-		ids := make([]int, len(t.Partitions))
-		for i, p := range t.Partitions {
-			ids[i] = p.ID
-		}
-		slices.Sort(ids)
-		found[t.Name] = ids
-	}
-	var missing []string
-	for _, t := range topics {
-		if _, ok := found[t]; !ok {
-			missing = append(missing, t)
-		}
 	}
 	return found, missing, nil
 }
@@ -138,7 +104,10 @@ func (k *kafkaAdmin) listOffsets(ctx context.Context, ps []coordinator.Partition
 	for i, p := range ps {
 		tps[i] = kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}
 	}
-	got, errs, err := kafka.ListOffsets(ctx, k.transport, k.brokers, "offsetkeeper-cli", kafka.ReadCommitted, ts, tps)
+	if k.err != nil {
+		return nil, k.err
+	}
+	got, errs, err := k.client.ListOffsets(ctx, kafka.ReadCommitted, ts, tps)
 	if err != nil {
 		return nil, k.unreachable(err)
 	}

@@ -233,7 +233,7 @@ func (e *opsEnv) startReplica(id string, sink sinks.Sink) *opsReplica {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Fetch:          kafka.Config{Brokers: e.kafka.Brokers(), MaxWait: 100 * time.Millisecond},
+		Kafka:          replica.Kafka{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
@@ -32,7 +30,7 @@ type runOptions struct {
 	flushInterval  time.Duration
 	maxEmptyPolls  int
 	commitMode     replica.CommitMode
-	startFrom      kafka.StartPolicy
+	startFrom      replica.StartPolicy
 	fetchMaxWait   time.Duration
 	shutdown       time.Duration
 
@@ -86,7 +84,7 @@ once. Exit status 0.`,
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows (at least 1)")
-	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, kafka.DefaultMaxBufferBytes
+	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, replica.DefaultMaxBufferBytes
 	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
@@ -95,9 +93,9 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
 	fs.Var(&parsedFlag[replica.CommitMode]{&o.commitMode, replica.ParseCommitMode, []string{"after-write", "every-batch"}},
 		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
-	fs.Var(&parsedFlag[kafka.StartPolicy]{&o.startFrom, kafka.ParseStartPolicy, []string{"earliest", "latest"}},
+	fs.Var(&parsedFlag[replica.StartPolicy]{&o.startFrom, replica.ParseStartPolicy, []string{"earliest", "latest"}},
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
-	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafka.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
 	o.logs.register(fs, logInfo, logJSON)
 	o.ops.register(fs)
@@ -115,9 +113,9 @@ func (o *runOptions) complete(*cobra.Command) error {
 		Group:     o.cluster.group,
 		ReplicaID: o.replicaID,
 		Topics:    o.topics,
-		Fetch: kafka.Config{
+		Kafka: replica.Kafka{
 			Brokers:        o.cluster.brokers,
-			MaxWait:        o.fetchMaxWait,
+			FetchMaxWait:   o.fetchMaxWait,
 			StartPolicy:    o.startFrom,
 			MaxBufferBytes: int(o.maxBufferBytes),
 		},
@@ -132,12 +130,12 @@ func (o *runOptions) complete(*cobra.Command) error {
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
 	}
+	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka) // TLS and SASL (sasl.go)
+	if o.cfg.ReplicaID == "" {
+		o.cfg.ReplicaID = replica.DefaultID()
+	}
 	if o.commitLinger == 0 {
 		o.cfg.CommitLinger = -1 // the library's zero is its default
-	}
-	if o.cfg.ReplicaID == "" {
-		host, _ := os.Hostname()
-		o.cfg.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	return nil
 }
@@ -180,8 +178,7 @@ func (o *runOptions) validate() error {
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
 		return usage(fmt.Errorf("--lease-ttl: %w", err))
 	}
-	cfg := o.cfg // Validate fills in defaults: not in ours
-	if err := cfg.Validate(); err != nil {
+	if err := o.cfg.Validate(); err != nil {
 		return usage(err)
 	}
 	return o.ops.validate()
@@ -195,7 +192,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer cli.Close()
-	if err := o.cluster.checkAccess(ctx, cli, o.cfg.Fetch, o.cfg.Topics); err != nil {
+	if err := o.cluster.checkAccess(ctx, cli, o.cfg.Topics); err != nil {
 		return err // credentials refused: fail now rather than retry forever
 	}
 	ops, err := o.ops.listen(log)
@@ -220,6 +217,6 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close sink: %w", err)
 	}
-	log.Info("replica stopped", zap.Int64("records", r.Stats().Records.Load()), zap.Int64("blocks", r.Stats().Blocks.Load()))
+	log.Info("replica stopped", zap.Int64("records", r.Stats().Records), zap.Int64("blocks", r.Stats().Blocks))
 	return runErr
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -11,28 +8,32 @@ import (
 	"os"
 	"strings"
 
-	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
 // kafkaAuth is how Kafka clients connect and authenticate: TLS and SASL,
-// nil for none. The SASL mechanism is a *saslLogin, which never prints its
+// nil for none. The SASL login is a *saslLogin, which never prints its
 // password.
 type kafkaAuth struct {
 	tls  *tls.Config
-	sasl sasl.Mechanism
+	sasl *saslLogin
 }
 
-// apply sets the transport's TLS and SASL.
-func (a kafkaAuth) apply(t *kafkago.Transport) {
-	t.TLS, t.SASL = a.tls, a.sasl
+// apply sets the TLS and SASL of the operator commands' Kafka client.
+func (a kafkaAuth) apply(c *kafka.Config) {
+	c.TLS, c.SASL = a.tls, nil
+	if a.sasl != nil {
+		c.SASL = &kafka.SASL{Mechanism: kafka.SASLMechanism(a.sasl.mech), Username: a.sasl.user, Password: a.sasl.pass.reveal()}
+	}
 }
 
-// applyFetch sets the fetch configuration's TLS and SASL.
-func (a kafkaAuth) applyFetch(c *kafka.Config) {
-	c.TLS, c.SASL = a.tls, a.sasl
+// applyFetch sets the replica's TLS and SASL.
+func (a kafkaAuth) applyFetch(k *replica.Kafka) {
+	k.TLS, k.SASL = a.tls, nil
+	if a.sasl != nil {
+		k.SASL = &replica.SASL{Mechanism: a.sasl.mech, Username: a.sasl.user, Password: a.sasl.pass.reveal()}
+	}
 }
 
 // kafkaAuth returns the Kafka settings: none before validate.
@@ -110,64 +111,54 @@ func password(userFlag, user, env, fileFlag, file string) (secret, error) {
 	}
 }
 
-// saslMechanism builds the kafka-go mechanism named by --kafka-sasl-mechanism
-// (case insensitive) for user; nil when neither is set.
-func saslMechanism(name, user string, pass secret) (sasl.Mechanism, error) {
+// saslMechanism checks the login named by --kafka-sasl-mechanism (case
+// insensitive) for user; nil when neither is set.
+func saslMechanism(name, user string, pass secret) (*saslLogin, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
+	var mech replica.SASLMechanism
 	switch name {
 	case "":
 		if user != "" {
 			return nil, usagef("--kafka-user %q is set but --kafka-sasl-mechanism is not: want %s", user, mechanismsAccepted)
 		}
 		return nil, nil
-	case mechanismPlain, mechanismSCRAM256, mechanismSCRAM512:
+	case mechanismPlain:
+		mech = replica.SASLPlain
+	case mechanismSCRAM256:
+		mech = replica.SASLSCRAMSHA256
+	case mechanismSCRAM512:
+		mech = replica.SASLSCRAMSHA512
 	default:
 		return nil, usagef("--kafka-sasl-mechanism %q: want %s", name, mechanismsAccepted)
 	}
 	if user == "" {
 		return nil, usagef("--kafka-sasl-mechanism %s is set but --kafka-user is not: name the SASL user", name)
 	}
-	if name == mechanismPlain {
-		return newSASLLogin(plain.Mechanism{Username: user, Password: pass.reveal()}, user), nil
-	}
-	algo := scram.SHA256
-	if name == mechanismSCRAM512 {
-		algo = scram.SHA512
-	}
-	m, err := scram.Mechanism(algo, user, pass.reveal())
-	if err != nil {
-		// SASLprep refused the user or the password: the error may
-		// quote the password, so it is not passed on.
+	l := &saslLogin{mech: mech, user: user, pass: pass}
+	var c kafka.Config
+	kafkaAuth{sasl: l}.apply(&c)
+	if err := c.SASL.Validate(); err != nil {
+		// SASLprep refused the user or the password; the error never
+		// quotes the password.
 		return nil, usagef("--kafka-user %q or its password cannot be used with %s: SASLprep refuses it", user, name)
 	}
-	return newSASLLogin(m, user), nil
+	return l, nil
 }
 
-// saslLogin is a SASL mechanism that holds its password out of sight: the
-// mechanism that knows it is inside a closure, which fmt prints as an
-// address and encoding/json refuses, so printing anything that holds a
-// saslLogin (%+v of a kafka.Config, even through unexported fields)
-// never shows the password. Its String names the mechanism and the user.
+// saslLogin is the SASL login of the flags. Its password is a secret, so
+// printing anything that holds a saslLogin never shows it. Its String names
+// the mechanism and the user.
 type saslLogin struct {
-	name string
+	mech replica.SASLMechanism
 	user string
-	mech func() sasl.Mechanism
+	pass secret
 }
 
-func newSASLLogin(m sasl.Mechanism, user string) *saslLogin {
-	return &saslLogin{name: m.Name(), user: user, mech: func() sasl.Mechanism { return m }}
-}
-
-// Name implements sasl.Mechanism.
-func (l *saslLogin) Name() string { return l.name }
-
-// Start implements sasl.Mechanism.
-func (l *saslLogin) Start(ctx context.Context) (sasl.StateMachine, []byte, error) {
-	return l.mech().Start(ctx)
-}
+// Name is the mechanism's name: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+func (l *saslLogin) Name() string { return l.mech.String() }
 
 // String, GoString and MarshalText name the mechanism and the user only.
-func (l *saslLogin) String() string               { return fmt.Sprintf("%s as %q", l.name, l.user) }
+func (l *saslLogin) String() string               { return fmt.Sprintf("%s as %q", l.mech, l.user) }
 func (l *saslLogin) GoString() string             { return l.String() }
 func (l *saslLogin) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 

@@ -264,12 +264,18 @@ func TestSecurityFlagsBuildClients(t *testing.T) {
 			if a.sasl == nil || a.sasl.Name() != tc.name {
 				t.Fatalf("mechanism %v, want %s", a.sasl, tc.name)
 			}
-			var fc kafka.Config
-			a.applyFetch(&fc)
-			if fc.SASL != a.sasl || fc.TLS != nil {
-				t.Errorf("fetch config %v", fc)
+			var k replica.Kafka
+			a.applyFetch(&k)
+			if k.SASL == nil || k.SASL.Mechanism != a.sasl.mech || k.SASL.Username != "alice" || k.TLS != nil {
+				t.Errorf("fetch config %v", k)
 			}
-			_, first, err := a.sasl.Start(context.Background())
+			var fc kafka.Config
+			a.apply(&fc)
+			mech, err := fc.SASL.KafkaMechanism()
+			if err != nil || mech.Name() != tc.name {
+				t.Fatalf("kafka-go mechanism %v, %v; want %s", mech, err, tc.name)
+			}
+			_, first, err := mech.Start(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,10 +299,17 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if err := f.validate(); err != nil {
 			t.Fatal(err)
 		}
+		var k replica.Kafka
+		f.security.kafkaAuth().applyFetch(&k)
 		var fc kafka.Config
-		f.security.kafkaAuth().applyFetch(&fc)
-		cfg := replica.Config{Group: "g", Fetch: fc}
-		values := []any{newSecret(testSecret), f.security.built.etcdPassword, fc.SASL, fc, cfg, f, &f, f.security, f.security.built}
+		f.security.kafkaAuth().apply(&fc)
+		cfg := replica.Config{Group: "g", Kafka: k}
+		mech, err := fc.SASL.KafkaMechanism()
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := []any{newSecret(testSecret), f.security.built.etcdPassword, k.SASL, *k.SASL, k, fc.SASL, *fc.SASL, fc, mech, cfg, &cfg,
+			f, &f, f.security, f.security.built}
 
 		var printed []string
 		for _, v := range values {
@@ -310,14 +323,15 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		var logs bytes.Buffer
 		log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logs), zap.DebugLevel))
 		log.Info("config", zap.Any("password", newSecret(testSecret)), zap.Any("sasl", fc.SASL), zap.Any("fetch", fc),
-			zap.Stringer("mechanism", fc.SASL.(fmt.Stringer)), zap.Reflect("security", f.security.built))
+			zap.Any("replica_sasl", k.SASL), zap.Any("kafka", k), zap.Any("config", cfg),
+			zap.Stringer("mechanism", fc.SASL), zap.Any("kafka_go", mech), zap.Reflect("security", f.security.built))
 		printed = append(printed, logs.String())
 		for _, p := range printed {
 			if strings.Contains(p, testSecret) || strings.Contains(p, fmt.Sprintf("%x", testSecret)) {
 				t.Errorf("%s: printed with the password: %s", mech, p)
 			}
 		}
-		if s := fmt.Sprint(fc.SASL); !strings.Contains(s, `as "alice"`) {
+		if s := fmt.Sprint(fc.SASL, k.SASL, mech); strings.Count(s, `as "alice"`) != 3 {
 			t.Errorf("the mechanism prints as %q, want its name and user", s)
 		}
 	}
@@ -401,14 +415,14 @@ func TestEtcdTLSAuthThroughTheCLI(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fetch := kafka.Config{Brokers: f.brokers, MaxWait: 100 * time.Millisecond}
+	fetch := replica.Kafka{Brokers: f.brokers, FetchMaxWait: 100 * time.Millisecond}
 	f.security.kafkaAuth().applyFetch(&fetch)
-	if err := f.checkAccess(ctx, cli, fetch, []string{"orders"}); err != nil {
+	if err := f.checkAccess(ctx, cli, []string{"orders"}); err != nil {
 		t.Fatalf("access check of g1: %v", err)
 	}
 	sink := newRecordingSink()
 	r, err := replica.New(replica.Config{
-		Group: "g1", ReplicaID: "r1", Topics: []string{"orders"}, Fetch: fetch,
+		Group: "g1", ReplicaID: "r1", Topics: []string{"orders"}, Kafka: fetch,
 		LeaseTTL: 2 * time.Second, FlushInterval: 100 * time.Millisecond, RebalanceDelay: 20 * time.Millisecond,
 	}, cli, sink, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 // Defaults applied by Config to its zero fields.
@@ -45,43 +45,20 @@ const (
 	StartLatest
 )
 
-var startPolicyNames = []string{"earliest", "latest"}
+var startPolicyNames = enum.New[StartPolicy]("start policy", "earliest", "latest")
 
 // String returns "earliest" or "latest".
-func (p StartPolicy) String() string {
-	if p >= 0 && int(p) < len(startPolicyNames) {
-		return startPolicyNames[p]
-	}
-	return fmt.Sprintf("StartPolicy(%d)", int(p))
-}
+func (p StartPolicy) String() string { return startPolicyNames.String(p) }
 
-// ParseStartPolicy parses "earliest" or "latest" (case insensitive).
-func ParseStartPolicy(s string) (StartPolicy, error) {
-	for i, name := range startPolicyNames {
-		if strings.EqualFold(strings.TrimSpace(s), name) {
-			return StartPolicy(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown start policy %q (accepted: %s)", s, strings.Join(startPolicyNames, ", "))
-}
+// ParseStartPolicy parses "earliest" or "latest" (space trimmed, case
+// folded).
+func ParseStartPolicy(s string) (StartPolicy, error) { return startPolicyNames.Parse(s) }
 
 // MarshalText implements encoding.TextMarshaler.
-func (p StartPolicy) MarshalText() ([]byte, error) {
-	if p < 0 || int(p) >= len(startPolicyNames) {
-		return nil, fmt.Errorf("invalid start policy %d", int(p))
-	}
-	return []byte(p.String()), nil
-}
+func (p StartPolicy) MarshalText() ([]byte, error) { return startPolicyNames.Marshal(p) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseStartPolicy.
-func (p *StartPolicy) UnmarshalText(b []byte) error {
-	v, err := ParseStartPolicy(string(b))
-	if err != nil {
-		return err
-	}
-	*p = v
-	return nil
-}
+func (p *StartPolicy) UnmarshalText(b []byte) error { return startPolicyNames.Unmarshal(p, b) }
 
 // IsolationLevel says which records of transactional producers are read.
 type IsolationLevel int8
@@ -95,44 +72,20 @@ const (
 	ReadUncommitted
 )
 
-var isolationNames = []string{"read_committed", "read_uncommitted"}
+var isolationNames = enum.New[IsolationLevel]("isolation level", "read_committed", "read_uncommitted")
 
 // String returns "read_committed" or "read_uncommitted".
-func (l IsolationLevel) String() string {
-	if l >= 0 && int(l) < len(isolationNames) {
-		return isolationNames[l]
-	}
-	return fmt.Sprintf("IsolationLevel(%d)", int(l))
-}
+func (l IsolationLevel) String() string { return isolationNames.String(l) }
 
-// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (case
-// insensitive).
-func ParseIsolationLevel(s string) (IsolationLevel, error) {
-	for i, name := range isolationNames {
-		if strings.EqualFold(strings.TrimSpace(s), name) {
-			return IsolationLevel(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown isolation level %q (accepted: %s)", s, strings.Join(isolationNames, ", "))
-}
+// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (space
+// trimmed, case folded).
+func ParseIsolationLevel(s string) (IsolationLevel, error) { return isolationNames.Parse(s) }
 
 // MarshalText implements encoding.TextMarshaler.
-func (l IsolationLevel) MarshalText() ([]byte, error) {
-	if l < 0 || int(l) >= len(isolationNames) {
-		return nil, fmt.Errorf("invalid isolation level %d", int(l))
-	}
-	return []byte(l.String()), nil
-}
+func (l IsolationLevel) MarshalText() ([]byte, error) { return isolationNames.Marshal(l) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseIsolationLevel.
-func (l *IsolationLevel) UnmarshalText(b []byte) error {
-	v, err := ParseIsolationLevel(string(b))
-	if err != nil {
-		return err
-	}
-	*l = v
-	return nil
-}
+func (l *IsolationLevel) UnmarshalText(b []byte) error { return isolationNames.Unmarshal(l, b) }
 
 func (l IsolationLevel) kafka() kafkago.IsolationLevel {
 	if l == ReadUncommitted {
@@ -156,18 +109,13 @@ type Config struct {
 	// TLS enables TLS when not nil.
 	TLS *tls.Config
 	// SASL enables SASL authentication when not nil.
-	SASL sasl.Mechanism
+	SASL *SASL
 	// ClientID is sent to the brokers with every request.
 	ClientID string
 	// MetadataTTL bounds how long cached cluster metadata is used (default
 	// 6s, kafka-go's). Leader changes reported by a broker refresh it at
 	// once regardless.
 	MetadataTTL time.Duration
-
-	// Transport, when set, is shared by every fetcher made with this
-	// config (see SharedTransport); nil gives each its own. The fields above
-	// are then the shared transport's business.
-	Transport *kafkago.Transport
 
 	// MinBytes is how many bytes a fetch waits for, up to MaxWait
 	// (default DefaultFetchMinBytes).
@@ -255,31 +203,16 @@ func (c Config) Validate() error {
 			return fmt.Errorf("kafka broker %q: %w", b, err)
 		}
 	}
-	if c.IsolationLevel != ReadCommitted && c.IsolationLevel != ReadUncommitted {
-		return fmt.Errorf("invalid isolation level %d", int(c.IsolationLevel))
+	if err := isolationNames.Check(c.IsolationLevel); err != nil {
+		return err
 	}
-	if c.StartPolicy != StartEarliest && c.StartPolicy != StartLatest {
-		return fmt.Errorf("invalid start policy %d", int(c.StartPolicy))
+	if err := startPolicyNames.Check(c.StartPolicy); err != nil {
+		return err
+	}
+	if c.SASL != nil {
+		if err := c.SASL.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
-}
-
-// SharedTransport returns a Transport for fetchers of topics to share (set
-// it as Config.Transport): one metadata cache and connection pool per
-// replica instead of one per partition. The caller closes its idle
-// connections when done.
-func (c Config) SharedTransport(topics ...string) *kafkago.Transport {
-	return c.WithDefaults().transport(topics...)
-}
-
-func (c Config) transport(topics ...string) *kafkago.Transport {
-	return &kafkago.Transport{
-		Dial:           c.Dial,
-		DialTimeout:    c.DialTimeout,
-		TLS:            c.TLS,
-		SASL:           c.SASL,
-		ClientID:       c.ClientID,
-		MetadataTTL:    c.MetadataTTL,
-		MetadataTopics: topics,
-	}
 }

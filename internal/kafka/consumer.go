@@ -29,9 +29,9 @@ import (
 type Consumer struct {
 	cfg       Config
 	log       *zap.Logger
+	kc        *Client // shared with every cursor's Fetcher
 	transport *kafkago.Transport
 	client    *kafkago.Client
-	ownsTrans bool
 
 	ctx    context.Context // ends the loops
 	cancel context.CancelFunc
@@ -65,33 +65,26 @@ const maxInFlight = 2
 // topics are the topics whose metadata its transport keeps (all, if none).
 // Close ends it.
 func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, error) {
-	if err := cfg.Validate(); err != nil {
+	kc, err := NewClient(cfg, topics...)
+	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Consumer{
-		cfg:     cfg,
-		log:     log,
-		ctx:     ctx,
-		cancel:  cancel,
-		cursors: map[TopicPartition]*Cursor{},
-		brokers: map[int32]*brokerLoop{},
-		refresh: make(chan struct{}, 1),
+		cfg:       kc.cfg,
+		kc:        kc,
+		transport: kc.transport,
+		client:    kc.client,
+		log:       log,
+		ctx:       ctx,
+		cancel:    cancel,
+		cursors:   map[TopicPartition]*Cursor{},
+		brokers:   map[int32]*brokerLoop{},
+		refresh:   make(chan struct{}, 1),
 	}
-	c.transport = cfg.Transport
-	if c.transport == nil {
-		c.transport = cfg.transport(topics...)
-		c.transport.Context = ctx // ends the transport's goroutines
-		c.ownsTrans = true
-	}
-	// Every cursor's Fetcher (its slow paths: resets, gaps, bounds) shares
-	// the transport.
-	c.cfg.Transport = c.transport
-	c.client = &kafkago.Client{Transport: c.transport, Timeout: cfg.RequestTimeout}
 	c.wg.Add(1)
 	go c.leaders()
 	return c, nil
@@ -116,10 +109,7 @@ func (c *Consumer) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
-	if c.ownsTrans {
-		c.transport.CloseIdleConnections()
-	}
-	return nil
+	return c.kc.Close()
 }
 
 // Stats are the consumer's counters.
@@ -143,7 +133,9 @@ func (c *Consumer) Stats() Stats {
 // that is open already is an error.
 func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
 	tp := TopicPartition{topic, partition}
-	f, err := NewFetcher(c.cfg, topic, partition, c.log)
+	// Every cursor's Fetcher (its slow paths: resets, gaps, bounds) shares
+	// the consumer's client.
+	f, err := newFetcher(c.kc, false, topic, partition, c.log)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +228,7 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 	}
 	mctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	res, err := c.client.Metadata(mctx, &kafkago.MetadataRequest{Addr: kafkago.TCP(c.cfg.Brokers...), Topics: topics})
+	res, err := c.client.Metadata(mctx, &kafkago.MetadataRequest{Addr: c.kc.addr, Topics: topics})
 	if err != nil {
 		return true, fmt.Errorf("metadata of %v: %w", topics, err)
 	}

@@ -68,12 +68,12 @@ type Fetcher struct {
 	partition int
 	log       *zap.Logger
 
+	kc        *Client
+	ownsKC    bool // Close closes kc: the Fetcher is not a Consumer's
 	addr      net.Addr
 	transport *kafkago.Transport
 	client    *kafkago.Client
 	closed    atomic.Bool
-
-	stop context.CancelFunc // ends the transport's goroutines
 
 	offset int64 // next offset to fetch, or unset
 }
@@ -87,32 +87,35 @@ var errClosed = errors.New("fetcher closed")
 // the first request. Until SeekTo is called it starts where cfg.StartPolicy
 // says.
 func NewFetcher(cfg Config, topic string, partition int, log *zap.Logger) (*Fetcher, error) {
-	if err := cfg.Validate(); err != nil {
+	kc, err := NewClient(cfg, topic)
+	if err != nil {
 		return nil, fmt.Errorf("fetch %s/%d: %w", topic, partition, err)
 	}
+	return newFetcher(kc, true, topic, partition, log)
+}
+
+// newFetcher returns a Fetcher of topic/partition on kc; Close closes kc
+// when owns.
+func newFetcher(kc *Client, owns bool, topic string, partition int, log *zap.Logger) (*Fetcher, error) {
 	if topic == "" || partition < 0 {
+		if owns {
+			_ = kc.Close()
+		}
 		return nil, fmt.Errorf("fetch %s/%d: invalid topic or partition", topic, partition)
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	cfg = cfg.WithDefaults()
-	t, stop := cfg.Transport, context.CancelFunc(func() {})
-	if t == nil {
-		var bg context.Context
-		t = cfg.transport(topic)
-		bg, stop = context.WithCancel(context.Background())
-		t.Context = bg
-	}
 	return &Fetcher{
-		cfg:       cfg,
+		cfg:       kc.cfg,
 		topic:     topic,
 		partition: partition,
 		log:       log.With(zap.String("topic", topic), zap.Int("partition", partition)),
-		addr:      kafkago.TCP(cfg.Brokers...),
-		transport: t,
-		client:    &kafkago.Client{Transport: t},
-		stop:      stop,
+		kc:        kc,
+		ownsKC:    owns,
+		addr:      kc.addr,
+		transport: kc.transport,
+		client:    kc.client,
 		offset:    unset,
 	}, nil
 }
@@ -139,9 +142,8 @@ func (f *Fetcher) Offset() int64 { return f.offset }
 // already waiting on the broker returns after at most MaxWait (cancel its
 // context to end it at once).
 func (f *Fetcher) Close() error {
-	if !f.closed.Swap(true) && f.cfg.Transport == nil {
-		f.stop()
-		f.transport.CloseIdleConnections()
+	if !f.closed.Swap(true) && f.ownsKC {
+		_ = f.kc.Close()
 	}
 	return nil
 }

@@ -1,21 +1,18 @@
-package replica
+package metrics
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -32,15 +29,33 @@ func (s *deadLetterSink) Ping(ctx context.Context) error { return s.ping }
 
 // offlineReplica is a replica that never ran: no etcd is needed to read its
 // metrics.
-func offlineReplica(t *testing.T, sink sinks.Sink) *Replica {
+func offlineReplica(t *testing.T, sink sinks.Sink) *replica.Replica {
 	t.Helper()
-	r, err := New(Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Version: "v1.2.3",
-		Fetch: kafka.Config{Brokers: []string{"127.0.0.1:1"}}}, nil, sink, nil)
+	r, err := replica.New(offlineConfig, nil, sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
+
+var offlineConfig = replica.Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Version: "v1.2.3",
+	Kafka: replica.Kafka{Brokers: []string{"127.0.0.1:1"}}}
+
+// fakeSource is a Source whose stats and timings a test sets.
+type fakeSource struct {
+	*replica.Replica
+	stats   replica.Stats
+	timings replica.Timings
+}
+
+func (f *fakeSource) Stats() replica.Stats     { return f.stats }
+func (f *fakeSource) Timings() replica.Timings { return f.timings }
+
+// fakeMirror is a MirrorCounts a test sets.
+type fakeMirror struct{ commits, failures int64 }
+
+func (m fakeMirror) Commits() int64  { return m.commits }
+func (m fakeMirror) Failures() int64 { return m.failures }
 
 func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -78,24 +93,15 @@ func scalar(t *testing.T, fams map[string]*dto.MetricFamily, name string) float6
 
 func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
 	sink := &deadLetterSink{Sink: discard.New(), n: 7}
-	r := offlineReplica(t, sink)
+	r := &fakeSource{Replica: offlineReplica(t, sink)}
 	c := NewCollector(r)
 
-	s := r.Stats()
-	s.Records.Store(1000)
-	s.Blocks.Store(12)
-	s.Commits.Store(12)
-	s.Fenced.Store(1)
-	s.Rollbacks.Store(3)
-	s.OffsetsChanged.Store(1)
-	s.OffsetResets.Store(2)
-	s.SinkErrors.Store(1)
-	s.Claims.Store(4)
-	s.Rebalances.Store(5)
-	s.Sessions.Store(1)
-	r.observeWrite(100, 20*time.Millisecond)
-	r.observeWrite(300, 40*time.Millisecond)
-	r.observeCommit(5 * time.Millisecond)
+	r.stats = replica.Stats{Records: 1000, Blocks: 12, Commits: 12, Fenced: 1, Rollbacks: 3, OffsetsChanged: 1, OffsetResets: 2,
+		SinkErrors: 1, Claims: 4, Rebalances: 5, Sessions: 1, DeadLetters: r.Replica.Stats().DeadLetters}
+	r.timings = r.Replica.Timings()
+	r.timings.BlockRows = replica.Histogram{Count: 2, Sum: 400, Bounds: []float64{1, 1000}, Buckets: []uint64{0, 2}}
+	r.timings.SinkWrite.Count = 2
+	r.timings.Commit.Count = 1
 
 	fams := gather(t, c)
 	want := map[string]float64{
@@ -153,19 +159,15 @@ func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
 	}
 
 	// The values are read at scrape time, not when the collector was made.
-	s.Records.Add(24)
-	if got := scalar(t, gather(t, NewCollector(r)), "offsetkeeper_records_written_total"); got != 1024 {
+	r.stats.Records += 24
+	if got := scalar(t, gather(t, c), "offsetkeeper_records_written_total"); got != 1024 {
 		t.Errorf("records after 24 more: %v, want 1024", got)
 	}
 }
 
 func TestCollectorWithMirror(t *testing.T) {
 	r := offlineReplica(t, discard.New())
-	m := NewMirror(r)
-	defer m.Close()
-	m.failures.Store(2)
-	m.commits.Store(5)
-	fams := gather(t, NewCollector(r, WithMirror(m)))
+	fams := gather(t, NewCollector(r, WithMirror(fakeMirror{commits: 5, failures: 2})))
 	if got := scalar(t, fams, "offsetkeeper_mirror_failures_total"); got != 2 {
 		t.Errorf("mirror failures %v, want 2", got)
 	}
@@ -176,7 +178,7 @@ func TestCollectorWithMirror(t *testing.T) {
 
 func TestMetricsPassPromlint(t *testing.T) {
 	r := offlineReplica(t, discard.New())
-	m := NewMirror(r)
+	m := replica.NewMirror(r)
 	defer m.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(r, WithMirror(m)))
@@ -232,13 +234,5 @@ func TestHandlerProbes(t *testing.T) {
 		if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.body) {
 			t.Errorf("GET %s: %d %q, want %d and %q", tc.path, resp.StatusCode, b, tc.status, tc.body)
 		}
-	}
-}
-
-func TestReadyWithoutSession(t *testing.T) {
-	r := offlineReplica(t, discard.New())
-	err := r.Ready(context.Background())
-	if !errors.Is(err, ErrNotReady) {
-		t.Fatalf("Ready of a replica that never joined: %v, want ErrNotReady", err)
 	}
 }

@@ -1,8 +1,12 @@
-package replica
+// Package metrics is a replica's Prometheus glue: a Collector that reads
+// its counters, lag and timings at scrape time, and the HTTP Handler of its
+// operational endpoints (/metrics, /healthz, /readyz). It is apart from
+// package replica so that a service embedding a replica without Prometheus
+// does not link client_golang.
+package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,20 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/offsetkeeper/offsetkeeper/replica"
 )
-
-// Pinger is an optional sink upgrade: a sink that can tell whether its
-// store answers. Ready calls it; a sink without it counts as reachable.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// DeadLetterCounter is an optional sink upgrade: DeadLetters counts the
-// records the sink could not take and set aside or skipped by its policy.
-// The collector exports it; a sink without it reports zero.
-type DeadLetterCounter interface {
-	DeadLetters() int64
-}
 
 // Collector exports a replica's metrics to Prometheus. It reads the
 // replica's counters and lag at scrape time, so a scrape costs no etcd or
@@ -35,9 +28,27 @@ type DeadLetterCounter interface {
 // lag is the union over its replicas (aggregate the *_max_* and *_sum_*
 // series with max and sum by group).
 type Collector struct {
-	r      *Replica
-	mirror *Mirror
+	r      Source
+	group  string
+	mirror MirrorCounts
 	descs  collectorDescs
+}
+
+// Source is what a Collector reads, at scrape time: a *replica.Replica.
+type Source interface {
+	Config() replica.Config
+	Stats() replica.Stats
+	Alive() bool
+	Fetching() (requests, held, budget int64)
+	Lag() []replica.PartitionLag
+	Timings() replica.Timings
+}
+
+// MirrorCounts is what a Collector reads of an offset mirror: a
+// *replica.Mirror.
+type MirrorCounts interface {
+	Commits() int64
+	Failures() int64
 }
 
 // CollectorOption configures a Collector.
@@ -45,13 +56,13 @@ type CollectorOption func(*Collector)
 
 // WithMirror adds the offset mirror's counters
 // (offsetkeeper_mirror_commits_total, offsetkeeper_mirror_failures_total).
-func WithMirror(m *Mirror) CollectorOption { return func(c *Collector) { c.mirror = m } }
+func WithMirror(m MirrorCounts) CollectorOption { return func(c *Collector) { c.mirror = m } }
 
 // counterDesc is one metric read from the replica at scrape time.
 type counterDesc struct {
 	desc  *prometheus.Desc
 	typ   prometheus.ValueType
-	value func(r *Replica) float64
+	value func(s *replica.Stats, r Source) float64
 }
 
 type collectorDescs struct {
@@ -61,96 +72,94 @@ type collectorDescs struct {
 
 	lag, lagSeconds, offset, latest *prometheus.Desc
 	maxLag, maxLagSeconds, sumLag   *prometheus.Desc
+
+	rows, write, commit *prometheus.Desc
 }
 
 // NewCollector returns the collector of r; register it with a
-// prometheus.Registry. Latency and size histograms are the replica's own,
-// fed at each block's write and commit.
-func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
-	c := &Collector{r: r}
+// prometheus.Registry. Latency and size histograms are the replica's own
+// (replica.Timings), fed at each block's write and commit.
+func NewCollector(r Source, opts ...CollectorOption) *Collector {
+	cfg := r.Config()
+	c := &Collector{r: r, group: cfg.Group}
 	for _, o := range opts {
 		o(c)
 	}
-	group := prometheus.Labels{"group": r.cfg.Group}
+	group := prometheus.Labels{"group": cfg.Group}
 	own := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, nil, group)
 	}
-	stat := func(name, help string, typ prometheus.ValueType, v func(s *Stats) int64) counterDesc {
-		return counterDesc{own(name, help), typ, func(r *Replica) float64 { return float64(v(&r.stats)) }}
+	stat := func(name, help string, typ prometheus.ValueType, v func(s *replica.Stats) int64) counterDesc {
+		return counterDesc{own(name, help), typ, func(s *replica.Stats, _ Source) float64 { return float64(v(s)) }}
 	}
 	d := &c.descs
 	d.scalars = []counterDesc{
 		stat("offsetkeeper_records_written_total",
 			"Records written to the sink.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Records.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Records }),
 		stat("offsetkeeper_blocks_written_total",
 			"Blocks delivered and committed. A block of only undeliverable records (transaction markers, aborted records) is committed without a sink write and counts too.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Blocks.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Blocks }),
 		stat("offsetkeeper_commits_total",
 			"Offset commits to etcd that succeeded.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Commits.Load() }),
-		{own("offsetkeeper_commit_failures_total",
-			"Offset commits that failed after their retries: the block is in the sink but its offset is not committed, so the next owner replays it. Zero in a healthy group."),
-			prometheus.CounterValue, func(r *Replica) float64 { return float64(r.coord.CommitFailures()) }},
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Commits }),
+		stat("offsetkeeper_commit_failures_total",
+			"Offset commits that failed after their retries: the block is in the sink but its offset is not committed, so the next owner replays it. Zero in a healthy group.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.CommitFailures }),
 		stat("offsetkeeper_fenced_total",
 			"Partitions stopped because their claim was fenced (taken by another owner or epoch) at an intent, a commit or a sink write.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Fenced.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Fenced }),
 		stat("offsetkeeper_rollbacks_total",
 			"Blocks rolled back: polled but not committed, and read again (sink errors, fencing, operator resets, commit failures, hard stops).",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Rollbacks.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Rollbacks }),
 		stat("offsetkeeper_offsets_changed_total",
 			"Commits refused because an operator reset the offsets; the partition rolled back and sought to the new offset.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.OffsetsChanged.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OffsetsChanged }),
 		stat("offsetkeeper_offset_resets_total",
 			"Offsets Kafka reported out of range (deleted by retention, or past the log end), reset by the start policy.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.OffsetResets.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OffsetResets }),
 		stat("offsetkeeper_sink_write_errors_total",
 			"Sink writes that failed.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.SinkErrors.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.SinkErrors }),
 		stat("offsetkeeper_sink_calls_total",
 			"Calls to the sink: one per block, or one per round of blocks for a sink that takes several at once (PostgreSQL, discard).",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.SinkCalls.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.SinkCalls }),
 		stat("offsetkeeper_oversized_batches_total",
 			"Fetches of a record batch that would decompress past --max-buffer-bytes: its partition waits (retrying) until the budget is raised. Zero in a healthy group.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.OversizedBatches.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OversizedBatches }),
 		stat("offsetkeeper_claims",
 			"Partitions this replica holds now.",
-			prometheus.GaugeValue, func(s *Stats) int64 { return s.Claims.Load() }),
+			prometheus.GaugeValue, func(s *replica.Stats) int64 { return s.Claims }),
 		stat("offsetkeeper_rebalances_total",
 			"Plans that made this replica claim or release partitions.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Rebalances.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Rebalances }),
 		stat("offsetkeeper_sessions_total",
 			"Sessions (etcd leases) the replica joined the group with; above 1 it rejoined after losing its lease.",
-			prometheus.CounterValue, func(s *Stats) int64 { return s.Sessions.Load() }),
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Sessions }),
 		{own("offsetkeeper_session_alive",
 			"1 while the replica can show its etcd lease alive (a keepalive succeeded within TTL/2), else 0: it then writes and commits nothing."),
-			prometheus.GaugeValue, func(r *Replica) float64 { return boolFloat(r.Alive()) }},
-		{own("offsetkeeper_dead_letters_total",
-			"Records the sink set aside as dead letters or skipped by its policy (0 for sinks without one)."),
-			prometheus.CounterValue, func(r *Replica) float64 {
-				if dl, ok := r.sink.(DeadLetterCounter); ok {
-					return float64(dl.DeadLetters())
-				}
-				return 0
-			}},
-		{own("offsetkeeper_etcd_rounds_total",
-			"Write transactions sent to etcd: each carries the claims, intents, commits and releases of many partitions, one nested transaction each."),
-			prometheus.CounterValue, func(r *Replica) float64 { return float64(r.coord.Rounds()) }},
-		{own("offsetkeeper_etcd_round_writes_total",
-			"Partition writes (claims, intents, commits, releases) sent in etcd rounds; divided by offsetkeeper_etcd_rounds_total, the partitions per round."),
-			prometheus.CounterValue, func(r *Replica) float64 { return float64(r.coord.RoundOps()) }},
+			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { return boolFloat(r.Alive()) }},
+		stat("offsetkeeper_dead_letters_total",
+			"Records the sink set aside as dead letters or skipped by its policy (0 for sinks without one).",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.DeadLetters }),
+		stat("offsetkeeper_etcd_rounds_total",
+			"Write transactions sent to etcd: each carries the claims, intents, commits and releases of many partitions, one nested transaction each.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.EtcdRounds }),
+		stat("offsetkeeper_etcd_round_writes_total",
+			"Partition writes (claims, intents, commits, releases) sent in etcd rounds; divided by offsetkeeper_etcd_rounds_total, the partitions per round.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.EtcdRoundWrites }),
 		{own("offsetkeeper_fetch_requests_total",
 			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads."),
-			prometheus.CounterValue, func(r *Replica) float64 { n, _, _ := r.Fetching(); return float64(n) }},
+			prometheus.CounterValue, func(_ *replica.Stats, r Source) float64 { n, _, _ := r.Fetching(); return float64(n) }},
 		{own("offsetkeeper_buffer_bytes",
 			"Bytes of records fetched (and decompressed) and not yet committed, all partitions together, with what requests in flight may return."),
-			prometheus.GaugeValue, func(r *Replica) float64 { _, held, _ := r.Fetching(); return float64(held) }},
+			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { _, held, _ := r.Fetching(); return float64(held) }},
 		{own("offsetkeeper_buffer_budget_bytes",
 			"The budget of offsetkeeper_buffer_bytes (--max-buffer-bytes)."),
-			prometheus.GaugeValue, func(r *Replica) float64 { _, _, b := r.Fetching(); return float64(b) }},
+			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { _, _, b := r.Fetching(); return float64(b) }},
 		{prometheus.NewDesc("offsetkeeper_build_info", "Always 1; labels name the version and the replica.", nil,
-			prometheus.Labels{"group": r.cfg.Group, "version": r.cfg.Version, "replica": r.cfg.ReplicaID}),
-			prometheus.GaugeValue, func(*Replica) float64 { return 1 }},
+			prometheus.Labels{"group": cfg.Group, "version": cfg.Version, "replica": cfg.ReplicaID}),
+			prometheus.GaugeValue, func(*replica.Stats, Source) float64 { return 1 }},
 	}
 	d.mirrorCommits = own("offsetkeeper_mirror_commits_total",
 		"Passes that copied the committed offsets of the owned partitions to Kafka's group offsets.")
@@ -172,6 +181,10 @@ func NewCollector(r *Replica, opts ...CollectorOption) *Collector {
 		"The largest kafka_consumergroup_group_lag_seconds among the partitions this replica owns.", []string{"group"}, nil)
 	d.sumLag = prometheus.NewDesc("kafka_consumergroup_group_sum_lag",
 		"The sum of kafka_consumergroup_group_lag over the partitions this replica owns.", []string{"group"}, nil)
+
+	d.rows = own("offsetkeeper_block_rows", "Rows per block written to the sink.")
+	d.write = own("offsetkeeper_sink_write_duration_seconds", "Time a successful sink write of one block took.")
+	d.commit = own("offsetkeeper_commit_duration_seconds", "Time a successful offset commit to etcd took, retries included.")
 	return c
 }
 
@@ -185,23 +198,23 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.rows, d.write, d.commit} {
 		ch <- x
 	}
-	c.r.timings().describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	d := &c.descs
+	stats := c.r.Stats()
 	for _, s := range d.scalars {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, s.value(c.r))
+		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, s.value(&stats, c.r))
 	}
 	if c.mirror != nil {
 		ch <- prometheus.MustNewConstMetric(d.mirrorCommits, prometheus.CounterValue, float64(c.mirror.Commits()))
 		ch <- prometheus.MustNewConstMetric(d.mirrorFailures, prometheus.CounterValue, float64(c.mirror.Failures()))
 	}
-	group := c.r.cfg.Group
+	group := c.group
 	var maxLag, sumLag int64
 	var maxSeconds float64
 	for _, l := range c.r.Lag() {
@@ -217,7 +230,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.maxLag, prometheus.GaugeValue, float64(maxLag), group)
 	ch <- prometheus.MustNewConstMetric(d.maxLagSeconds, prometheus.GaugeValue, maxSeconds, group)
 	ch <- prometheus.MustNewConstMetric(d.sumLag, prometheus.GaugeValue, float64(sumLag), group)
-	c.r.timings().collect(ch)
+	t := c.r.Timings()
+	for _, h := range []struct {
+		desc *prometheus.Desc
+		h    replica.Histogram
+	}{{d.rows, t.BlockRows}, {d.write, t.SinkWrite}, {d.commit, t.Commit}} {
+		buckets := make(map[float64]uint64, len(h.h.Bounds))
+		for i, b := range h.h.Bounds {
+			buckets[b] = h.h.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(h.desc, h.h.Count, h.h.Sum, buckets)
+	}
 }
 
 func boolFloat(b bool) float64 {
@@ -227,89 +250,9 @@ func boolFloat(b bool) float64 {
 	return 0
 }
 
-// timings are a replica's histograms, fed where a block is written and
-// committed (partition.deliver) through observeWrite and observeCommit.
-type timings struct {
-	rows, write, commit prometheus.Histogram
-}
-
-func newTimings(group string) *timings {
-	labels := prometheus.Labels{"group": group}
-	return &timings{
-		rows: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "offsetkeeper_block_rows", ConstLabels: labels,
-			Help:    "Rows per block written to the sink.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262,144
-		}),
-		write: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "offsetkeeper_sink_write_duration_seconds", ConstLabels: labels,
-			Help:    "Time a successful sink write of one block took.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. 33s
-		}),
-		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "offsetkeeper_commit_duration_seconds", ConstLabels: labels,
-			Help:    "Time a successful offset commit to etcd took, retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms .. 16s
-		}),
-	}
-}
-
-func (t *timings) describe(ch chan<- *prometheus.Desc) {
-	t.rows.Describe(ch)
-	t.write.Describe(ch)
-	t.commit.Describe(ch)
-}
-
-func (t *timings) collect(ch chan<- prometheus.Metric) {
-	t.rows.Collect(ch)
-	t.write.Collect(ch)
-	t.commit.Collect(ch)
-}
-
-func (r *Replica) timings() *timings { return r.hist }
-
-// observeWrite records a successful sink write of a block of rows records
-// that took d. partition.deliver calls it.
-func (r *Replica) observeWrite(rows int, d time.Duration) {
-	t := r.timings()
-	t.rows.Observe(float64(rows))
-	t.write.Observe(d.Seconds())
-}
-
-// observeCommit records a successful offset commit that took d.
-// partition.deliver calls it.
-func (r *Replica) observeCommit(d time.Duration) {
-	r.timings().commit.Observe(d.Seconds())
-}
-
-// ErrNotReady is wrapped by every error of Ready.
-var ErrNotReady = errors.New("replica not ready")
-
-// Ready reports whether the replica can do its work now: its session is
-// alive (a keepalive succeeded within TTL/2), its member key is registered
-// in etcd under that session's lease (one read, bounded by ctx), and the
-// sink answers when it is a Pinger. The error says which failed.
-func (r *Replica) Ready(ctx context.Context) error {
-	r.mu.Lock()
-	s := r.session
-	r.mu.Unlock()
-	if s == nil || !s.Alive() {
-		return fmt.Errorf("%w: no live session in group %s", ErrNotReady, r.cfg.Group)
-	}
-	key := r.coord.Keys().Member(r.cfg.ReplicaID)
-	resp, err := r.coord.Client().Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("%w: read member %s: %w", ErrNotReady, r.cfg.ReplicaID, err)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.Lease()) {
-		return fmt.Errorf("%w: member %s not registered under lease %x", ErrNotReady, r.cfg.ReplicaID, int64(s.Lease()))
-	}
-	if p, ok := r.sink.(Pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			return fmt.Errorf("%w: sink unreachable: %w", ErrNotReady, err)
-		}
-	}
-	return nil
+// Readier is what Handler asks for readiness: a *replica.Replica.
+type Readier interface {
+	Ready(ctx context.Context) error
 }
 
 // DefaultReadyTimeout bounds one readiness check of Handler: below the
@@ -321,11 +264,11 @@ const DefaultReadyTimeout = time.Second
 //
 //	/metrics  what g gathers, in the Prometheus exposition format
 //	/healthz  200 "ok" while the process serves HTTP: a liveness probe
-//	/readyz   200 "ready" when Ready is nil, else 503 and the reason
+//	/readyz   200 "ready" when r.Ready is nil, else 503 and the reason
 //
-// g is typically a registry holding NewCollector(r) and the Go and process
-// collectors.
-func Handler(r *Replica, g prometheus.Gatherer) http.Handler {
+// r is typically a *replica.Replica (see Replica.Ready); g a registry
+// holding NewCollector(r) and the Go and process collectors.
+func Handler(r Readier, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,178 @@
+package replica
+
+// Block building: polled batches grouped into blocks by the block rules.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// block is a block being built: whole polled batches, [from, next).
+type block struct {
+	from, next int64
+	records    []sinks.Record
+	bytes      int // what its batches hold of the memory budget
+	// full: it ended by size (rows, bytes, the budget), so its etcd writes
+	// go at once; a block that ended because the partition went quiet
+	// lets them linger for others to share their round.
+	full bool
+}
+
+func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
+
+// poll builds one block by the rules: it ends, between batches, at
+// MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
+// share of the memory budget, when it has caught up with the log end,
+// FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
+// row; in EveryBatch mode after each batch. A failed or stopped poll returns
+// what it has so far with the error.
+func (pt *partition) poll(ctx context.Context) (*block, error) {
+	cfg := &pt.r.cfg
+	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare}
+	pt.spare = nil
+	var first time.Time
+	empties := 0
+	throttled := false
+	for {
+		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
+		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
+			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
+			(cfg.CommitMode == EveryBatch && !b.empty()) {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return b, errStopped
+		}
+		if pt.resetSeen.Swap(false) {
+			if o, changed, err := pt.claim.Refresh(ctx); err != nil {
+				pt.resetSeen.Store(true) // try again after the next batch
+			} else if changed {
+				// Nothing of the block is written yet: drop it and start
+				// over where the operator said.
+				pt.seekReset(o)
+				pt.finish(b)
+				*b = block{from: o.Next, next: o.Next, records: pt.spare}
+				pt.spare = nil
+				first, empties, throttled = time.Time{}, 0, false
+				continue
+			}
+		}
+		fetch := pt.f.Fetch
+		if b.empty() && !pt.resetSeen.Load() {
+			// Nothing in hand, so no rule waits on an empty poll: sleep
+			// until records come (or a reset or a stop wakes us).
+			fetch = pt.f.Next
+		}
+		batch, err := fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return b, errStopped
+			}
+			return b, err
+		}
+		if batch.Throttled {
+			throttled = true
+			continue
+		}
+		if batch.Reset != nil {
+			pt.r.stats.offsetResets.Add(1)
+			pt.log.Warn("offset out of range; reset by the start policy",
+				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("policy", batch.Reset.Policy))
+			if b.empty() {
+				b.from, b.next = batch.Next, batch.Next
+			}
+			continue
+		}
+		if end := batch.LastStable; end >= 0 {
+			pt.logEnd.Store(end)
+		} else if batch.HighWatermark >= 0 {
+			pt.logEnd.Store(batch.HighWatermark)
+		}
+		if batch.Next == batch.From {
+			empties++
+			continue
+		}
+		empties = 0
+		if caughtUp(batch) {
+			// Reaching the log end counts as an empty poll: with the
+			// default MaxEmptyPolls, 1, the block ends at once, and the
+			// records that come next go into the next one, so a trickle
+			// is delivered without waiting out an empty poll.
+			empties = 1
+		}
+		if b.empty() && b.next != batch.From {
+			b.from = batch.From
+		}
+		if len(b.records) == 0 && len(batch.Records) > 0 {
+			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
+		}
+		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
+			// The batch's own slice, which is ours, saves a copy: with
+			// many partitions a block is often one batch.
+			b.records = batch.Records
+		} else {
+			b.records = append(b.records, batch.Records...)
+		}
+		b.bytes += batch.Bytes
+		b.next = batch.Next
+		if first.IsZero() {
+			first = time.Now()
+		}
+	}
+}
+
+// finish gives a finished block's bytes back to the budget and keeps its
+// records slice for the next block: a sink keeps no slice of a block once
+// its write returns, and a block of 65,536 rows would otherwise grow a new
+// slice of several megabytes every time.
+func (pt *partition) finish(b *block) {
+	pt.f.Free(b.bytes)
+	b.bytes = 0
+	clear(b.records) // keep no record's bytes alive
+	pt.spare, b.records = b.records[:0], nil
+}
+
+// pollRange reads exactly [from, next), cutting the last batch at next and
+// seeking there, for the replay of an intent.
+func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, error) {
+	b := &block{from: from, next: from}
+	for b.next < next {
+		batch, err := pt.f.Fetch(ctx)
+		if err != nil {
+			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
+		}
+		if batch.Reset != nil {
+			pt.r.stats.offsetResets.Add(1)
+			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
+		}
+		for _, rec := range batch.Records {
+			if rec.Offset < next {
+				b.records = append(b.records, rec)
+			}
+		}
+		// The range was a block of the previous owner's, which may be
+		// larger than this replica's share of the budget: it is read
+		// whole all the same, off the budget, so that the replay cannot
+		// wait on memory only its own commit frees.
+		pt.f.Free(batch.Bytes)
+		b.next = min(batch.Next, next)
+	}
+	pt.f.SeekTo(next)
+	return b, nil
+}
+
+// caughtUp reports whether a batch reached what can be read now: the last
+// stable offset (read_committed) or the high watermark.
+func caughtUp(b kafka.PolledBatch) bool {
+	end := b.LastStable
+	if end < 0 {
+		end = b.HighWatermark
+	}
+	return end >= 0 && b.Next >= end
+}

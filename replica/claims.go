@@ -1,0 +1,197 @@
+package replica
+
+// Plans and claims: which partitions a replica takes, and starting them.
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+)
+
+// reconcile plans from one snapshot, claims the free partitions planned to
+// this replica and asks the ones planned elsewhere to stop at their next
+// block boundary.
+func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard context.Context, partitions []coordinator.Partition,
+	wg *sync.WaitGroup, exited chan<- *partition) {
+	if !s.Alive() {
+		return
+	}
+	snap, err := r.coord.Snapshot(ctx)
+	if err != nil {
+		r.log.Warn("reading the group failed", zap.Error(err))
+		return
+	}
+	var members []coordinator.Member
+	for _, m := range snap.Members {
+		// Only lease-bound members are live; draining ones get nothing.
+		if m.Lease != 0 && !m.Draining {
+			members = append(members, m)
+		}
+	}
+	r.releaseStrays(ctx, s, snap)
+	claims := make(map[coordinator.Partition]string, len(snap.Claims))
+	for p, c := range snap.Claims {
+		owner := c.Replica
+		if owner == s.ID() && c.Lease != int64(s.Lease()) {
+			owner += " (previous session)" // not ours: it expires with its lease
+		}
+		claims[p] = owner
+	}
+	plan := coordinator.Plan(members, partitions, claims)
+	toClaim, toRelease := coordinator.Diff(plan, claims, s.ID())
+
+	changed := false
+	r.mu.Lock()
+	for _, p := range toRelease {
+		if pt, ok := r.owned[p]; ok && !pt.stopping() {
+			close(pt.stop)
+			changed = true
+		}
+	}
+	// An operator asked for these claims to be handed over: finish the
+	// block, release, and let the plan decide again.
+	for p, rr := range snap.Releases {
+		if pt, ok := r.owned[p]; ok && pt.claim.Epoch() == rr.Epoch && !pt.stopping() {
+			pt.log.Info("releasing on an operator's request")
+			close(pt.stop)
+			changed = true
+		}
+	}
+	r.mu.Unlock()
+
+	// Claim in an order of this replica's own, so replicas working from
+	// slightly different snapshots collide less.
+	h := fnv.New32a()
+	h.Write([]byte(s.ID()))
+	if n := len(toClaim); n > 0 {
+		k := int(h.Sum32() % uint32(n))
+		toClaim = append(toClaim[k:], toClaim[:k]...)
+	}
+	r.mu.Lock()
+	toClaim = slices.DeleteFunc(toClaim, func(p coordinator.Partition) bool { _, have := r.owned[p]; return have })
+	r.mu.Unlock()
+	var got []*coordinator.Claim
+	var errs []error
+	if ctx.Err() == nil && s.Alive() && len(toClaim) > 0 {
+		// Every claim is its own compare, the partitions share
+		// transactions: a replica planned hundreds claims them in a few.
+		got, errs = s.ClaimAll(ctx, toClaim)
+	}
+	var claimed []*coordinator.Claim
+	for i, c := range got {
+		if err := errs[i]; err != nil {
+			if !errors.Is(err, coordinator.ErrClaimed) {
+				r.log.Warn("claim failed", zap.String("topic", toClaim[i].Topic), zap.Int("partition", toClaim[i].Partition), zap.Error(err))
+			}
+			continue
+		}
+		claimed = append(claimed, c)
+	}
+	if r.start(ctx, hard, claimed, wg, exited) > 0 {
+		changed = true
+	}
+	if changed {
+		r.stats.rebalances.Add(1)
+	}
+}
+
+// releaseStrays deletes claims of this session that no partition runs: a
+// claim whose answer was lost in a timeout, or whose release failed. They
+// would otherwise hold their partition, unconsumed, until the lease ends.
+func (r *Replica) releaseStrays(ctx context.Context, s *coordinator.Session, snap *coordinator.Snapshot) {
+	for p, c := range snap.Claims {
+		if c.Replica != s.ID() || c.Lease != int64(s.Lease()) {
+			continue
+		}
+		r.mu.Lock()
+		_, running := r.owned[p]
+		r.mu.Unlock()
+		if running {
+			continue
+		}
+		if err := s.ReleaseStray(ctx, p, c.Epoch); err != nil {
+			r.log.Warn("releasing a stray claim failed", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
+			continue
+		}
+		r.log.Info("released a claim no partition ran", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch))
+		delete(snap.Claims, p)
+	}
+}
+
+// start runs a partition for each new claim and returns how many it
+// started. Where the start policy decides a partition's first offset, the
+// bounds of all of them are read at once: one ListOffsets per broker.
+func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, wg *sync.WaitGroup, exited chan<- *partition) int {
+	pts := make([]*partition, 0, len(claims))
+	var unplaced []kafka.TopicPartition
+	for _, c := range claims {
+		p := c.Partition()
+		f, err := r.consumer.Open(p.Topic, p.Partition)
+		if err != nil {
+			r.log.Error("cannot read partition", zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Error(err))
+			_ = c.Release(ctx)
+			continue
+		}
+		pt := newPartition(r, c, f)
+		pts = append(pts, pt)
+		r.mu.Lock()
+		r.owned[pt.p] = pt
+		r.mu.Unlock()
+		r.stats.claims.Add(1)
+		if c.Offsets().ModRevision == 0 {
+			unplaced = append(unplaced, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+		}
+	}
+	if len(unplaced) > 0 {
+		// One request per broker for all of them, on the side: the
+		// session's loop does not wait on Kafka, and a partition that
+		// this misses finds its bounds alone.
+		sb := &startBounds{done: make(chan struct{})}
+		consumer := r.consumer // Run clears it when it ends
+		go func() {
+			defer close(sb.done)
+			starts, err := consumer.StartOffsets(hard, unplaced)
+			if err != nil {
+				r.log.Warn("reading the start offsets of new partitions failed", zap.Error(err))
+			}
+			sb.starts = starts
+		}()
+		for _, pt := range pts {
+			pt.policyStart = sb
+		}
+	}
+	for _, pt := range pts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pt.run(hard)
+			exited <- pt
+		}()
+	}
+	return len(pts)
+}
+
+// start returns where the start policy puts p, if the shared read found it.
+func (sb *startBounds) start(ctx context.Context, p coordinator.Partition) (int64, bool) {
+	select {
+	case <-sb.done:
+	case <-ctx.Done():
+		return 0, false
+	}
+	at, ok := sb.starts[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+	return at, ok
+}
+
+// startBounds are where the start policy puts newly claimed partitions,
+// read for all of them at once; starts is set when done is closed.
+type startBounds struct {
+	done   chan struct{}
+	starts map[kafka.TopicPartition]int64
+}

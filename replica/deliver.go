@@ -1,0 +1,115 @@
+package replica
+
+// The commit path: a block written to the sink and committed through a
+// guard.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/guard"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// writeOptions are the block's etcd write options: a lingering round for a
+// block of a quiet partition, none for a full one.
+func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
+	if b.full || pt.r.cfg.CommitLinger <= 0 {
+		return nil
+	}
+	return []coordinator.WriteOption{coordinator.Linger(pt.r.cfg.CommitLinger)}
+}
+
+// deliver writes one block and commits its offset, through a guard.
+func (pt *partition) deliver(ctx context.Context, b *block) error {
+	blk := &sinks.Block{
+		Topic:      pt.p.Topic,
+		Partition:  pt.p.Partition,
+		Epoch:      pt.claim.Epoch(),
+		Generation: pt.gen,
+		From:       b.from,
+		Next:       b.next,
+		Records:    b.records,
+	}
+	opts := pt.writeOptions(b)
+	g := guard.New(committer{pt.claim, int64(len(b.records)), opts}, pt, b.from, b.next)
+	defer g.Release()
+
+	if pt.r.cfg.CommitMode == EveryBatch {
+		// At-most-once: the offset moves before the write.
+		start := time.Now()
+		if err := g.Commit(ctx); err != nil {
+			return err
+		}
+		pt.r.observeCommit(time.Since(start))
+		pt.committed(b)
+		if len(b.records) > 0 {
+			start = time.Now()
+			if err := pt.r.writer.Write(ctx, blk); err != nil {
+				pt.r.stats.sinkErrors.Add(1)
+				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
+					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
+				return nil
+			}
+			pt.r.observeWrite(len(b.records), time.Since(start))
+			pt.r.stats.records.Add(int64(len(b.records)))
+		}
+		return nil
+	}
+
+	if len(b.records) > 0 {
+		if _, resumes := sinks.As[sinks.Resumer](pt.r.sink); !resumes {
+			// A sink that stores its own offsets with the rows needs no
+			// intent: a new owner resumes from what it holds, and it
+			// refuses a lower epoch, so the intent would only cost an etcd
+			// write per block.
+			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		if err := pt.r.writer.Write(ctx, blk); err != nil {
+			pt.r.stats.sinkErrors.Add(1)
+			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
+		}
+		pt.r.observeWrite(len(b.records), time.Since(start))
+		pt.r.stats.records.Add(int64(len(b.records)))
+	}
+	start := time.Now()
+	if err := g.Commit(ctx); err != nil {
+		return err
+	}
+	pt.r.observeCommit(time.Since(start))
+	pt.committed(b)
+	return nil
+}
+
+func (pt *partition) committed(b *block) {
+	pt.next.Store(b.next)
+	pt.pending.Store(0)
+	pt.r.stats.blocks.Add(1)
+	pt.r.stats.commits.Add(1)
+	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
+}
+
+// Rewind is the guard's rollback: the next poll starts at the block again.
+func (pt *partition) Rewind(from int64) {
+	pt.pending.Store(0)
+	pt.r.stats.rollbacks.Add(1)
+	pt.f.SeekTo(from)
+}
+
+// committer adapts a claim to guard.Committer.
+type committer struct {
+	claim *coordinator.Claim
+	rows  int64
+	opts  []coordinator.WriteOption
+}
+
+func (c committer) Commit(ctx context.Context, next int64) error {
+	return c.claim.Commit(ctx, next, c.rows, c.opts...)
+}

@@ -1,0 +1,288 @@
+package replica
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+)
+
+// Defaults of Kafka, applied to its zero fields, named after the Java
+// consumer's settings they stand for.
+const (
+	// DefaultFetchMinBytes is fetch.min.bytes: a fetch returns as soon as
+	// there is anything.
+	DefaultFetchMinBytes = 1
+	// DefaultFetchMaxWait is fetch.max.wait.ms.
+	DefaultFetchMaxWait = 500 * time.Millisecond
+	// DefaultFetchMaxPartitionBytes is max.partition.fetch.bytes, 1 MiB.
+	DefaultFetchMaxPartitionBytes = 1 << 20
+	// DefaultFetchMaxBytes is what one fetch of many partitions returns
+	// at most (fetch.max.bytes; the Java consumer's is 50 MiB, ours 16
+	// MiB): large enough that a broker's round trip carries many
+	// partitions' worth, small enough to be decoded while the next one is
+	// on its way.
+	DefaultFetchMaxBytes = 16 << 20
+	// DefaultMaxBufferBytes bounds the bytes of records a replica holds,
+	// fetched and not yet committed, all its partitions together: 256 MiB.
+	DefaultMaxBufferBytes = 256 << 20
+	// DefaultRequestTimeout bounds a request beyond what the broker is
+	// asked to wait (request.timeout.ms is 30s; ours is 10s).
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultRetryBackoffMin and DefaultRetryBackoffMax bound the wait
+	// between retries of a failed request (retry.backoff.ms and
+	// retry.backoff.max.ms are 100ms and 1s; ours grows to 5s).
+	DefaultRetryBackoffMin = 100 * time.Millisecond
+	DefaultRetryBackoffMax = 5 * time.Second
+	// DefaultClientID is the client.id the brokers see.
+	DefaultClientID = "offsetkeeper"
+)
+
+// Kafka says how a replica connects to Kafka and reads its partitions. The
+// zero value of every field but Brokers is its default; the doc of each
+// names the Java consumer's setting it corresponds to.
+//
+// A replica reads the partitions it owns with one fetch request per broker
+// per round trip, whatever their number, and holds at most MaxBufferBytes of
+// records: each partition an equal share of it. It never joins a Kafka
+// consumer group (etcd coordinates the replicas), so there is no
+// group.id, session.timeout.ms or enable.auto.commit: see Config.LeaseTTL.
+type Kafka struct {
+	// Brokers are the bootstrap brokers, host:port (bootstrap.servers).
+	// Required.
+	Brokers []string
+	// ClientID is sent with every request (client.id), for the brokers'
+	// logs and quotas. Default DefaultClientID.
+	ClientID string
+
+	// TLS, when not nil, connects over TLS with this configuration
+	// (security.protocol SSL, or SASL_SSL with SASL). Default nil: plain
+	// TCP.
+	TLS *tls.Config
+	// SASL, when not nil, authenticates with this login
+	// (sasl.mechanism, sasl.jaas.config). Default nil: none. Use
+	// SASLPlain only with TLS: it sends the password as it is.
+	SASL *SASL
+	// Dial opens the TCP connections to the brokers; TLS and SASL are
+	// layered on what it returns. Default nil: a net.Dialer. Set it to go
+	// through a proxy, or in tests to cut connections.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// DialTimeout bounds connecting to a broker, the TLS and SASL
+	// handshakes included (socket.connection.setup.timeout.ms). Default
+	// 5s.
+	DialTimeout time.Duration
+
+	// FetchMinBytes is how many bytes a fetch waits for on the broker, up
+	// to FetchMaxWait (fetch.min.bytes). Default DefaultFetchMinBytes, 1:
+	// records are returned as soon as there are any. More makes fewer,
+	// fuller responses for the latency of waiting for them.
+	FetchMinBytes int
+	// FetchMaxWait is how long the broker holds a fetch waiting for
+	// FetchMinBytes (fetch.max.wait.ms). Default DefaultFetchMaxWait,
+	// 500ms. Longer makes an idle replica send fewer requests; a block of
+	// a quiet partition may end after an empty poll, so it is also about
+	// the delay such a block sees with Config.MaxEmptyPolls above 1.
+	FetchMaxWait time.Duration
+	// FetchMaxPartitionBytes bounds the bytes one fetch returns of one
+	// partition (max.partition.fetch.bytes). Default
+	// DefaultFetchMaxPartitionBytes, 1 MiB. A record batch larger than it
+	// still comes whole when it is first in a response, so it never stops
+	// a partition; smaller gives each partition a smaller part of a
+	// response.
+	FetchMaxPartitionBytes int
+	// FetchMaxBytes bounds the bytes one fetch of many partitions returns
+	// (fetch.max.bytes). Default DefaultFetchMaxBytes, 16 MiB. Larger
+	// carries more partitions per round trip at the cost of memory per
+	// request in flight (two per broker).
+	FetchMaxBytes int
+	// MaxBufferBytes bounds the bytes of records the replica holds across
+	// its partitions: fetched, decompressed, and not yet committed (no
+	// Java setting; think fetch.max.bytes times the requests in flight).
+	// Default DefaultMaxBufferBytes, 256 MiB. Each partition may hold an
+	// equal share; a block ends at half of it, so a smaller budget means
+	// smaller blocks and more etcd writes, a larger one more memory. A
+	// single record batch that inflates past a partition's share stops
+	// that partition until the budget is raised.
+	MaxBufferBytes int
+	// RequestTimeout bounds a request beyond the time the broker is asked
+	// to wait (request.timeout.ms): a fetch is given up and retried after
+	// FetchMaxWait+RequestTimeout. Default DefaultRequestTimeout, 10s.
+	RequestTimeout time.Duration
+
+	// IsolationLevel says which records of transactional producers are
+	// read (isolation.level). Default ReadCommitted.
+	IsolationLevel IsolationLevel
+	// StartPolicy is where a partition the group has no offset for starts,
+	// and where one whose offset is out of range (deleted by retention) is
+	// moved to (auto.offset.reset). Default StartEarliest: nothing still
+	// in Kafka is skipped.
+	StartPolicy StartPolicy
+
+	// RetryBackoffMin and RetryBackoffMax bound the exponential, jittered
+	// wait between retries of a failed request (retry.backoff.ms,
+	// retry.backoff.max.ms). Defaults DefaultRetryBackoffMin, 100ms, and
+	// DefaultRetryBackoffMax, 5s. Requests are retried until the replica
+	// stops: a longer maximum is gentler on a broken cluster and slower to
+	// notice its recovery.
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+}
+
+// config converts k to the package's own configuration.
+func (k Kafka) config() kafka.Config {
+	c := kafka.Config{
+		Brokers:         k.Brokers,
+		ClientID:        k.ClientID,
+		TLS:             k.TLS,
+		Dial:            k.Dial,
+		DialTimeout:     k.DialTimeout,
+		MinBytes:        k.FetchMinBytes,
+		MaxWait:         k.FetchMaxWait,
+		MaxBytes:        k.FetchMaxPartitionBytes,
+		MaxRequestBytes: k.FetchMaxBytes,
+		MaxBufferBytes:  k.MaxBufferBytes,
+		RequestTimeout:  k.RequestTimeout,
+		IsolationLevel:  kafka.IsolationLevel(k.IsolationLevel),
+		StartPolicy:     kafka.StartPolicy(k.StartPolicy),
+		BackoffMin:      k.RetryBackoffMin,
+		BackoffMax:      k.RetryBackoffMax,
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if k.SASL != nil {
+		c.SASL = &kafka.SASL{Mechanism: kafka.SASLMechanism(k.SASL.Mechanism), Username: k.SASL.Username, Password: k.SASL.Password}
+	}
+	return c.WithDefaults()
+}
+
+// validate checks k; each message names the value.
+func (k Kafka) validate() error {
+	if k.MaxBufferBytes < 0 {
+		return fmt.Errorf("max buffer bytes %d: want at least 1 (0 takes the default, %d)", k.MaxBufferBytes, DefaultMaxBufferBytes)
+	}
+	if err := isolationNames.Check(k.IsolationLevel); err != nil {
+		return err
+	}
+	if err := startPolicyNames.Check(k.StartPolicy); err != nil {
+		return err
+	}
+	if k.SASL != nil {
+		if err := saslNames.Check(k.SASL.Mechanism); err != nil {
+			return err
+		}
+	}
+	return k.config().Validate()
+}
+
+// StartPolicy says where a partition is read from when the group has no
+// offset for it, and where reading resumes when its offset is out of range
+// (auto.offset.reset).
+type StartPolicy int
+
+const (
+	// StartEarliest starts at the log start: nothing still in Kafka is
+	// skipped. It is the zero value and the default.
+	StartEarliest StartPolicy = iota
+	// StartLatest starts at the log end: only records produced from then
+	// on are read (under ReadCommitted, from the last stable offset).
+	StartLatest
+)
+
+var startPolicyNames = enum.New[StartPolicy]("start policy", "earliest", "latest")
+
+// String returns "earliest" or "latest".
+func (p StartPolicy) String() string { return startPolicyNames.String(p) }
+
+// ParseStartPolicy parses "earliest" or "latest" (space trimmed, case
+// folded).
+func ParseStartPolicy(s string) (StartPolicy, error) { return startPolicyNames.Parse(s) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (p StartPolicy) MarshalText() ([]byte, error) { return startPolicyNames.Marshal(p) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseStartPolicy.
+func (p *StartPolicy) UnmarshalText(b []byte) error { return startPolicyNames.Unmarshal(p, b) }
+
+// IsolationLevel says which records of transactional producers are read
+// (isolation.level).
+type IsolationLevel int
+
+const (
+	// ReadCommitted reads only committed records, up to the last stable
+	// offset: an open transaction holds back the records after it. It is
+	// the zero value and the default.
+	ReadCommitted IsolationLevel = iota
+	// ReadUncommitted reads every record up to the high watermark,
+	// records of open and aborted transactions included.
+	ReadUncommitted
+)
+
+var isolationNames = enum.New[IsolationLevel]("isolation level", "read_committed", "read_uncommitted")
+
+// String returns "read_committed" or "read_uncommitted".
+func (l IsolationLevel) String() string { return isolationNames.String(l) }
+
+// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (space
+// trimmed, case folded).
+func ParseIsolationLevel(s string) (IsolationLevel, error) { return isolationNames.Parse(s) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (l IsolationLevel) MarshalText() ([]byte, error) { return isolationNames.Marshal(l) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseIsolationLevel.
+func (l *IsolationLevel) UnmarshalText(b []byte) error { return isolationNames.Unmarshal(l, b) }
+
+// SASLMechanism names a SASL mechanism (sasl.mechanism).
+type SASLMechanism int
+
+const (
+	// SASLPlain is PLAIN: the password crosses the wire as it is, so use
+	// it only with TLS. It is the zero value.
+	SASLPlain SASLMechanism = iota
+	// SASLSCRAMSHA256 is SCRAM-SHA-256: the password never crosses the
+	// wire.
+	SASLSCRAMSHA256
+	// SASLSCRAMSHA512 is SCRAM-SHA-512.
+	SASLSCRAMSHA512
+)
+
+var saslNames = enum.New[SASLMechanism]("sasl mechanism", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+// String returns PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+func (m SASLMechanism) String() string { return saslNames.String(m) }
+
+// ParseSASLMechanism parses PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (space
+// trimmed, case folded).
+func ParseSASLMechanism(s string) (SASLMechanism, error) { return saslNames.Parse(s) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (m SASLMechanism) MarshalText() ([]byte, error) { return saslNames.Marshal(m) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseSASLMechanism.
+func (m *SASLMechanism) UnmarshalText(b []byte) error { return saslNames.Unmarshal(m, b) }
+
+// SASL is a SASL login to Kafka. However it is printed (every fmt verb,
+// JSON, zap), it shows the mechanism and the user, never the password.
+type SASL struct {
+	Mechanism SASLMechanism
+	Username  string
+	Password  string
+}
+
+// String returns the mechanism and the user: SCRAM-SHA-256 as "alice".
+func (s SASL) String() string { return fmt.Sprintf("%s as %q", s.Mechanism, s.Username) }
+
+// GoString is String, so that %#v does not print the password.
+func (s SASL) GoString() string { return s.String() }
+
+// Format prints String with every verb.
+func (s SASL) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }
+
+// MarshalText is String, so that JSON and zap do not print the password.
+func (s SASL) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

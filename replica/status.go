@@ -1,0 +1,138 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// What a replica reports of itself, from any goroutine, while it runs and
+// after: for metrics, probes and tests.
+
+// ID is the replica ID: Config.ReplicaID, or DefaultID.
+func (r *Replica) ID() string { return r.cfg.ReplicaID }
+
+// Config returns the configuration the replica runs with, defaults
+// applied.
+func (r *Replica) Config() Config { return r.cfg }
+
+// Stats returns a snapshot of what the replica did since New.
+func (r *Replica) Stats() Stats {
+	s := r.stats.snapshot()
+	s.CommitFailures = r.coord.CommitFailures()
+	s.EtcdRounds, s.EtcdRoundWrites = r.coord.Rounds(), r.coord.RoundOps()
+	if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {
+		s.DeadLetters = dl.DeadLetters()
+	}
+	return s
+}
+
+// Timings returns a snapshot of the replica's distributions: block sizes,
+// sink write and commit latencies.
+func (r *Replica) Timings() Timings { return r.hist.snapshot() }
+
+// Owned lists the partitions this replica consumes now.
+func (r *Replica) Owned() []coordinator.Partition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]coordinator.Partition, 0, len(r.owned))
+	for p := range r.owned {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, coordinator.Partition.Compare)
+	return out
+}
+
+// Fetching reports the fetch requests sent so far and the bytes of records
+// held now against the budget (kafka.Config.MaxBufferBytes).
+func (r *Replica) Fetching() (requests, held, budget int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	requests = r.fetchedBefore
+	budget = int64(r.kafka.MaxBufferBytes)
+	if r.consumer != nil {
+		st := r.consumer.Stats()
+		requests += st.FetchRequests
+		held = st.BytesHeld
+	}
+	return requests, held, budget
+}
+
+// Alive reports whether the replica holds a live session.
+func (r *Replica) Alive() bool {
+	r.mu.Lock()
+	s := r.session
+	r.mu.Unlock()
+	return s != nil && s.Alive()
+}
+
+// ErrNotReady is wrapped by every error of Ready.
+var ErrNotReady = errors.New("replica not ready")
+
+// Ready reports whether the replica can do its work now: its session is
+// alive (a keepalive succeeded within TTL/2), its member key is registered
+// in etcd under that session's lease (one read, bounded by ctx), and the
+// sink answers when it (or a sink it wraps) is a sinks.Pinger. The error says which failed.
+func (r *Replica) Ready(ctx context.Context) error {
+	r.mu.Lock()
+	s := r.session
+	r.mu.Unlock()
+	if s == nil || !s.Alive() {
+		return fmt.Errorf("%w: no live session in group %s", ErrNotReady, r.cfg.Group)
+	}
+	key := r.coord.Keys().Member(r.cfg.ReplicaID)
+	resp, err := r.coord.Client().Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: read member %s: %w", ErrNotReady, r.cfg.ReplicaID, err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.Lease()) {
+		return fmt.Errorf("%w: member %s not registered under lease %x", ErrNotReady, r.cfg.ReplicaID, int64(s.Lease()))
+	}
+	if p, ok := sinks.As[sinks.Pinger](r.sink); ok {
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("%w: sink unreachable: %w", ErrNotReady, err)
+		}
+	}
+	return nil
+}
+
+// PartitionLag is how far a partition this replica owns is behind.
+type PartitionLag struct {
+	Partition coordinator.Partition
+	Epoch     int64
+	Committed int64 // the committed offset
+	LogEnd    int64 // the log end last seen (last stable offset); -1 unknown
+	// Lag is LogEnd - Committed in records, 0 when LogEnd is unknown.
+	Lag int64
+	// LagSeconds is how old the oldest polled but uncommitted record is:
+	// the delay a record now sees before its offset is committed.
+	LagSeconds float64
+}
+
+// Lag reports every owned partition, for metrics.
+func (r *Replica) Lag() []PartitionLag {
+	r.mu.Lock()
+	pts := make([]*partition, 0, len(r.owned))
+	for _, pt := range r.owned {
+		pts = append(pts, pt)
+	}
+	r.mu.Unlock()
+	now := time.Now()
+	out := make([]PartitionLag, 0, len(pts))
+	for _, pt := range pts {
+		l := PartitionLag{Partition: pt.p, Epoch: pt.claim.Epoch(), Committed: pt.next.Load(), LogEnd: pt.logEnd.Load()}
+		if l.LogEnd >= 0 && l.LogEnd > l.Committed {
+			l.Lag = l.LogEnd - l.Committed
+		}
+		if ns := pt.pending.Load(); ns > 0 && l.Lag > 0 {
+			l.LagSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+		}
+		out = append(out, l)
+	}
+	return out
+}
