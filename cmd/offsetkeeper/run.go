@@ -130,7 +130,6 @@ func (o *runOptions) complete(*cobra.Command) error {
 		ShutdownTimeout: o.shutdown,
 		Version:         version,
 	}
-	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka) // TLS and SASL (sasl.go)
 	if o.cfg.ReplicaID == "" {
 		o.cfg.ReplicaID = replica.DefaultID()
 	}
@@ -201,6 +200,8 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	defer ops.stop() // after Run, before cli.Close: the last offsets are mirrored
 	o.cfg.HTTPAddr = ops.advertised()
+	// TLS and SASL, which validate read from the files (sasl.go).
+	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
 	sink, err := o.target.open(cmd.OutOrStdout())
 	if err != nil {
 		return err
