@@ -13,6 +13,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+	"github.com/offsetkeeper/offsetkeeper/sinks/sinktest"
 )
 
 // writeBlocks calls WriteBlocks and fails the test unless every block
@@ -104,7 +105,7 @@ func TestWriteBlocks(t *testing.T) {
 			parts := []tp{{"orders", 3}, {"pay", 0}, {"orders", 0}, {"orders", 7}, {"pay", 1}, {"orders", 1}, {"orders", 2}, {"orders", 5}}
 			var round []*sinks.Block
 			for i, p := range parts {
-				round = append(round, block(p.topic, p.partition, int64(10+i), 0, 40, seq(0, 40)...))
+				round = append(round, block(p.topic, p.partition, int64(10+i), 0, 40, sinktest.Seq(0, 40)...))
 			}
 			writeBlocks(t, s, round...)
 			for i, p := range parts {
@@ -137,14 +138,14 @@ func TestWriteBlocks(t *testing.T) {
 			// orders/0 goes on from a replay that overlaps what it holds,
 			// orders/7 was reset to 30 by an operator (generation 1) and
 			// comes again, and orders/4 is new.
-			reset := block("orders", 7, 17, 30, 50, seq(30, 50)...)
+			reset := block("orders", 7, 17, 30, 50, sinktest.Seq(30, 50)...)
 			reset.Generation = 1
 			writeBlocks(t, s,
-				block("orders", 3, 10, 40, 50, seq(40, 50)...),
+				block("orders", 3, 10, 40, 50, sinktest.Seq(40, 50)...),
 				block("pay", 0, 11, 40, 45),
-				block("orders", 0, 12, 35, 60, seq(35, 60)...),
+				block("orders", 0, 12, 35, 60, sinktest.Seq(35, 60)...),
 				reset,
-				block("orders", 4, 1, 0, 5, seq(0, 5)...),
+				block("orders", 4, 1, 0, 5, sinktest.Seq(0, 5)...),
 			)
 			type stored struct {
 				rows    int64
@@ -189,13 +190,13 @@ func TestWriteBlocksFenced(t *testing.T) {
 		t.Run(m.mode, func(t *testing.T) {
 			s, n := m.open(t, pg, "")
 			off := fmt.Sprintf("offsets_%d", n)
-			write(t, s, block("orders", 1, 9, 0, 10, seq(0, 10)...)) // the new owner
+			write(t, s, block("orders", 1, 9, 0, 10, sinktest.Seq(0, 10)...)) // the new owner
 			before := offsetsRow(t, conn, off, "orders", 1)
 
 			blocks := []*sinks.Block{
-				block("orders", 2, 7, 0, 10, seq(0, 10)...),
-				block("orders", 1, 7, 10, 20, seq(10, 20)...), // the zombie's, after the owner's
-				block("orders", 0, 7, 0, 10, seq(0, 10)...),
+				block("orders", 2, 7, 0, 10, sinktest.Seq(0, 10)...),
+				block("orders", 1, 7, 10, 20, sinktest.Seq(10, 20)...), // the zombie's, after the owner's
+				block("orders", 0, 7, 0, 10, sinktest.Seq(0, 10)...),
 			}
 			errs := s.WriteBlocks(context.Background(), blocks)
 			if len(errs) != 3 {
@@ -224,8 +225,8 @@ func TestWriteBlocksFenced(t *testing.T) {
 
 			// A call of fenced blocks only stores nothing.
 			errs = s.WriteBlocks(context.Background(), []*sinks.Block{
-				block("orders", 1, 8, 10, 20, seq(10, 20)...),
-				block("orders", 2, 6, 10, 20, seq(10, 20)...),
+				block("orders", 1, 8, 10, 20, sinktest.Seq(10, 20)...),
+				block("orders", 2, 6, 10, 20, sinktest.Seq(10, 20)...),
 			})
 			for i, err := range errs {
 				if !errors.Is(err, sinks.ErrFenced) {
@@ -259,15 +260,15 @@ func TestWriteBlocksDeadLetters(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			poisoned := block("orders", 1, 1, 0, 20, seq(0, 20)...)
+			poisoned := block("orders", 1, 1, 0, 20, sinktest.Seq(0, 20)...)
 			if m.mode == "columns" {
 				poisoned.Records[3].Value = []byte("not json")  // refused by the sink
 				poisoned.Records[7].Value = []byte(`{"n": -1}`) // refused by the table
 			}
 			blocks := []*sinks.Block{
-				block("orders", 0, 1, 0, 20, seq(0, 20)...),
+				block("orders", 0, 1, 0, 20, sinktest.Seq(0, 20)...),
 				poisoned,
-				block("orders", 2, 1, 0, 20, seq(0, 20)...),
+				block("orders", 2, 1, 0, 20, sinktest.Seq(0, 20)...),
 			}
 			writeBlocks(t, s, blocks...)
 			for p, want := range []int64{20, 18, 20} {
@@ -379,7 +380,7 @@ func TestWriteBlocksRetriedMidCopy(t *testing.T) {
 	}
 	var blocks []*sinks.Block
 	for p := range 8 {
-		blocks = append(blocks, block("orders", p, 1, 0, 100, seq(0, 100)...))
+		blocks = append(blocks, block("orders", p, 1, 0, 100, sinktest.Seq(0, 100)...))
 	}
 	done := make(chan []error, 1)
 	go func() { done <- s.WriteBlocks(ctx, blocks) }()
@@ -446,7 +447,7 @@ func TestWriteBlocksLostCommit(t *testing.T) {
 	}
 	var blocks []*sinks.Block
 	for p := range 4 {
-		blocks = append(blocks, block("orders", p, 1, 1, 50, seq(1, 50)...))
+		blocks = append(blocks, block("orders", p, 1, 1, 50, sinktest.Seq(1, 50)...))
 	}
 	done := make(chan []error, 1)
 	go func() { done <- s.WriteBlocks(ctx, blocks) }()
@@ -501,7 +502,7 @@ func TestWriteBlocksLockOrder(t *testing.T) {
 	owner := open(t, strings.Replace(url, "application_name=zombie", "application_name=owner", 1))
 	conn := db(t, pg)
 	ctx := context.Background()
-	writeBlocks(t, zombie, block("orders", 0, 1, 0, 10, seq(0, 10)...), block("orders", 1, 1, 0, 10, seq(0, 10)...))
+	writeBlocks(t, zombie, block("orders", 0, 1, 0, 10, sinktest.Seq(0, 10)...), block("orders", 1, 1, 0, 10, sinktest.Seq(0, 10)...))
 
 	// The zombie's transaction stops once it holds orders/0's row, until
 	// the test lets it go on.
@@ -521,12 +522,12 @@ func TestWriteBlocksLockOrder(t *testing.T) {
 	}
 	first := make(chan []error, 1)
 	go func() {
-		first <- zombie.WriteBlocks(ctx, []*sinks.Block{block("orders", 0, 1, 10, 20, seq(10, 20)...), block("orders", 1, 1, 10, 20, seq(10, 20)...)})
+		first <- zombie.WriteBlocks(ctx, []*sinks.Block{block("orders", 0, 1, 10, 20, sinktest.Seq(10, 20)...), block("orders", 1, 1, 10, 20, sinktest.Seq(10, 20)...)})
 	}()
 	harness.Await(t, 20*time.Second, "the zombie holding orders/0", waiting("zombie"))
 	second := make(chan []error, 1)
 	go func() {
-		second <- owner.WriteBlocks(ctx, []*sinks.Block{block("orders", 1, 2, 10, 20, seq(10, 20)...), block("orders", 0, 2, 10, 20, seq(10, 20)...)})
+		second <- owner.WriteBlocks(ctx, []*sinks.Block{block("orders", 1, 2, 10, 20, sinktest.Seq(10, 20)...), block("orders", 0, 2, 10, 20, sinktest.Seq(10, 20)...)})
 	}()
 	// Taking orders/1 first, the owner would now hold what the zombie
 	// needs next.

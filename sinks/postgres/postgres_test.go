@@ -98,14 +98,6 @@ func block(topic string, partition int, epoch, from, next int64, offs ...int64) 
 	return b
 }
 
-func seq(from, next int64) []int64 {
-	var o []int64
-	for i := from; i < next; i++ {
-		o = append(o, i)
-	}
-	return o
-}
-
 func write(t *testing.T, s sinks.Sink, b *sinks.Block) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
@@ -143,7 +135,7 @@ func TestResume(t *testing.T) {
 	if _, _, ok := resume(t, s, "orders", 0); ok {
 		t.Fatal("Resume of a partition never written: ok")
 	}
-	write(t, s, block("orders", 0, 1, 0, 10, seq(0, 10)...))
+	write(t, s, block("orders", 0, 1, 0, 10, sinktest.Seq(0, 10)...))
 	if next, gen, ok := resume(t, s, "orders", 0); !ok || next != 10 || gen != 0 {
 		t.Fatalf("Resume = %d, %d, %v; want 10, 0, true", next, gen, ok)
 	}
@@ -154,12 +146,12 @@ func TestResume(t *testing.T) {
 	}
 	// A block written again within the generation (a replay) adds nothing
 	// and does not move next back.
-	write(t, s, block("orders", 0, 2, 5, 10, seq(5, 10)...))
+	write(t, s, block("orders", 0, 2, 5, 10, sinktest.Seq(5, 10)...))
 	if next, _, _ := resume(t, s, "orders", 0); next != 15 {
 		t.Fatalf("after a replay: next %d, want 15", next)
 	}
 	// An operator reset: the next generation's next is where it goes.
-	b := block("orders", 0, 2, 3, 6, seq(3, 6)...)
+	b := block("orders", 0, 2, 3, 6, sinktest.Seq(3, 6)...)
 	b.Generation = 1
 	write(t, s, b)
 	if next, gen, _ := resume(t, s, "orders", 0); next != 6 || gen != 1 {
@@ -188,14 +180,14 @@ func TestZombieRefused(t *testing.T) {
 	offsets := fmt.Sprintf("offsets_%d", n)
 	rows := fmt.Sprintf("rows_%d", n)
 
-	write(t, s, block("orders", 3, 7, 0, 100, seq(0, 100)...))
-	write(t, s, block("orders", 3, 9, 100, 150, seq(100, 150)...)) // the new owner
+	write(t, s, block("orders", 3, 7, 0, 100, sinktest.Seq(0, 100)...))
+	write(t, s, block("orders", 3, 9, 100, 150, sinktest.Seq(100, 150)...)) // the new owner
 	before := offsetsRow(t, conn, offsets, "orders", 3)
 
 	for _, zombie := range []*sinks.Block{
-		block("orders", 3, 7, 100, 200, seq(100, 200)...), // its next block, overlapping the owner's
-		block("orders", 3, 8, 150, 160, seq(150, 160)...), // beyond the owner's
-		block("orders", 3, 8, 150, 160),                   // empty
+		block("orders", 3, 7, 100, 200, sinktest.Seq(100, 200)...), // its next block, overlapping the owner's
+		block("orders", 3, 8, 150, 160, sinktest.Seq(150, 160)...), // beyond the owner's
+		block("orders", 3, 8, 150, 160),                            // empty
 	} {
 		err := s.Write(context.Background(), zombie)
 		if !errors.Is(err, sinks.ErrFenced) {
@@ -216,7 +208,7 @@ func TestZombieRefused(t *testing.T) {
 	}
 	// Epochs are per partition; the owner goes on.
 	write(t, s, block("orders", 4, 1, 0, 1, 0))
-	write(t, s, block("orders", 3, 9, 150, 160, seq(150, 160)...))
+	write(t, s, block("orders", 3, 9, 150, 160, sinktest.Seq(150, 160)...))
 	if next, _, _ := resume(t, s, "orders", 3); next != 160 {
 		t.Errorf("owner's next %d, want 160", next)
 	}
@@ -229,7 +221,7 @@ func TestZombieWaitsForOwner(t *testing.T) {
 	url, n := sinkURL(pg, "")
 	s := open(t, url)
 	conn := db(t, pg)
-	write(t, s, block("orders", 0, 5, 0, 10, seq(0, 10)...))
+	write(t, s, block("orders", 0, 5, 0, 10, sinktest.Seq(0, 10)...))
 
 	// Stand in for the owner's transaction in flight: hold the row as the
 	// sink does, at epoch 6.
@@ -243,7 +235,7 @@ func TestZombieWaitsForOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.Write(ctx, block("orders", 0, 5, 10, 20, seq(10, 20)...)) }()
+	go func() { done <- s.Write(ctx, block("orders", 0, 5, 10, 20, sinktest.Seq(10, 20)...)) }()
 	select {
 	case err := <-done:
 		t.Fatalf("zombie write returned while the owner held the row: %v", err)
@@ -506,11 +498,13 @@ func TestWriteRetriesAcrossRestart(t *testing.T) {
 	url, n := sinkURL(pg, "retry_timeout=60s")
 	s := open(t, url)
 	conn := db(t, pg)
-	write(t, s, block("orders", 0, 1, 0, 100, seq(0, 100)...))
+	write(t, s, block("orders", 0, 1, 0, 100, sinktest.Seq(0, 100)...))
 
 	pg.Stop()
 	done := make(chan error, 1)
-	go func() { done <- s.Write(context.Background(), block("orders", 0, 1, 100, 200, seq(100, 200)...)) }()
+	go func() {
+		done <- s.Write(context.Background(), block("orders", 0, 1, 100, 200, sinktest.Seq(100, 200)...))
+	}()
 	select {
 	case err := <-done:
 		t.Fatalf("Write with the server down returned: %v", err)
@@ -581,7 +575,7 @@ func TestGroupOption(t *testing.T) {
 	}
 	// Groups keep separate offsets in one table.
 	other := open(t, base+"&group=other")
-	write(t, s, block("t", 0, 1, 0, 5, seq(0, 5)...))
+	write(t, s, block("t", 0, 1, 0, 5, sinktest.Seq(0, 5)...))
 	if _, _, ok := resume(t, other, "t", 0); ok {
 		t.Error("another group sees this group's offsets")
 	}
@@ -598,7 +592,7 @@ func TestRawDeadLetters(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), fmt.Sprintf(`ALTER TABLE rows_%d ADD CHECK (key <> 'k13' AND key <> 'k27')`, n)); err != nil {
 		t.Fatal(err)
 	}
-	write(t, s, block("orders", 0, 1, 0, 40, seq(0, 40)...))
+	write(t, s, block("orders", 0, 1, 0, 40, sinktest.Seq(0, 40)...))
 	if got := queryInt(t, conn, fmt.Sprintf(`SELECT count(*) FROM rows_%d`, n)); got != 38 {
 		t.Errorf("%d rows, want 38", got)
 	}
@@ -611,7 +605,7 @@ func TestRawDeadLetters(t *testing.T) {
 	}
 	// An operator reset re-delivers 10..40: held rows are skipped, the
 	// refused ones are refused again, once each.
-	b := block("orders", 0, 1, 10, 40, seq(10, 40)...)
+	b := block("orders", 0, 1, 10, 40, sinktest.Seq(10, 40)...)
 	b.Generation = 1
 	write(t, s, b)
 	if got := queryInt(t, conn, fmt.Sprintf(`SELECT count(*) FROM rows_%d`, n)); got != 38 {
