@@ -48,6 +48,27 @@ func open(t testing.TB, url string, opts ...postgres.Option) *postgres.Sink {
 	return s
 }
 
+// newSink opens a sink on a new set of tables (sinkURL's), its columns
+// table made first when create, a CREATE TABLE whose %s is the table's
+// name, is given.
+func newSink(t *testing.T, pg *harness.Postgres, params, create string) (*postgres.Sink, int64) {
+	t.Helper()
+	url, n := sinkURL(pg, params)
+	if create != "" {
+		pg.Exec(t, fmt.Sprintf(create, fmt.Sprintf("rows_%d", n)))
+	}
+	return open(t, url), n
+}
+
+// start starts a cluster, opens a sink in it (newSink's) and a direct
+// connection for checking what the sink did.
+func start(t *testing.T, params, create string) (*harness.Postgres, *postgres.Sink, *pgx.Conn, int64) {
+	t.Helper()
+	pg := harness.StartPostgres(t)
+	s, n := newSink(t, pg, params, create)
+	return pg, s, db(t, pg), n
+}
+
 func TestConformance(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
@@ -173,10 +194,7 @@ func TestResume(t *testing.T) {
 // from a lower one is refused with sinks.ErrFenced and changes nothing,
 // neither rows nor the offsets row; other partitions are not affected.
 func TestZombieRefused(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=raw")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=raw", "")
 	offsets := fmt.Sprintf("offsets_%d", n)
 	rows := fmt.Sprintf("rows_%d", n)
 
@@ -217,10 +235,7 @@ func TestZombieRefused(t *testing.T) {
 // TestZombieWaitsForOwner: a zombie whose transaction runs while the owner's
 // holds the partition's row waits for it, then is refused.
 func TestZombieWaitsForOwner(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "", "")
 	write(t, s, block("orders", 0, 5, 0, 10, sinktest.Seq(0, 10)...))
 
 	// Stand in for the owner's transaction in flight: hold the row as the
@@ -278,11 +293,7 @@ const columnsTable = `CREATE TABLE %s (
 )`
 
 func TestColumnsPoisonRecordsGoToDeadLetters(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=columns")
-	pg.Exec(t, fmt.Sprintf(columnsTable, fmt.Sprintf("rows_%d", n)))
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=columns", columnsTable)
 
 	good := map[int64]string{
 		0: `{"id": 1, "name": "Ada", "amount": 12.5, "day": "2024-05-01", "tags": ["a", "b"], "doc": {"x": [1, 2]}}`,
@@ -406,11 +417,7 @@ func TestColumnsPoisonRecordsGoToDeadLetters(t *testing.T) {
 // TestColumnsManyRecordsFewPoison: a big block with a few bad records
 // keeps all its good ones, and costs few statements (the halving).
 func TestColumnsManyRecordsFewPoison(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=columns")
-	pg.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (i integer NOT NULL, kafka_offset bigint)`, n))
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=columns", `CREATE TABLE %s (i integer NOT NULL, kafka_offset bigint)`)
 	const size = 20000
 	bad := map[int64]bool{17: true, 4242: true, 4243: true, 19999: true}
 	b := &sinks.Block{Topic: "t", Partition: 0, Epoch: 1, From: 0, Next: size}
@@ -445,10 +452,7 @@ func TestColumnsNeedsTable(t *testing.T) {
 // TestRawValues: how raw mode stores values jsonb takes, and those it does
 // not take as they are.
 func TestRawValues(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "", "")
 	values := []struct {
 		value []byte
 		jsonb string // value::text, or "NULL"
@@ -494,10 +498,7 @@ func TestRawValues(t *testing.T) {
 // TestWriteRetriesAcrossRestart: a Write that finds PostgreSQL gone waits
 // for it and succeeds, and nothing is written twice.
 func TestWriteRetriesAcrossRestart(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "retry_timeout=60s")
-	s := open(t, url)
-	conn := db(t, pg)
+	pg, s, conn, n := start(t, "retry_timeout=60s", "")
 	write(t, s, block("orders", 0, 1, 0, 100, sinktest.Seq(0, 100)...))
 
 	pg.Stop()
@@ -585,10 +586,7 @@ func TestGroupOption(t *testing.T) {
 // table refuses rows; those go to the dead-letter table and the rest of the
 // block goes in, on the first write and on a re-delivery alike.
 func TestRawDeadLetters(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "", "")
 	if _, err := conn.Exec(context.Background(), fmt.Sprintf(`ALTER TABLE rows_%d ADD CHECK (key <> 'k13' AND key <> 'k27')`, n)); err != nil {
 		t.Fatal(err)
 	}
