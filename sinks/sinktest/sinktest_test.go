@@ -334,21 +334,13 @@ func (w *perWrite) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []err
 }
 
 func TestRunWrapper(t *testing.T) {
-	t.Run("Batched", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return &batchWrapper{wrapper{inner: inner}}
-		}, sinktest.WrapperOptions{})
-	})
-	t.Run("Unbatched", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return &wrapper{inner: inner}
-		}, sinktest.WrapperOptions{Unbatched: true})
-	})
-	t.Run("TwoDeep", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+	sinktest.RunWrappers(t,
+		sinktest.Wrapped{Name: "Batched", Wrap: func(inner sinks.Sink) sinks.Sink { return &batchWrapper{wrapper{inner: inner}} }, Opts: sinktest.WrapperOptions{}},
+		sinktest.Wrapped{Name: "Unbatched", Wrap: func(inner sinks.Sink) sinks.Sink { return &wrapper{inner: inner} }, Opts: sinktest.WrapperOptions{Unbatched: true}},
+		sinktest.Wrapped{Name: "TwoDeep", Wrap: func(inner sinks.Sink) sinks.Sink {
 			return &batchWrapper{wrapper{inner: &batchWrapper{wrapper{inner: inner}}}}
-		}, sinktest.WrapperOptions{})
-	})
+		}, Opts: sinktest.WrapperOptions{}},
+	)
 }
 
 // upgraded is a memSink behind a wrapper with the side upgrades, which
