@@ -9,11 +9,8 @@ import (
 )
 
 func TestIntentFoundByNextOwnerAndDeletedByCommit(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	etcd := harness.StartEtcd(t, 1)
-	c := newCoordinator(t, etcd.Client(t), "intent")
-	a := join(t, ctx, c, "a", coordinator.DefaultTTL)
-	b := join(t, ctx, newCoordinator(t, etcd.Client(t), "intent"), "b", coordinator.DefaultTTL)
+	ctx := harness.Context(t, 30*time.Second)
+	etcd, c, a, b := twoMembers(t, ctx, "intent")
 	p := coordinator.Partition{Topic: "t", Partition: 2}
 	ac := claim(t, ctx, a, p)
 	if err := ac.Commit(ctx, 10, 10); err != nil {

@@ -19,17 +19,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, harness.GoleakOptions()...)
 }
 
-// ctxFor bounds a test.
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func newCoordinator(t *testing.T, cli *clientv3.Client, group string) *coordinator.Coordinator {
 	t.Helper()
-	c, err := coordinator.New(cli, group)
+	return newCoordinatorWith(t, cli, group)
+}
+
+func newCoordinatorWith(t *testing.T, cli *clientv3.Client, group string, opts ...coordinator.Option) *coordinator.Coordinator {
+	t.Helper()
+	c, err := coordinator.New(cli, group, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +35,12 @@ func newCoordinator(t *testing.T, cli *clientv3.Client, group string) *coordinat
 
 func join(t *testing.T, ctx context.Context, c *coordinator.Coordinator, id string, ttl time.Duration) *coordinator.Session {
 	t.Helper()
-	s, err := c.Join(ctx, coordinator.Member{ID: id, Host: "test"}, coordinator.WithTTL(ttl))
+	return joinWith(t, ctx, c, id, coordinator.WithTTL(ttl))
+}
+
+func joinWith(t *testing.T, ctx context.Context, c *coordinator.Coordinator, id string, opts ...coordinator.SessionOption) *coordinator.Session {
+	t.Helper()
+	s, err := c.Join(ctx, coordinator.Member{ID: id, Host: "test"}, opts...)
 	if err != nil {
 		t.Fatalf("join %s: %v", id, err)
 	}
@@ -48,6 +50,17 @@ func join(t *testing.T, ctx context.Context, c *coordinator.Coordinator, id stri
 		_ = s.Close(cctx)
 	})
 	return s
+}
+
+// twoMembers starts a cluster of one member and joins a and b to group,
+// each through a client and a coordinator of its own; c is a's.
+func twoMembers(t *testing.T, ctx context.Context, group string) (etcd *harness.Etcd, c *coordinator.Coordinator, a, b *coordinator.Session) {
+	t.Helper()
+	etcd = harness.StartEtcd(t, 1)
+	c = newCoordinator(t, etcd.Client(t), group)
+	a = join(t, ctx, c, "a", coordinator.DefaultTTL)
+	b = join(t, ctx, newCoordinator(t, etcd.Client(t), group), "b", coordinator.DefaultTTL)
+	return etcd, c, a, b
 }
 
 func claim(t *testing.T, ctx context.Context, s *coordinator.Session, p coordinator.Partition) *coordinator.Claim {
@@ -97,11 +110,8 @@ func eventually(t *testing.T, ctx context.Context, what string, cond func() bool
 }
 
 func TestClaimRaceExactlyOneWins(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
-	etcd := harness.StartEtcd(t, 1)
-	cli1, cli2 := etcd.Client(t), etcd.Client(t)
-	a := join(t, ctx, newCoordinator(t, cli1, "race"), "a", coordinator.DefaultTTL)
-	b := join(t, ctx, newCoordinator(t, cli2, "race"), "b", coordinator.DefaultTTL)
+	ctx := harness.Context(t, 60*time.Second)
+	_, _, a, b := twoMembers(t, ctx, "race")
 	wins := map[string]int{}
 	for i := 0; i < 100; i++ {
 		p := coordinator.Partition{Topic: "t", Partition: i}
@@ -154,7 +164,7 @@ func TestCommitFencing(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxFor(t, 30*time.Second)
+			ctx := harness.Context(t, 30*time.Second)
 			etcd := harness.StartEtcd(t, 1)
 			admin := etcd.Client(t)
 			ca := newCoordinator(t, etcd.Client(t), "fence")
@@ -199,7 +209,7 @@ func TestCommitFencing(t *testing.T) {
 }
 
 func TestZombieCutOffByProxy(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	proxy, zcli := proxied(t, etcd)
 	ttl := 2 * time.Second
@@ -236,11 +246,8 @@ func TestZombieCutOffByProxy(t *testing.T) {
 }
 
 func TestOffsetsNeverMoveBackThroughStaleEpoch(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	etcd := harness.StartEtcd(t, 1)
-	c := newCoordinator(t, etcd.Client(t), "epochs")
-	a := join(t, ctx, c, "a", coordinator.DefaultTTL)
-	b := join(t, ctx, newCoordinator(t, etcd.Client(t), "epochs"), "b", coordinator.DefaultTTL)
+	ctx := harness.Context(t, 30*time.Second)
+	_, c, a, b := twoMembers(t, ctx, "epochs")
 	p := coordinator.Partition{Topic: "t", Partition: 1}
 
 	var last int64
@@ -277,7 +284,7 @@ func TestOffsetsNeverMoveBackThroughStaleEpoch(t *testing.T) {
 }
 
 func TestOperatorResetMakesOwnerReload(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "reset")
 	op := newCoordinator(t, etcd.Client(t), "reset")
@@ -342,7 +349,7 @@ func TestOperatorResetMakesOwnerReload(t *testing.T) {
 }
 
 func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := harness.Context(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
 	proxy, cli := proxied(t, etcd)
@@ -392,7 +399,7 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 }
 
 func TestCommitFailsAfterRetriesWithClearError(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := harness.Context(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "retries")
@@ -424,7 +431,7 @@ func contains(s, sub string) bool {
 }
 
 func TestLivenessLostBeforeLeaseExpires(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
 	proxy, cli := proxied(t, etcd)
@@ -466,7 +473,7 @@ func TestLivenessLostBeforeLeaseExpires(t *testing.T) {
 }
 
 func TestThreeMemberLeaderStop(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := harness.Context(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 3)
 	c := newCoordinator(t, etcd.Client(t), "ha")
 	s := join(t, ctx, c, "a", 10*time.Second)
@@ -505,7 +512,7 @@ func TestThreeMemberLeaderStop(t *testing.T) {
 }
 
 func TestJoinRefusesDuplicateIDAndValidates(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "dup")
 	join(t, ctx, c, "same", coordinator.DefaultTTL)

@@ -243,14 +243,20 @@ func TestPlanDeterministic(t *testing.T) {
 	}
 }
 
+// planRandBefore draws a group of n members (least to 20) and p partitions
+// (0 to 300), and the plan that stands before a member comes or goes.
+func planRandBefore(r *rand.Rand, least int) (n, p int, members []Member, parts []Partition, before map[Partition]string) {
+	n, p = least+r.IntN(21-least), r.IntN(301)
+	members = planRandMembers(r, n)
+	parts = planRandPartitions(r, p)
+	return n, p, members, parts, Plan(members, parts, planRandClaims(r, members, parts))
+}
+
 func TestPlanStickyJoin(t *testing.T) {
 	seed := planTestSeed(t)
 	for i := range 1000 {
 		r := planTestRand(seed, i)
-		n, p := 1+r.IntN(20), r.IntN(301)
-		members := planRandMembers(r, n)
-		parts := planRandPartitions(r, p)
-		before := Plan(members, parts, planRandClaims(r, members, parts))
+		n, p, members, parts, before := planRandBefore(r, 1)
 
 		// A new member key has the newest revision; a joiner at a random
 		// place in the join order must not move more.
@@ -285,10 +291,7 @@ func TestPlanStickyLeave(t *testing.T) {
 	seed := planTestSeed(t)
 	for i := range 1000 {
 		r := planTestRand(seed, i)
-		n, p := 2+r.IntN(19), r.IntN(301)
-		members := planRandMembers(r, n)
-		parts := planRandPartitions(r, p)
-		before := Plan(members, parts, planRandClaims(r, members, parts))
+		n, p, members, parts, before := planRandBefore(r, 2)
 
 		k := r.IntN(n)
 		leaver := members[k].ID

@@ -19,29 +19,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
 
-func newCoordinatorWith(t *testing.T, cli *clientv3.Client, group string, opts ...coordinator.Option) *coordinator.Coordinator {
-	t.Helper()
-	c, err := coordinator.New(cli, group, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func joinWith(t *testing.T, ctx context.Context, c *coordinator.Coordinator, id string, opts ...coordinator.SessionOption) *coordinator.Session {
-	t.Helper()
-	s, err := c.Join(ctx, coordinator.Member{ID: id, Host: "test"}, opts...)
-	if err != nil {
-		t.Fatalf("join %s: %v", id, err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	})
-	return s
-}
-
 func partitions(topic string, n int) []coordinator.Partition {
 	ps := make([]coordinator.Partition, n)
 	for i := range ps {
@@ -122,7 +99,7 @@ func TestRoundFailsOnePartitionAlone(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxFor(t, 60*time.Second)
+			ctx := harness.Context(t, 60*time.Second)
 			group := fmt.Sprintf("alone%d", i)
 			ca := newCoordinator(t, etcd.Client(t), group)
 			op := newCoordinator(t, etcd.Client(t), group)
@@ -294,7 +271,7 @@ func TestRoundsRespectEtcdLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxFor(t, 60*time.Second)
+			ctx := harness.Context(t, 60*time.Second)
 			cli := startEtcdWith(t, tc.configure)
 			tc.check(t, ctx, cli)
 			var largest atomic.Int64
@@ -350,12 +327,9 @@ func TestRoundsRespectEtcdLimits(t *testing.T) {
 // session every partition claimed, then free.
 func TestClaimAllTakesFewTransactions(t *testing.T) {
 	const n = 512
-	ctx := ctxFor(t, 60*time.Second)
-	etcd := harness.StartEtcd(t, 1)
+	ctx := harness.Context(t, 60*time.Second)
+	etcd, ca, a, b := twoMembers(t, ctx, "many")
 	admin := etcd.Client(t)
-	ca := newCoordinator(t, etcd.Client(t), "many")
-	a := join(t, ctx, ca, "a", coordinator.DefaultTTL)
-	b := join(t, ctx, newCoordinator(t, etcd.Client(t), "many"), "b", coordinator.DefaultTTL)
 	ps := partitions("t", n)
 
 	few := func(what string, rev0 int64) {
@@ -434,7 +408,7 @@ func TestClaimAllTakesFewTransactions(t *testing.T) {
 // succeeding shows the second went to a later round.
 func TestSameKeyOpsNeverShareARound(t *testing.T) {
 	const n = 50
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := harness.Context(t, 60*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "samekey")
 	s := joinWith(t, ctx, c, "a", coordinator.WithLinger(coordinator.DefaultTTL/16))
@@ -471,7 +445,7 @@ func TestSameKeyOpsNeverShareARound(t *testing.T) {
 // (a linger holds the round): they fail with the ctx's error and never reach
 // etcd, while a write behind them goes through.
 func TestWaiterLeavingTheQueueIsNeverSent(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "leave")
 	s := joinWith(t, ctx, c, "a", coordinator.WithLinger(coordinator.DefaultTTL/16))
@@ -512,7 +486,7 @@ func TestWaiterLeavingTheQueueIsNeverSent(t *testing.T) {
 // while its round is in flight on a slow link: the claim is taken, nobody
 // holds a Claim for it, so the session releases it.
 func TestClaimTakenAfterCallerLeftIsReleased(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	admin := etcd.Client(t)
 	proxy, cli := proxied(t, etcd)
@@ -552,7 +526,7 @@ func TestClaimTakenAfterCallerLeftIsReleased(t *testing.T) {
 // names it, and each is counted.
 func TestRoundFailureReachesEveryWrite(t *testing.T) {
 	const n = 8
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	etcd := harness.StartEtcd(t, 1)
 	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "unreachable")
@@ -573,7 +547,7 @@ func TestRoundFailureReachesEveryWrite(t *testing.T) {
 }
 
 func TestRoundOptionsAreValidated(t *testing.T) {
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := harness.Context(t, 10*time.Second)
 	cases := []struct {
 		name string
 		new  func() error
@@ -615,7 +589,7 @@ func TestRoundOptionsAreValidated(t *testing.T) {
 // without linger goes at once, and takes the lingering ones along.
 func TestLingeringWritesShareARound(t *testing.T) {
 	etcd := harness.StartEtcd(t, 1)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := harness.Context(t, 30*time.Second)
 	c := newCoordinator(t, etcd.Client(t), "linger")
 	s := join(t, ctx, c, "a", coordinator.DefaultTTL)
 	claims := claimAll(t, ctx, s, partitions("t", 3))

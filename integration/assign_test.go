@@ -76,12 +76,7 @@ func TestSIGTERMHandoff(t *testing.T) {
 
 func TestJoinUnderLoadRebalancesWithoutDuplicates(t *testing.T) {
 	e := newEnv(t, "orders", 12)
-	sink := newCountingSink()
-	for _, id := range []string{"a", "b", "c"} {
-		e.start(e.config(id), sink)
-	}
-	l := e.startLoad(3000)
-	await(t, 20*time.Second, "4/4/4", func() bool { return balanced(e.owners(), map[string]int{"a": 4, "b": 4, "c": 4}) })
+	sink, l := e.startEven(3000, "a", "b", "c")
 	before := e.claimMap()
 
 	joined := time.Now()

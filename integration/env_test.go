@@ -3,12 +3,14 @@
 package integration_test
 
 import (
+	"strconv"
+	"strings"
+
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -204,22 +206,28 @@ func (e *env) checkFileSink(dir string, want map[int]int64) {
 	}
 }
 
+// startEven starts a replica for each of ids, all on one counting sink,
+// and a load of perSecond records a second, and waits until the replicas
+// own the partitions in even shares.
+func (e *env) startEven(perSecond int, ids ...string) (*countingSink, *load) {
+	e.t.Helper()
+	sink := newCountingSink()
+	want := map[string]int{}
+	var shares []string
+	for _, id := range ids {
+		e.start(e.config(id), sink)
+		want[id] = e.parts / len(ids)
+		shares = append(shares, strconv.Itoa(want[id]))
+	}
+	l := e.startLoad(perSecond)
+	await(e.t, 20*time.Second, strings.Join(shares, "/"), func() bool { return balanced(e.owners(), want) })
+	return sink, l
+}
+
 // process starts `offsetkeeper run` as a separate process writing to the
 // file sink in dir.
 func (e *env) process(id, dir string, extra ...string) *harness.Process {
 	e.t.Helper()
-	args := []string{"run",
-		"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","),
-		"--brokers", strings.Join(e.kafka.Brokers(), ","),
-		"--group", e.group,
-		"--topics", e.topic,
-		"--sink", "file://" + dir,
-		"--replica-id", id,
-		"--lease-ttl", "2s",
-		"--flush-interval", "100ms",
-		"--fetch-max-wait", "100ms",
-		"--log-format", "console",
-		"--http-addr", "127.0.0.1:0", // processes share the host
-	}
-	return harness.StartProcess(e.t, id, bin, append(args, extra...)...)
+	// processes share the host
+	return e.processSink(id, "file://"+dir, append([]string{"--http-addr", "127.0.0.1:0"}, extra...)...)
 }

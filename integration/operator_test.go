@@ -24,11 +24,7 @@ func (e *env) cli(args ...string) (int, string) {
 
 func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	e := newEnv(t, "orders", 4)
-	sink := newCountingSink()
-	e.start(e.config("a"), sink)
-	e.start(e.config("b"), sink)
-	l := e.startLoad(3000)
-	await(t, 20*time.Second, "2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2}) })
+	sink, l := e.startEven(3000, "a", "b")
 	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 4 })
 
 	var part int
@@ -38,10 +34,6 @@ func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 			break
 		}
 	}
-	code, out := e.cli("claims", "release", "--topic", "orders", "--partition", itoa(part), "-o", "json")
-	if code != 0 {
-		t.Fatalf("claims release exited %d: %s", code, out)
-	}
 	var h struct {
 		From      string `json:"from"`
 		FromEpoch int64  `json:"from_epoch"`
@@ -49,9 +41,7 @@ func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 		ToEpoch   int64  `json:"to_epoch"`
 		Done      bool   `json:"done"`
 	}
-	if err := json.Unmarshal([]byte(jsonOf(out)), &h); err != nil {
-		t.Fatalf("output %q: %v", out, err)
-	}
+	e.cliJSON(&h, "claims", "release", "--topic", "orders", "--partition", itoa(part))
 	if !h.Done || h.From != "a" || h.ToEpoch <= h.FromEpoch {
 		t.Fatalf("handover %+v, want a's claim replaced by a newer one", h)
 	}
@@ -75,6 +65,19 @@ func TestReleaseOfUnclaimedPartitionIsUsageError(t *testing.T) {
 		t.Fatalf("release of an unclaimed partition: exit %d, %q; want 2 naming orders/7", code, out)
 	}
 	rn.stop()
+}
+
+// cliJSON runs the CLI with args and -o json, fails the test unless it
+// exits 0, and decodes the JSON object it printed into v.
+func (e *env) cliJSON(v any, args ...string) {
+	e.t.Helper()
+	code, out := e.cli(append(args, "-o", "json")...)
+	if code != 0 {
+		e.t.Fatalf("%s exited %d: %s", strings.Join(args[:2], " "), code, out)
+	}
+	if err := json.Unmarshal([]byte(jsonOf(out)), v); err != nil {
+		e.t.Fatalf("output %q: %v", out, err)
+	}
 }
 
 // jsonOf is the JSON object a command printed (from its first "{").
@@ -117,26 +120,15 @@ func TestResetOfIdlePartitionRedeliversWithoutNewRecords(t *testing.T) {
 
 func TestReplicasDrainUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	e := newEnv(t, "orders", 6)
-	sink := newCountingSink()
-	for _, id := range []string{"a", "b", "c"} {
-		e.start(e.config(id), sink)
-	}
-	l := e.startLoad(3000)
-	await(t, 20*time.Second, "2/2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2, "c": 2}) })
+	sink, l := e.startEven(3000, "a", "b", "c")
 	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 6 })
 
-	code, out := e.cli("replicas", "drain", "a", "-o", "json")
-	if code != 0 {
-		t.Fatalf("replicas drain exited %d: %s", code, out)
-	}
 	var d struct {
 		Replica    string `json:"replica"`
 		Draining   bool   `json:"draining"`
 		Partitions int    `json:"partitions"`
 	}
-	if err := json.Unmarshal([]byte(jsonOf(out)), &d); err != nil {
-		t.Fatalf("output %q: %v", out, err)
-	}
+	e.cliJSON(&d, "replicas", "drain", "a")
 	if d.Replica != "a" || !d.Draining || d.Partitions != 0 {
 		t.Fatalf("drain reported %+v, want a draining with no partition", d)
 	}

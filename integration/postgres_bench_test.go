@@ -16,20 +16,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
-// benchRawTable is the raw sink's table layout, for the plain COPY to load
-// the same rows into the same kind of table.
-const benchRawTable = `CREATE TABLE %s (
-	topic text NOT NULL,
-	partition integer NOT NULL,
-	"offset" bigint NOT NULL,
-	key bytea,
-	value jsonb,
-	value_bytes bytea,
-	"timestamp" timestamptz NOT NULL,
-	headers jsonb NOT NULL,
-	PRIMARY KEY (topic, partition, "offset")
-)`
-
 // BenchmarkPostgresReplicaVsCopy loads the same records into kfake once,
 // then measures in the same run a plain pgx COPY of those rows into an
 // empty table of the raw sink's layout (one COPY per partition, in
@@ -66,7 +52,12 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 	for b.Loop() {
 		round++
 		table := fmt.Sprintf("copy_%d", round)
-		pg.Exec(b, fmt.Sprintf(benchRawTable, table))
+		// A raw sink on the copy's table makes it, of its own layout.
+		maker, err := postgres.New(ctx, fmt.Sprintf("%s&group=copy&table=%s&offsets_table=copy_offsets&dead_letter_table=copy_dead", pg.URL(), table))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = maker.Close()
 		conns := make([]*pgx.Conn, parts)
 		for p := range conns {
 			c, err := pgx.Connect(ctx, pg.URL())

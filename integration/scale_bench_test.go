@@ -14,6 +14,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
@@ -171,24 +172,12 @@ func BenchmarkScaleTrickle(b *testing.B) {
 		round++
 		group := fmt.Sprintf("trickle-%d", round)
 		sink.reset()
-		start := time.Now()
-		rs := make([]*replicarun.Running, replicas)
-		for i := range rs {
-			r, err := replica.New(replica.Config{
-				Group:     group,
-				ReplicaID: fmt.Sprintf("r%d", i),
-				Topics:    []string{"trickle"},
-				Kafka:     replica.Kafka{Brokers: k.Brokers()},
-			}, etcd.Client(b), sink, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rs[i] = replicarun.Start(b, r)
-		}
-		at := pollUntil(b, 10*time.Minute, 10*time.Millisecond, "the partitions claimed and balanced", func() bool {
-			return balancedCounts(inProcessClaims(rs), parts, replicas)
-		})
-		balance += at.Sub(start).Seconds()
+		rs, took := startBalanced(b, etcd, replica.Config{
+			Group:  group,
+			Topics: []string{"trickle"},
+			Kafka:  replica.Kafka{Brokers: k.Brokers()},
+		}, replicas, "r%d", func() sinks.Sink { return sink }, parts, 10*time.Minute, 10*time.Millisecond)
+		balance += took.Seconds()
 		time.Sleep(settle) // let every fetch loop start before measuring
 
 		rev0, t0 := harness.EtcdRevision(b, cli), time.Now()
@@ -438,25 +427,13 @@ func BenchmarkScale10k(b *testing.B) {
 	for b.Loop() {
 		round++
 		group := fmt.Sprintf("wide-%d", round)
-		rs := make([]*replicarun.Running, replicas)
-		start := time.Now()
-		for i := range rs {
-			r, err := replica.New(replica.Config{
-				Group:     group,
-				ReplicaID: fmt.Sprintf("r%02d", i),
-				Topics:    []string{"wide"},
-				Kafka:     replica.Kafka{Brokers: k.Brokers()},
-				LeaseTTL:  ttl,
-			}, etcd.Client(b), discard.New(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rs[i] = replicarun.Start(b, r)
-		}
-		at := pollUntil(b, 30*time.Minute, 20*time.Millisecond, "the partitions claimed and balanced", func() bool {
-			return balancedCounts(inProcessClaims(rs), parts, replicas)
-		})
-		balance += at.Sub(start).Seconds()
+		rs, took := startBalanced(b, etcd, replica.Config{
+			Group:    group,
+			Topics:   []string{"wide"},
+			Kafka:    replica.Kafka{Brokers: k.Brokers()},
+			LeaseTTL: ttl,
+		}, replicas, "r%02d", func() sinks.Sink { return discard.New() }, parts, 30*time.Minute, 20*time.Millisecond)
+		balance += took.Seconds()
 		time.Sleep(settle)
 
 		f0, rev0, t0 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
@@ -475,7 +452,7 @@ func BenchmarkScale10k(b *testing.B) {
 			}
 			return sum == parts
 		}
-		at = pollUntil(b, 30*time.Minute, 10*time.Millisecond, "the killed replica's partitions owned again", owned)
+		at := pollUntil(b, 30*time.Minute, 10*time.Millisecond, "the killed replica's partitions owned again", owned)
 		recover += at.Sub(killed).Seconds()
 		at = pollUntil(b, 30*time.Minute, 20*time.Millisecond, "the remaining replicas balanced", func() bool {
 			return balancedCounts(inProcessClaims(rest), parts, len(rest))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -142,6 +143,28 @@ func inProcessClaims(rs []*replicarun.Running) []int {
 		out[i] = int(r.Stats().Claims)
 	}
 	return out
+}
+
+// startBalanced starts n replicas of cfg in this process, named by idFormat
+// and their index, each with an etcd client of its own and the sink that
+// sink gives, and waits, checking every every for at most timeout, until
+// they hold the parts partitions balanced; took is from the start to then.
+func startBalanced(b *testing.B, etcd *harness.Etcd, cfg replica.Config, n int, idFormat string, sink func() sinks.Sink, parts int, timeout, every time.Duration) (rs []*replicarun.Running, took time.Duration) {
+	b.Helper()
+	start := time.Now()
+	rs = make([]*replicarun.Running, n)
+	for i := range rs {
+		cfg.ReplicaID = fmt.Sprintf(idFormat, i)
+		r, err := replica.New(cfg, etcd.Client(b), sink(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rs[i] = replicarun.Start(b, r)
+	}
+	at := pollUntil(b, timeout, every, "the partitions claimed and balanced", func() bool {
+		return balancedCounts(inProcessClaims(rs), parts, n)
+	})
+	return rs, at.Sub(start)
 }
 
 // pollUntil checks cond every interval until it holds and returns the time

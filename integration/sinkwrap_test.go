@@ -126,14 +126,8 @@ func (e *env) crashAt(cfg replica.Config, h *hookSink, p int, afterWrite bool) b
 // upgrades show through it (sinks.As), and its WriteBlocks, where it has
 // one, reaches the inner sink's.
 func TestWrappersKeepUpgrades(t *testing.T) {
-	t.Run("hookSink", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return &hookSink{inner: inner}
-		}, sinktest.WrapperOptions{Unbatched: true})
-	})
-	t.Run("gateSink", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return gateAround(inner)
-		}, sinktest.WrapperOptions{})
-	})
+	sinktest.RunWrappers(t,
+		sinktest.Wrapped{Name: "hookSink", Wrap: func(inner sinks.Sink) sinks.Sink { return &hookSink{inner: inner} }, Opts: sinktest.WrapperOptions{Unbatched: true}},
+		sinktest.Wrapped{Name: "gateSink", Wrap: func(inner sinks.Sink) sinks.Sink { return gateAround(inner) }, Opts: sinktest.WrapperOptions{}},
+	)
 }

@@ -15,18 +15,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, harness.GoleakOptions()...)
 }
 
-// ctxFor returns a context that ends after d and is cancelled with the test.
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // mustGet returns the value of key read through cli, or "" if it is absent.
 func mustGet(t *testing.T, cli *clientv3.Client, key string) string {
 	t.Helper()
-	resp, err := cli.Get(ctxFor(t, 5*time.Second), key)
+	resp, err := cli.Get(harness.Context(t, 5*time.Second), key)
 	if err != nil {
 		t.Fatalf("get %q: %v", key, err)
 	}
@@ -67,7 +59,7 @@ func TestEtcdSingleMember(t *testing.T) {
 		t.Fatalf("Leader() = %d, want 0", l)
 	}
 	cli := e.Client(t)
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), "k", "v"); err != nil {
+	if _, err := cli.Put(harness.Context(t, 5*time.Second), "k", "v"); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	if got := mustGet(t, cli, "k"); got != "v" {
@@ -78,19 +70,19 @@ func TestEtcdSingleMember(t *testing.T) {
 func TestEtcdSingleMemberRestartKeepsData(t *testing.T) {
 	e := harness.StartEtcd(t, 1)
 	cli := e.Client(t)
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), "k", "v"); err != nil {
+	if _, err := cli.Put(harness.Context(t, 5*time.Second), "k", "v"); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	e.StopMember(0)
 	if got := e.Endpoints(); len(got) != 0 {
 		t.Fatalf("Endpoints() with the member stopped = %v, want none", got)
 	}
-	if _, err := cli.Get(ctxFor(t, 300*time.Millisecond), "k"); err == nil {
+	if _, err := cli.Get(harness.Context(t, 300*time.Millisecond), "k"); err == nil {
 		t.Fatal("get succeeded while the only member was stopped")
 	}
 	e.RestartMember(0)
 	// The client may be in gRPC's reconnect back-off: bound the wait generously.
-	resp, err := cli.Get(ctxFor(t, 10*time.Second), "k")
+	resp, err := cli.Get(harness.Context(t, 10*time.Second), "k")
 	if err != nil {
 		t.Fatalf("get after restart: %v", err)
 	}
@@ -102,7 +94,7 @@ func TestEtcdSingleMemberRestartKeepsData(t *testing.T) {
 func TestEtcdThreeMembersLeaderFailover(t *testing.T) {
 	e := harness.StartEtcd(t, 3)
 	cli := e.Client(t)
-	putEventually(ctxFor(t, 5*time.Second), t, cli, "k", "1")
+	putEventually(harness.Context(t, 5*time.Second), t, cli, "k", "1")
 
 	old := e.WaitLeader(t)
 	stopped := time.Now()
@@ -113,7 +105,7 @@ func TestEtcdThreeMembersLeaderFailover(t *testing.T) {
 
 	leader := e.WaitLeader(t)
 	elected := time.Since(stopped)
-	putEventually(ctxFor(t, 5*time.Second), t, cli, "k", "2")
+	putEventually(harness.Context(t, 5*time.Second), t, cli, "k", "2")
 	t.Logf("stopped leader %d: member %d elected after %v, put succeeded after %v",
 		old, leader, elected, time.Since(stopped))
 	if leader == old {
@@ -139,7 +131,7 @@ func TestEtcdThreeMembersLeaderFailover(t *testing.T) {
 func TestEtcdThreeMembersFullRestart(t *testing.T) {
 	e := harness.StartEtcd(t, 3)
 	cli := e.Client(t)
-	putEventually(ctxFor(t, 5*time.Second), t, cli, "k", "v")
+	putEventually(harness.Context(t, 5*time.Second), t, cli, "k", "v")
 	for i := range e.Members() {
 		e.StopMember(i)
 	}
@@ -150,7 +142,7 @@ func TestEtcdThreeMembersFullRestart(t *testing.T) {
 		e.RestartMember(i) // the second one restores the quorum and waits
 	}
 	e.WaitLeader(t)
-	resp, err := cli.Get(ctxFor(t, 10*time.Second), "k")
+	resp, err := cli.Get(harness.Context(t, 10*time.Second), "k")
 	if err != nil {
 		t.Fatalf("get after full restart: %v", err)
 	}

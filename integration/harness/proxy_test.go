@@ -224,12 +224,12 @@ func TestProxyEtcdBlackholeThenPass(t *testing.T) {
 	e := harness.StartEtcd(t, 1)
 	p := harness.NewProxy(t, strings.TrimPrefix(e.Endpoint(0), "http://"))
 	cli := proxiedClient(t, p)
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), "k", "v"); err != nil {
+	if _, err := cli.Put(harness.Context(t, 5*time.Second), "k", "v"); err != nil {
 		t.Fatalf("put through proxy: %v", err)
 	}
 
 	p.Blackhole()
-	if _, err := cli.Get(ctxFor(t, 500*time.Millisecond), "k"); err == nil {
+	if _, err := cli.Get(harness.Context(t, 500*time.Millisecond), "k"); err == nil {
 		t.Fatal("get through a blackholed proxy succeeded")
 	}
 
@@ -243,7 +243,7 @@ func TestProxyEtcdCut(t *testing.T) {
 	e := harness.StartEtcd(t, 1)
 	p := harness.NewProxy(t, strings.TrimPrefix(e.Endpoint(0), "http://"))
 	cli := proxiedClient(t, p)
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), "k", "v"); err != nil {
+	if _, err := cli.Put(harness.Context(t, 5*time.Second), "k", "v"); err != nil {
 		t.Fatalf("put through proxy: %v", err)
 	}
 	if n := p.Conns(); n == 0 {
@@ -261,12 +261,12 @@ func TestProxyEtcdDropResponses(t *testing.T) {
 	direct := e.Client(t)
 	p := harness.NewProxy(t, strings.TrimPrefix(e.Endpoint(0), "http://"))
 	cli := proxiedClient(t, p)
-	if _, err := cli.Put(ctxFor(t, 5*time.Second), "warm", "up"); err != nil {
+	if _, err := cli.Put(harness.Context(t, 5*time.Second), "warm", "up"); err != nil {
 		t.Fatalf("put through proxy: %v", err)
 	}
 
 	p.DropResponses()
-	if _, err := cli.Put(ctxFor(t, 500*time.Millisecond), "k", "lost-ack"); err == nil {
+	if _, err := cli.Put(harness.Context(t, 500*time.Millisecond), "k", "lost-ack"); err == nil {
 		t.Fatal("put through a proxy dropping responses succeeded")
 	}
 	// The request itself reached etcd: the outcome was only unknown to the client.

@@ -59,14 +59,6 @@ func block(topic string, partition int, from, next int64, tag string, offs ...in
 	return b
 }
 
-func seq(from, next int64) []int64 {
-	var o []int64
-	for i := from; i < next; i++ {
-		o = append(o, i)
-	}
-	return o
-}
-
 func write(t *testing.T, s *file.Sink, b *sinks.Block) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
@@ -159,13 +151,13 @@ func TestReplayReplaces(t *testing.T) {
 func TestRedeliverAfterReset(t *testing.T) {
 	dir := t.TempDir()
 	s := newSink(t, dir)
-	write(t, s, block("orders", 2, 0, 10, "old", seq(0, 10)...))
-	write(t, s, block("orders", 2, 10, 20, "old", seq(10, 20)...))
-	write(t, s, block("orders", 2, 20, 30, "old", seq(20, 30)...))
+	write(t, s, block("orders", 2, 0, 10, "old", sinktest.Seq(0, 10)...))
+	write(t, s, block("orders", 2, 10, 20, "old", sinktest.Seq(10, 20)...))
+	write(t, s, block("orders", 2, 20, 30, "old", sinktest.Seq(20, 30)...))
 
 	// Reset to 5: [5, 12) starts inside [0, 10), which is cut at 5 when
 	// read, and covers the start of [10, 20), which goes.
-	write(t, s, block("orders", 2, 5, 12, "new", seq(5, 12)...))
+	write(t, s, block("orders", 2, 5, 12, "new", sinktest.Seq(5, 12)...))
 	wantFiles := []string{
 		"00000000000000000000-00000000000000000010.jsonl",
 		"00000000000000000005-00000000000000000012.jsonl",
@@ -180,8 +172,8 @@ func TestRedeliverAfterReset(t *testing.T) {
 		t.Errorf("after the first re-delivered block, read\n%s\nwant\n%s", got, want)
 	}
 
-	write(t, s, block("orders", 2, 12, 25, "new", seq(12, 25)...))
-	write(t, s, block("orders", 2, 25, 31, "new", seq(25, 31)...))
+	write(t, s, block("orders", 2, 12, 25, "new", sinktest.Seq(12, 25)...))
+	write(t, s, block("orders", 2, 25, 31, "new", sinktest.Seq(25, 31)...))
 	var parts []string
 	for o := range int64(31) {
 		tag := "new"

@@ -48,6 +48,27 @@ func open(t testing.TB, url string, opts ...postgres.Option) *postgres.Sink {
 	return s
 }
 
+// newSink opens a sink on a new set of tables (sinkURL's), its columns
+// table made first when create, a CREATE TABLE whose %s is the table's
+// name, is given.
+func newSink(t *testing.T, pg *harness.Postgres, params, create string) (*postgres.Sink, int64) {
+	t.Helper()
+	url, n := sinkURL(pg, params)
+	if create != "" {
+		pg.Exec(t, fmt.Sprintf(create, fmt.Sprintf("rows_%d", n)))
+	}
+	return open(t, url), n
+}
+
+// start starts a cluster, opens a sink in it (newSink's) and a direct
+// connection for checking what the sink did.
+func start(t *testing.T, params, create string) (*harness.Postgres, *postgres.Sink, *pgx.Conn, int64) {
+	t.Helper()
+	pg := harness.StartPostgres(t)
+	s, n := newSink(t, pg, params, create)
+	return pg, s, db(t, pg), n
+}
+
 func TestConformance(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
@@ -98,14 +119,6 @@ func block(topic string, partition int, epoch, from, next int64, offs ...int64) 
 	return b
 }
 
-func seq(from, next int64) []int64 {
-	var o []int64
-	for i := from; i < next; i++ {
-		o = append(o, i)
-	}
-	return o
-}
-
 func write(t *testing.T, s sinks.Sink, b *sinks.Block) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
@@ -143,7 +156,7 @@ func TestResume(t *testing.T) {
 	if _, _, ok := resume(t, s, "orders", 0); ok {
 		t.Fatal("Resume of a partition never written: ok")
 	}
-	write(t, s, block("orders", 0, 1, 0, 10, seq(0, 10)...))
+	write(t, s, block("orders", 0, 1, 0, 10, sinktest.Seq(0, 10)...))
 	if next, gen, ok := resume(t, s, "orders", 0); !ok || next != 10 || gen != 0 {
 		t.Fatalf("Resume = %d, %d, %v; want 10, 0, true", next, gen, ok)
 	}
@@ -154,12 +167,12 @@ func TestResume(t *testing.T) {
 	}
 	// A block written again within the generation (a replay) adds nothing
 	// and does not move next back.
-	write(t, s, block("orders", 0, 2, 5, 10, seq(5, 10)...))
+	write(t, s, block("orders", 0, 2, 5, 10, sinktest.Seq(5, 10)...))
 	if next, _, _ := resume(t, s, "orders", 0); next != 15 {
 		t.Fatalf("after a replay: next %d, want 15", next)
 	}
 	// An operator reset: the next generation's next is where it goes.
-	b := block("orders", 0, 2, 3, 6, seq(3, 6)...)
+	b := block("orders", 0, 2, 3, 6, sinktest.Seq(3, 6)...)
 	b.Generation = 1
 	write(t, s, b)
 	if next, gen, _ := resume(t, s, "orders", 0); next != 6 || gen != 1 {
@@ -181,21 +194,18 @@ func TestResume(t *testing.T) {
 // from a lower one is refused with sinks.ErrFenced and changes nothing,
 // neither rows nor the offsets row; other partitions are not affected.
 func TestZombieRefused(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=raw")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=raw", "")
 	offsets := fmt.Sprintf("offsets_%d", n)
 	rows := fmt.Sprintf("rows_%d", n)
 
-	write(t, s, block("orders", 3, 7, 0, 100, seq(0, 100)...))
-	write(t, s, block("orders", 3, 9, 100, 150, seq(100, 150)...)) // the new owner
+	write(t, s, block("orders", 3, 7, 0, 100, sinktest.Seq(0, 100)...))
+	write(t, s, block("orders", 3, 9, 100, 150, sinktest.Seq(100, 150)...)) // the new owner
 	before := offsetsRow(t, conn, offsets, "orders", 3)
 
 	for _, zombie := range []*sinks.Block{
-		block("orders", 3, 7, 100, 200, seq(100, 200)...), // its next block, overlapping the owner's
-		block("orders", 3, 8, 150, 160, seq(150, 160)...), // beyond the owner's
-		block("orders", 3, 8, 150, 160),                   // empty
+		block("orders", 3, 7, 100, 200, sinktest.Seq(100, 200)...), // its next block, overlapping the owner's
+		block("orders", 3, 8, 150, 160, sinktest.Seq(150, 160)...), // beyond the owner's
+		block("orders", 3, 8, 150, 160),                            // empty
 	} {
 		err := s.Write(context.Background(), zombie)
 		if !errors.Is(err, sinks.ErrFenced) {
@@ -216,7 +226,7 @@ func TestZombieRefused(t *testing.T) {
 	}
 	// Epochs are per partition; the owner goes on.
 	write(t, s, block("orders", 4, 1, 0, 1, 0))
-	write(t, s, block("orders", 3, 9, 150, 160, seq(150, 160)...))
+	write(t, s, block("orders", 3, 9, 150, 160, sinktest.Seq(150, 160)...))
 	if next, _, _ := resume(t, s, "orders", 3); next != 160 {
 		t.Errorf("owner's next %d, want 160", next)
 	}
@@ -225,11 +235,8 @@ func TestZombieRefused(t *testing.T) {
 // TestZombieWaitsForOwner: a zombie whose transaction runs while the owner's
 // holds the partition's row waits for it, then is refused.
 func TestZombieWaitsForOwner(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
-	write(t, s, block("orders", 0, 5, 0, 10, seq(0, 10)...))
+	_, s, conn, n := start(t, "", "")
+	write(t, s, block("orders", 0, 5, 0, 10, sinktest.Seq(0, 10)...))
 
 	// Stand in for the owner's transaction in flight: hold the row as the
 	// sink does, at epoch 6.
@@ -243,7 +250,7 @@ func TestZombieWaitsForOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.Write(ctx, block("orders", 0, 5, 10, 20, seq(10, 20)...)) }()
+	go func() { done <- s.Write(ctx, block("orders", 0, 5, 10, 20, sinktest.Seq(10, 20)...)) }()
 	select {
 	case err := <-done:
 		t.Fatalf("zombie write returned while the owner held the row: %v", err)
@@ -286,11 +293,7 @@ const columnsTable = `CREATE TABLE %s (
 )`
 
 func TestColumnsPoisonRecordsGoToDeadLetters(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=columns")
-	pg.Exec(t, fmt.Sprintf(columnsTable, fmt.Sprintf("rows_%d", n)))
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=columns", columnsTable)
 
 	good := map[int64]string{
 		0: `{"id": 1, "name": "Ada", "amount": 12.5, "day": "2024-05-01", "tags": ["a", "b"], "doc": {"x": [1, 2]}}`,
@@ -414,11 +417,7 @@ func TestColumnsPoisonRecordsGoToDeadLetters(t *testing.T) {
 // TestColumnsManyRecordsFewPoison: a big block with a few bad records
 // keeps all its good ones, and costs few statements (the halving).
 func TestColumnsManyRecordsFewPoison(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "mode=columns")
-	pg.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (i integer NOT NULL, kafka_offset bigint)`, n))
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "mode=columns", `CREATE TABLE %s (i integer NOT NULL, kafka_offset bigint)`)
 	const size = 20000
 	bad := map[int64]bool{17: true, 4242: true, 4243: true, 19999: true}
 	b := &sinks.Block{Topic: "t", Partition: 0, Epoch: 1, From: 0, Next: size}
@@ -453,10 +452,7 @@ func TestColumnsNeedsTable(t *testing.T) {
 // TestRawValues: how raw mode stores values jsonb takes, and those it does
 // not take as they are.
 func TestRawValues(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "", "")
 	values := []struct {
 		value []byte
 		jsonb string // value::text, or "NULL"
@@ -502,15 +498,14 @@ func TestRawValues(t *testing.T) {
 // TestWriteRetriesAcrossRestart: a Write that finds PostgreSQL gone waits
 // for it and succeeds, and nothing is written twice.
 func TestWriteRetriesAcrossRestart(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "retry_timeout=60s")
-	s := open(t, url)
-	conn := db(t, pg)
-	write(t, s, block("orders", 0, 1, 0, 100, seq(0, 100)...))
+	pg, s, conn, n := start(t, "retry_timeout=60s", "")
+	write(t, s, block("orders", 0, 1, 0, 100, sinktest.Seq(0, 100)...))
 
 	pg.Stop()
 	done := make(chan error, 1)
-	go func() { done <- s.Write(context.Background(), block("orders", 0, 1, 100, 200, seq(100, 200)...)) }()
+	go func() {
+		done <- s.Write(context.Background(), block("orders", 0, 1, 100, 200, sinktest.Seq(100, 200)...))
+	}()
 	select {
 	case err := <-done:
 		t.Fatalf("Write with the server down returned: %v", err)
@@ -581,7 +576,7 @@ func TestGroupOption(t *testing.T) {
 	}
 	// Groups keep separate offsets in one table.
 	other := open(t, base+"&group=other")
-	write(t, s, block("t", 0, 1, 0, 5, seq(0, 5)...))
+	write(t, s, block("t", 0, 1, 0, 5, sinktest.Seq(0, 5)...))
 	if _, _, ok := resume(t, other, "t", 0); ok {
 		t.Error("another group sees this group's offsets")
 	}
@@ -591,14 +586,11 @@ func TestGroupOption(t *testing.T) {
 // table refuses rows; those go to the dead-letter table and the rest of the
 // block goes in, on the first write and on a re-delivery alike.
 func TestRawDeadLetters(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	url, n := sinkURL(pg, "")
-	s := open(t, url)
-	conn := db(t, pg)
+	_, s, conn, n := start(t, "", "")
 	if _, err := conn.Exec(context.Background(), fmt.Sprintf(`ALTER TABLE rows_%d ADD CHECK (key <> 'k13' AND key <> 'k27')`, n)); err != nil {
 		t.Fatal(err)
 	}
-	write(t, s, block("orders", 0, 1, 0, 40, seq(0, 40)...))
+	write(t, s, block("orders", 0, 1, 0, 40, sinktest.Seq(0, 40)...))
 	if got := queryInt(t, conn, fmt.Sprintf(`SELECT count(*) FROM rows_%d`, n)); got != 38 {
 		t.Errorf("%d rows, want 38", got)
 	}
@@ -611,7 +603,7 @@ func TestRawDeadLetters(t *testing.T) {
 	}
 	// An operator reset re-delivers 10..40: held rows are skipped, the
 	// refused ones are refused again, once each.
-	b := block("orders", 0, 1, 10, 40, seq(10, 40)...)
+	b := block("orders", 0, 1, 10, 40, sinktest.Seq(10, 40)...)
 	b.Generation = 1
 	write(t, s, b)
 	if got := queryInt(t, conn, fmt.Sprintf(`SELECT count(*) FROM rows_%d`, n)); got != 38 {

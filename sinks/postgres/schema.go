@@ -18,12 +18,16 @@ const schemaLock = 0x6f6b5f736368656d // "ok_schem"
 // rawColumns are the raw table's columns in COPY order.
 var rawColumns = []string{"topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
 
-func createRawTable(t pgx.Identifier) string {
-	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
+// recordColumns begin the raw and the dead-letter tables: where the record
+// stood, the tables' key, and the record's key.
+const recordColumns = `
 	topic text NOT NULL,
 	partition integer NOT NULL,
 	"offset" bigint NOT NULL,
-	key bytea,
+	key bytea,`
+
+func createRawTable(t pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (` + recordColumns + `
 	value jsonb,
 	value_bytes bytea,
 	"timestamp" timestamptz NOT NULL,
@@ -46,11 +50,7 @@ func createOffsetsTable(t pgx.Identifier) string {
 }
 
 func createDeadLetterTable(t pgx.Identifier) string {
-	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
-	topic text NOT NULL,
-	partition integer NOT NULL,
-	"offset" bigint NOT NULL,
-	key bytea,
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (` + recordColumns + `
 	value bytea,
 	"timestamp" timestamptz NOT NULL,
 	error text NOT NULL,

@@ -189,7 +189,7 @@ func runBatch(t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), opts O
 					from := int64(i * 3)
 					var blocks []*sinks.Block
 					for p := c * partitions; p < (c+1)*partitions; p++ {
-						blocks = append(blocks, block("orders", p, from, from+3, seq(from, from+3)...))
+						blocks = append(blocks, block("orders", p, from, from+3, Seq(from, from+3)...))
 					}
 					for j, err := range bw.WriteBlocks(ctx, blocks) {
 						if err != nil {

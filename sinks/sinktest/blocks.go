@@ -70,7 +70,8 @@ func roundTripBlock() *sinks.Block {
 	}
 }
 
-func seq(from, next int64) []int64 {
+// Seq is the offsets from, from+1, ... up to next, not included.
+func Seq(from, next int64) []int64 {
 	var o []int64
 	for i := from; i < next; i++ {
 		o = append(o, i)
@@ -90,18 +91,24 @@ func cloneBlock(b *sinks.Block) *sinks.Block {
 	c := *b
 	c.Records = make([]sinks.Record, len(b.Records))
 	for i, r := range b.Records {
-		r.Key = bytes.Clone(r.Key)
-		r.Value = bytes.Clone(r.Value)
-		if r.Headers != nil {
-			hs := make([]sinks.Header, len(r.Headers))
-			for j, h := range r.Headers {
-				hs[j] = sinks.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
-			}
-			r.Headers = hs
-		}
-		c.Records[i] = r
+		c.Records[i] = CloneRecord(r)
 	}
 	return &c
+}
+
+// CloneRecord is r with buffers of its own: its key, its value and its
+// headers' values.
+func CloneRecord(r sinks.Record) sinks.Record {
+	r.Key = bytes.Clone(r.Key)
+	r.Value = bytes.Clone(r.Value)
+	if r.Headers != nil {
+		hs := make([]sinks.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = sinks.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+		}
+		r.Headers = hs
+	}
+	return r
 }
 
 func scribble(b []byte) {

@@ -1,7 +1,6 @@
 package sinktest_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -66,7 +65,7 @@ func (m *memSink) Write(ctx context.Context, b *sinks.Block) error {
 			return errors.New("boom")
 		case "cancel-garble":
 			if len(b.Records) > 0 {
-				r := clone(b.Records[0])
+				r := sinktest.CloneRecord(b.Records[0])
 				r.Value = []byte("garbled")
 				m.parts[k] = append(m.parts[k], r)
 			}
@@ -93,7 +92,7 @@ func (m *memSink) Write(ctx context.Context, b *sinks.Block) error {
 	}
 	for _, r := range b.Records {
 		if m.mutant != "retain" {
-			r = clone(r)
+			r = sinktest.CloneRecord(r)
 		}
 		switch m.mutant {
 		case "nil-key-empty":
@@ -167,19 +166,6 @@ func (m *memSink) Records(t *testing.T, topic string, partition int) []sinks.Rec
 		slices.Reverse(recs)
 	}
 	return recs
-}
-
-func clone(r sinks.Record) sinks.Record {
-	r.Key = bytes.Clone(r.Key)
-	r.Value = bytes.Clone(r.Value)
-	if r.Headers != nil {
-		hs := make([]sinks.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = sinks.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
-		}
-		r.Headers = hs
-	}
-	return r
 }
 
 func TestDeduplicating(t *testing.T) {
@@ -348,21 +334,13 @@ func (w *perWrite) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []err
 }
 
 func TestRunWrapper(t *testing.T) {
-	t.Run("Batched", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return &batchWrapper{wrapper{inner: inner}}
-		}, sinktest.WrapperOptions{})
-	})
-	t.Run("Unbatched", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
-			return &wrapper{inner: inner}
-		}, sinktest.WrapperOptions{Unbatched: true})
-	})
-	t.Run("TwoDeep", func(t *testing.T) {
-		sinktest.RunWrapper(t, func(inner sinks.Sink) sinks.Sink {
+	sinktest.RunWrappers(t,
+		sinktest.Wrapped{Name: "Batched", Wrap: func(inner sinks.Sink) sinks.Sink { return &batchWrapper{wrapper{inner: inner}} }, Opts: sinktest.WrapperOptions{}},
+		sinktest.Wrapped{Name: "Unbatched", Wrap: func(inner sinks.Sink) sinks.Sink { return &wrapper{inner: inner} }, Opts: sinktest.WrapperOptions{Unbatched: true}},
+		sinktest.Wrapped{Name: "TwoDeep", Wrap: func(inner sinks.Sink) sinks.Sink {
 			return &batchWrapper{wrapper{inner: &batchWrapper{wrapper{inner: inner}}}}
-		}, sinktest.WrapperOptions{})
-	})
+		}, Opts: sinktest.WrapperOptions{}},
+	)
 }
 
 // upgraded is a memSink behind a wrapper with the side upgrades, which

@@ -19,6 +19,31 @@ type WrapperOptions struct {
 	Unbatched bool
 }
 
+// Wrapped is one wrapper for RunWrappers.
+type Wrapped struct {
+	Name string                            // the subtest's
+	Wrap func(inner sinks.Sink) sinks.Sink // as for RunWrapper
+	Opts WrapperOptions
+}
+
+// RunWrappers runs RunWrapper for each wrapper, in a subtest of its name.
+func RunWrappers(t *testing.T, ws ...Wrapped) {
+	for _, w := range ws {
+		t.Run(w.Name, func(t *testing.T) { RunWrapper(t, w.Wrap, w.Opts) })
+	}
+}
+
+// through is the upgrade T that sinks.As finds through the wrapper w; it
+// fails the test, naming the upgrade, without one.
+func through[T any](t *testing.T, w sinks.Sink, name string) T {
+	t.Helper()
+	u, ok := sinks.As[T](w)
+	if !ok {
+		t.Fatalf("sinks.As finds no %s through the wrapper", name)
+	}
+	return u
+}
+
 // RunWrapper checks that a sink wrapping another keeps the inner sink's
 // upgrades: wrap is given a sink that implements every upgrade and returns
 // the wrapper around it, as it comes, with no hook failing or holding a
@@ -60,10 +85,7 @@ func RunWrapper(t *testing.T, wrap func(inner sinks.Sink) sinks.Sink, opts Wrapp
 
 	t.Run("Resumer", func(t *testing.T) {
 		_, w := open(t)
-		res, ok := sinks.As[sinks.Resumer](w)
-		if !ok {
-			t.Fatal("sinks.As finds no Resumer through the wrapper")
-		}
+		res := through[sinks.Resumer](t, w, "Resumer")
 		// A wrapper's own Resume must pass the inner sink's offsets on.
 		next, gen, ok, err := res.Resume(ctx, "orders", 3)
 		if err != nil || !ok || next != fullNext || gen != fullGeneration {
@@ -73,10 +95,7 @@ func RunWrapper(t *testing.T, wrap func(inner sinks.Sink) sinks.Sink, opts Wrapp
 
 	t.Run("Pinger", func(t *testing.T) {
 		inner, w := open(t)
-		p, ok := sinks.As[sinks.Pinger](w)
-		if !ok {
-			t.Fatal("sinks.As finds no Pinger through the wrapper")
-		}
+		p := through[sinks.Pinger](t, w, "Pinger")
 		if p != sinks.Pinger(inner) {
 			t.Logf("the wrapper (%T) answers Ping itself", p)
 			_ = p.Ping(ctx)
@@ -89,10 +108,7 @@ func RunWrapper(t *testing.T, wrap func(inner sinks.Sink) sinks.Sink, opts Wrapp
 
 	t.Run("DeadLetterCounter", func(t *testing.T) {
 		inner, w := open(t)
-		dl, ok := sinks.As[sinks.DeadLetterCounter](w)
-		if !ok {
-			t.Fatal("sinks.As finds no DeadLetterCounter through the wrapper")
-		}
+		dl := through[sinks.DeadLetterCounter](t, w, "DeadLetterCounter")
 		if dl != sinks.DeadLetterCounter(inner) {
 			t.Logf("the wrapper (%T) counts dead letters itself: %d", dl, dl.DeadLetters())
 			return

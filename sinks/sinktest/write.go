@@ -120,7 +120,7 @@ func runWrite(t *testing.T, open, reading func(t *testing.T) (sinks.Sink, Reader
 		s, r := reading(t)
 		// Offset 12 is a transaction marker: no record, in either delivery.
 		marked := func(from, next int64) []int64 {
-			return slices.DeleteFunc(seq(from, next), func(o int64) bool { return o == 12 })
+			return slices.DeleteFunc(Seq(from, next), func(o int64) bool { return o == 12 })
 		}
 		all := block("orders", 4, 0, 30, marked(0, 30)...).Records
 		write(t, s, block("orders", 4, 0, 10, marked(0, 10)...))
@@ -192,7 +192,7 @@ func runWrite(t *testing.T, open, reading func(t *testing.T) (sinks.Sink, Reader
 			wg.Go(func() {
 				for i := range blocks {
 					from := int64(i * 4)
-					b := block("orders", p, from, from+4, seq(from, from+4)...)
+					b := block("orders", p, from, from+4, Seq(from, from+4)...)
 					if err := s.Write(ctx, b); err != nil {
 						t.Errorf("Write %s: %v", b, err)
 						return
