@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"context"
 	"fmt"
@@ -50,28 +52,10 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 		rawTime += time.Since(start)
 
 		sink := discard.New()
-		cli := etcd.Client(b)
-		cfg := replica.Config{
-			Group:     fmt.Sprintf("bench-%d", round), // a new group starts from the earliest offset
-			ReplicaID: "r",
-			Topics:    []string{"bench"},
-			Kafka:     replica.Kafka{Brokers: k.Brokers()},
-			LeaseTTL:  10 * time.Second,
-		}
-		r, err := replica.New(cfg, cli, sink, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		start = time.Now()
-		go func() { defer close(done); _ = r.Run(ctx) }()
-		for r.Stats().Records < int64(parts*perPart) || r.Stats().Claims < parts {
-			time.Sleep(time.Millisecond)
-		}
-		replicaTime += time.Since(start)
-		cancel()
-		<-done
+		// A new group starts from the earliest offset.
+		replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("bench-%d", round), sink, func(s replica.Stats) bool {
+			return s.Records >= int64(parts*perPart) && s.Claims >= parts
+		})
 		if sink.Records() != int64(parts*perPart) {
 			b.Fatalf("discard got %d records, want %d", sink.Records(), parts*perPart)
 		}
@@ -113,4 +97,30 @@ func rawDrain(b *testing.B, broker, topic string, parts, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// drainTimed runs one replica of group over the topic "bench" into sink
+// until drained holds of its stats, stops it, and returns how long it ran.
+func drainTimed(b *testing.B, cli *clientv3.Client, brokers []string, group string, sink sinks.Sink, drained func(replica.Stats) bool) time.Duration {
+	r, err := replica.New(replica.Config{
+		Group:     group,
+		ReplicaID: "r",
+		Topics:    []string{"bench"},
+		Kafka:     replica.Kafka{Brokers: brokers},
+		LeaseTTL:  10 * time.Second,
+	}, cli, sink, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	for !drained(r.Stats()) {
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(start)
+	cancel()
+	<-done
+	return took
 }

@@ -88,30 +88,9 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cli := etcd.Client(b)
-		cfg := replica.Config{
-			Group:     group,
-			ReplicaID: "r",
-			Topics:    []string{"bench"},
-			Kafka:     replica.Kafka{Brokers: k.Brokers()},
-			LeaseTTL:  10 * time.Second,
-		}
-		r, err := replica.New(cfg, cli, sink, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		start = time.Now()
-		go func() { defer close(done); _ = r.Run(rctx) }()
 		// A Write that returned has committed its transaction: the rows are
 		// in PostgreSQL.
-		for r.Stats().Records < total {
-			time.Sleep(time.Millisecond)
-		}
-		replicaTime += time.Since(start)
-		cancel()
-		<-done
+		replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), group, sink, func(s replica.Stats) bool { return s.Records >= total })
 		_ = sink.Close()
 		recs, err := postgres.ReadAll(ctx, url, "bench", parts-1)
 		if err != nil || len(recs) != perPart {

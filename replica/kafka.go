@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
@@ -147,8 +145,8 @@ func (k Kafka) config() kafka.Config {
 		MaxRequestBytes: k.FetchMaxBytes,
 		MaxBufferBytes:  k.MaxBufferBytes,
 		RequestTimeout:  k.RequestTimeout,
-		IsolationLevel:  kafka.IsolationLevel(k.IsolationLevel),
-		StartPolicy:     kafka.StartPolicy(k.StartPolicy),
+		IsolationLevel:  k.IsolationLevel,
+		StartPolicy:     k.StartPolicy,
 		BackoffMin:      k.RetryBackoffMin,
 		BackoffMax:      k.RetryBackoffMax,
 	}
@@ -156,7 +154,8 @@ func (k Kafka) config() kafka.Config {
 		c.ClientID = DefaultClientID
 	}
 	if k.SASL != nil {
-		c.SASL = &kafka.SASL{Mechanism: kafka.SASLMechanism(k.SASL.Mechanism), Username: k.SASL.Username, Password: k.SASL.Password}
+		login := *k.SASL
+		c.SASL = &login
 	}
 	return c.WithDefaults()
 }
@@ -166,123 +165,61 @@ func (k Kafka) validate() error {
 	if k.MaxBufferBytes < 0 {
 		return fmt.Errorf("max buffer bytes %d: want at least 1 (0 takes the default, %d)", k.MaxBufferBytes, DefaultMaxBufferBytes)
 	}
-	if err := isolationNames.Check(k.IsolationLevel); err != nil {
-		return err
-	}
-	if err := startPolicyNames.Check(k.StartPolicy); err != nil {
-		return err
-	}
-	if k.SASL != nil {
-		if err := saslNames.Check(k.SASL.Mechanism); err != nil {
-			return err
-		}
-	}
-	return k.config().Validate()
+	return k.config().Validate() // the enumerations and the SASL login too
 }
 
-// StartPolicy says where a partition is read from when the group has no
-// offset for it, and where reading resumes when its offset is out of range
-// (auto.offset.reset).
-type StartPolicy int
+// The enumerations and the SASL login of Kafka's options are the Kafka
+// client's own, named here (as os.FileMode names io/fs.FileMode) so that an
+// embedder needs no other package. Each has String, MarshalText,
+// UnmarshalText and a Parse function that trims space and folds case.
+type (
+	// StartPolicy says where a partition is read from when the group has no
+	// offset for it, and where reading resumes when its offset is out of
+	// range (auto.offset.reset): StartEarliest (the zero value and the
+	// default) or StartLatest.
+	StartPolicy = kafka.StartPolicy
+	// IsolationLevel says which records of transactional producers are read
+	// (isolation.level): ReadCommitted (the zero value and the default) or
+	// ReadUncommitted.
+	IsolationLevel = kafka.IsolationLevel
+	// SASLMechanism names a SASL mechanism (sasl.mechanism): SASLPlain (the
+	// zero value; only with TLS), SASLSCRAMSHA256 or SASLSCRAMSHA512.
+	SASLMechanism = kafka.SASLMechanism
+	// SASL is a SASL login to Kafka: Mechanism, Username and Password.
+	// However it is printed (every fmt verb, JSON, zap), it shows the
+	// mechanism and the user, never the password.
+	SASL = kafka.SASL
+)
 
 const (
 	// StartEarliest starts at the log start: nothing still in Kafka is
-	// skipped. It is the zero value and the default.
-	StartEarliest StartPolicy = iota
+	// skipped.
+	StartEarliest = kafka.StartEarliest
 	// StartLatest starts at the log end: only records produced from then
 	// on are read (under ReadCommitted, from the last stable offset).
-	StartLatest
-)
+	StartLatest = kafka.StartLatest
 
-var startPolicyNames = enum.New[StartPolicy]("start policy", "earliest", "latest")
-
-// String returns "earliest" or "latest".
-func (p StartPolicy) String() string { return startPolicyNames.String(p) }
-
-// ParseStartPolicy parses "earliest" or "latest" (space trimmed, case
-// folded).
-func ParseStartPolicy(s string) (StartPolicy, error) { return startPolicyNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (p StartPolicy) MarshalText() ([]byte, error) { return startPolicyNames.Marshal(p) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseStartPolicy.
-func (p *StartPolicy) UnmarshalText(b []byte) error { return startPolicyNames.Unmarshal(p, b) }
-
-// IsolationLevel says which records of transactional producers are read
-// (isolation.level).
-type IsolationLevel int
-
-const (
 	// ReadCommitted reads only committed records, up to the last stable
-	// offset: an open transaction holds back the records after it. It is
-	// the zero value and the default.
-	ReadCommitted IsolationLevel = iota
+	// offset: an open transaction holds back the records after it.
+	ReadCommitted = kafka.ReadCommitted
 	// ReadUncommitted reads every record up to the high watermark,
 	// records of open and aborted transactions included.
-	ReadUncommitted
-)
+	ReadUncommitted = kafka.ReadUncommitted
 
-var isolationNames = enum.New[IsolationLevel]("isolation level", "read_committed", "read_uncommitted")
-
-// String returns "read_committed" or "read_uncommitted".
-func (l IsolationLevel) String() string { return isolationNames.String(l) }
-
-// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (space
-// trimmed, case folded).
-func ParseIsolationLevel(s string) (IsolationLevel, error) { return isolationNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (l IsolationLevel) MarshalText() ([]byte, error) { return isolationNames.Marshal(l) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseIsolationLevel.
-func (l *IsolationLevel) UnmarshalText(b []byte) error { return isolationNames.Unmarshal(l, b) }
-
-// SASLMechanism names a SASL mechanism (sasl.mechanism).
-type SASLMechanism int
-
-const (
-	// SASLPlain is PLAIN: the password crosses the wire as it is, so use
-	// it only with TLS. It is the zero value.
-	SASLPlain SASLMechanism = iota
+	// SASLPlain is PLAIN: the password crosses the wire as it is.
+	SASLPlain = kafka.SASLPlain
 	// SASLSCRAMSHA256 is SCRAM-SHA-256: the password never crosses the
 	// wire.
-	SASLSCRAMSHA256
+	SASLSCRAMSHA256 = kafka.SASLSCRAMSHA256
 	// SASLSCRAMSHA512 is SCRAM-SHA-512.
-	SASLSCRAMSHA512
+	SASLSCRAMSHA512 = kafka.SASLSCRAMSHA512
 )
 
-var saslNames = enum.New[SASLMechanism]("sasl mechanism", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+// ParseStartPolicy parses "earliest" or "latest".
+func ParseStartPolicy(s string) (StartPolicy, error) { return kafka.ParseStartPolicy(s) }
 
-// String returns PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-func (m SASLMechanism) String() string { return saslNames.String(m) }
+// ParseIsolationLevel parses "read_committed" or "read_uncommitted".
+func ParseIsolationLevel(s string) (IsolationLevel, error) { return kafka.ParseIsolationLevel(s) }
 
-// ParseSASLMechanism parses PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (space
-// trimmed, case folded).
-func ParseSASLMechanism(s string) (SASLMechanism, error) { return saslNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (m SASLMechanism) MarshalText() ([]byte, error) { return saslNames.Marshal(m) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseSASLMechanism.
-func (m *SASLMechanism) UnmarshalText(b []byte) error { return saslNames.Unmarshal(m, b) }
-
-// SASL is a SASL login to Kafka. However it is printed (every fmt verb,
-// JSON, zap), it shows the mechanism and the user, never the password.
-type SASL struct {
-	Mechanism SASLMechanism
-	Username  string
-	Password  string
-}
-
-// String returns the mechanism and the user: SCRAM-SHA-256 as "alice".
-func (s SASL) String() string { return fmt.Sprintf("%s as %q", s.Mechanism, s.Username) }
-
-// GoString is String, so that %#v does not print the password.
-func (s SASL) GoString() string { return s.String() }
-
-// Format prints String with every verb.
-func (s SASL) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }
-
-// MarshalText is String, so that JSON and zap do not print the password.
-func (s SASL) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+// ParseSASLMechanism parses PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+func ParseSASLMechanism(s string) (SASLMechanism, error) { return kafka.ParseSASLMechanism(s) }

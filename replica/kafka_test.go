@@ -6,26 +6,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
-// Kafka's enums are converted to the internal package's by value: their
-// values must name the same things.
-func TestKafkaEnumsMatchTheInternalOnes(t *testing.T) {
-	for _, p := range []StartPolicy{StartEarliest, StartLatest} {
-		if got := kafka.StartPolicy(p).String(); got != p.String() {
-			t.Errorf("start policy %s converts to %s", p, got)
-		}
-	}
-	for _, l := range []IsolationLevel{ReadCommitted, ReadUncommitted} {
-		if got := kafka.IsolationLevel(l).String(); got != l.String() {
-			t.Errorf("isolation level %s converts to %s", l, got)
-		}
-	}
-	for _, m := range []SASLMechanism{SASLPlain, SASLSCRAMSHA256, SASLSCRAMSHA512} {
-		if got := kafka.SASLMechanism(m).String(); got != m.String() {
-			t.Errorf("sasl mechanism %s converts to %s", m, got)
-		}
-	}
-}
-
 // The defaults documented here are the ones the internal package applies.
 func TestKafkaDefaultsAreTheInternalOnes(t *testing.T) {
 	for _, tc := range []struct {

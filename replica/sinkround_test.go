@@ -54,11 +54,7 @@ func (g *gateSink) callCount() int {
 // block is sent takes it back.
 func TestSinkRoundsGatherBlocks(t *testing.T) {
 	g := &gateSink{gate: make(chan struct{})}
-	var calls atomic.Int64
-	s := newSinkRounds(g, &calls)
-	stop, ended := make(chan struct{}), make(chan struct{})
-	go func() { defer close(ended); s.run(stop) }()
-	defer func() { close(stop); <-ended }()
+	s, calls := startSinkRounds(t, g)
 
 	write := func(ctx context.Context, p int) <-chan error {
 		out := make(chan error, 1)
@@ -104,11 +100,7 @@ func TestSinkRoundsGatherBlocks(t *testing.T) {
 // call in flight, not behind it.
 func TestSinkRoundsWriteLargeBlocksInParallel(t *testing.T) {
 	g := &gateSink{gate: make(chan struct{})}
-	var calls atomic.Int64
-	s := newSinkRounds(g, &calls)
-	stop, ended := make(chan struct{}), make(chan struct{})
-	go func() { defer close(ended); s.run(stop) }()
-	defer func() { close(stop); <-ended }()
+	s, _ := startSinkRounds(t, g)
 	defer close(g.gate)
 
 	go func() { _ = s.Write(context.Background(), &sinks.Block{Topic: "t", Partition: 0, From: 0, Next: 1}) }()
@@ -116,4 +108,15 @@ func TestSinkRoundsWriteLargeBlocksInParallel(t *testing.T) {
 	big := &sinks.Block{Topic: "t", Partition: 1, From: 0, Next: bigSinkRound, Records: make([]sinks.Record, bigSinkRound)}
 	go func() { _ = s.Write(context.Background(), big) }()
 	harness.Await(t, 10*time.Second, "the large block's call beside the first", func() bool { return g.callCount() == 2 })
+}
+
+// startSinkRounds runs the rounds of g until the test ends; calls counts
+// the sink calls.
+func startSinkRounds(t *testing.T, g *gateSink) (*sinkRounds, *atomic.Int64) {
+	calls := new(atomic.Int64)
+	s := newSinkRounds(g, calls)
+	stop, ended := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ended); s.run(stop) }()
+	t.Cleanup(func() { close(stop); <-ended })
+	return s, calls
 }
