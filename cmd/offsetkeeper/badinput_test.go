@@ -150,22 +150,10 @@ func TestBadInputPerCommand(t *testing.T) {
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("took %s: bad input must fail at once", d)
 			}
-			if r.stdout != "" {
-				t.Errorf("stdout %q, want nothing", r.stdout)
+			if strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("stderr %q, want one line", r.stderr)
 			}
-			if !strings.HasPrefix(r.stderr, "Error: ") || strings.Count(r.stderr, "\n") != 1 {
-				t.Errorf("stderr %q, want one line starting with \"Error: \"", r.stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
-				}
-			}
-			for _, w := range tc.not {
-				if strings.Contains(r.stderr, w) {
-					t.Errorf("error %q mentions %q", strings.TrimSpace(r.stderr), w)
-				}
-			}
+			checkUsageError(t, r, tc.want, tc.not)
 		})
 	}
 }

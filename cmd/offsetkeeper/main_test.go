@@ -38,6 +38,28 @@ func (b *syncBuffer) String() string {
 }
 
 // cliResult is what one execute call gave.
+// checkUsageError checks what bad input prints: nothing on stdout, one
+// error on stderr that mentions every want and none of not.
+func checkUsageError(t *testing.T, r cliResult, want, not []string) {
+	t.Helper()
+	if r.stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "Error: ") || strings.Count(r.stderr, "Error: ") != 1 {
+		t.Errorf("stderr %q, want one error starting with \"Error: \"", r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
+		}
+	}
+	for _, w := range not {
+		if strings.Contains(r.stderr, w) {
+			t.Errorf("error %q mentions %q", strings.TrimSpace(r.stderr), w)
+		}
+	}
+}
+
 type cliResult struct {
 	code           int
 	stdout, stderr string
@@ -150,17 +172,7 @@ func TestBadInputExits2(t *testing.T) {
 			if r.code != exitUsage {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, exitUsage, r.stdout, r.stderr)
 			}
-			if r.stdout != "" {
-				t.Errorf("stdout %q, want nothing", r.stdout)
-			}
-			if !strings.HasPrefix(r.stderr, "Error: ") || strings.Count(r.stderr, "Error: ") != 1 {
-				t.Errorf("stderr %q, want one line starting with \"Error: \"", r.stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("error %q does not mention %q", strings.TrimSpace(r.stderr), w)
-				}
-			}
+			checkUsageError(t, r, tc.want, nil)
 		})
 	}
 }
