@@ -54,13 +54,7 @@ func TestOffsetsResetLive(t *testing.T) {
 	generation := func() int64 { return e.snapshot().Offsets[p0].Generation }
 
 	t.Run("to-earliest re-delivers from the start", func(t *testing.T) {
-		r := e.run("offsets", "reset", "--topic", "live:0", "--to-earliest", "--execute")
-		if r.code != 0 {
-			t.Fatalf("%s", r)
-		}
-		if o := e.snapshot().Offsets[p0]; o.Next != 0 || o.Generation != 1 {
-			t.Fatalf("live/0 after the reset: %+v, want next 0, generation 1", o)
-		}
+		resetLive(t, e, "--to-earliest", 0, 1)
 		// The owner is caught up and idle: it meets the reset with the
 		// next block it commits.
 		e.produce(e.topic, 0, 10, nil)
@@ -94,13 +88,7 @@ func TestOffsetsResetLive(t *testing.T) {
 		})
 		e.produce(e.topic, 0, 20, nil) // up to 140, while the owner is behind
 		end := e.logEnd(p0)
-		r := e.run("offsets", "reset", "--topic", "live:0", "--to-latest", "--execute")
-		if r.code != 0 {
-			t.Fatalf("%s", r)
-		}
-		if o := e.snapshot().Offsets[p0]; o.Next != end || o.Generation != 2 {
-			t.Fatalf("live/0 after the reset: %+v, want next %d (the log end), generation 2", o, end)
-		}
+		resetLive(t, e, "--to-latest", end, 2) // latest: the log end
 		sink.release()
 		e.produce(e.topic, 0, 5, nil) // after the new offset
 		awaitCond(t, 30*time.Second, "live/0 committed past the records produced after the reset", func() bool {
@@ -138,13 +126,7 @@ func TestOffsetsResetLive(t *testing.T) {
 		for off := from; off < end; off++ {
 			before[off] = sink.count(p0, off)
 		}
-		r := e.run("offsets", "reset", "--topic", "live:0", "--to-current", "--execute")
-		if r.code != 0 {
-			t.Fatalf("%s", r)
-		}
-		if o := e.snapshot().Offsets[p0]; o.Next != from || o.Generation != 3 {
-			t.Fatalf("live/0 after the reset: %+v, want next %d (unchanged), generation 3", o, from)
-		}
+		resetLive(t, e, "--to-current", from, 3) // current: unchanged
 		sink.release()
 		awaitCond(t, 30*time.Second, "live/0 committed up to the log end", func() bool {
 			return e.snapshot().Offsets[p0].Next >= end
@@ -162,4 +144,16 @@ func TestOffsetsResetLive(t *testing.T) {
 		}
 		sameSession(t, 3)
 	})
+}
+
+// resetLive resets live/0 with target while the group runs and checks the
+// stored offset: next, and the generation the reset bumped it to.
+func resetLive(t *testing.T, e *opsEnv, target string, next, generation int64) {
+	t.Helper()
+	if r := e.run("offsets", "reset", "--topic", "live:0", target, "--execute"); r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	if o := e.snapshot().Offsets[e.part(0)]; o.Next != next || o.Generation != generation {
+		t.Fatalf("live/0 after the reset %s: %+v, want next %d, generation %d", target, o, next, generation)
+	}
 }
