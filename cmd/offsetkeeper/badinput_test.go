@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,8 +95,6 @@ func TestBadInputPerCommand(t *testing.T) {
 			[]string{`OFFSETKEEPER_FLUSH_INTERVAL="5"`, "--flush-interval", "a duration with a unit"}, nil},
 		{"mistyped variable", map[string]string{"OFFSETKEEPER_GRUOP": "orders"}, run(),
 			[]string{"OFFSETKEEPER_GRUOP", "did you mean OFFSETKEEPER_GROUP?"}, nil},
-		{"unknown variable", map[string]string{"OFFSETKEEPER_COLOUR_SCHEME": "dark"}, groups(),
-			[]string{"OFFSETKEEPER_COLOUR_SCHEME", "no command reads it"}, nil},
 
 		// dev.
 		{"dev bad --topic", nil, []string{"dev", "--topic", "bad topic"}, []string{"--topic", `"bad topic"`, "A-Z a-z 0-9 . _ -"}, nil},
@@ -155,6 +154,52 @@ func TestBadInputPerCommand(t *testing.T) {
 			}
 			checkUsageError(t, r, tc.want, tc.not)
 		})
+	}
+}
+
+// TestUnknownVariables: an OFFSETKEEPER_* variable no command reads and no
+// near miss of one is warned of, and the command goes on; the variables
+// Kubernetes makes of a Service named offsetkeeper are ignored.
+func TestUnknownVariables(t *testing.T) {
+	closed := closedPort(t)
+	args := []string{"groups", "list", "--etcd-endpoints", closed}
+	for _, tc := range []struct {
+		env  map[string]string
+		warn bool
+	}{
+		{map[string]string{"OFFSETKEEPER_COLOUR_SCHEME": "dark"}, true},
+		{map[string]string{
+			"OFFSETKEEPER_PORT":                 "tcp://10.0.0.1:9464",
+			"OFFSETKEEPER_PORT_9464_TCP":        "tcp://10.0.0.1:9464",
+			"OFFSETKEEPER_PORT_9464_TCP_ADDR":   "10.0.0.1",
+			"OFFSETKEEPER_PORT_9464_TCP_PORT":   "9464",
+			"OFFSETKEEPER_PORT_9464_TCP_PROTO":  "tcp",
+			"OFFSETKEEPER_SERVICE_HOST":         "10.0.0.1",
+			"OFFSETKEEPER_SERVICE_PORT":         "9464",
+			"OFFSETKEEPER_SERVICE_PORT_METRICS": "9464",
+			"OFFSETKEEPER_METRICS_SERVICE_HOST": "10.0.0.2",
+			"OFFSETKEEPER_METRICS_PORT_80_TCP":  "tcp://10.0.0.2:80",
+			"OFFSETKEEPER_METRICS_SERVICE_PORT": "80",
+		}, false},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		r := runCLI(t, 5*time.Second, args...)
+		// Past the environment: the command ran, and etcd refused it.
+		if r.code != exitError || !strings.Contains(r.stderr, "refused") {
+			t.Fatalf("%v: exit %d, want 1 (etcd refused)\nstderr: %s", tc.env, r.code, r.stderr)
+		}
+		warned := strings.Count(r.stderr, "Warning: environment variable")
+		switch {
+		case tc.warn && warned != 1:
+			t.Errorf("%v: %d warnings, want 1\nstderr: %s", tc.env, warned, r.stderr)
+		case !tc.warn && warned != 0:
+			t.Errorf("%v: warned of service links\nstderr: %s", tc.env, r.stderr)
+		}
+		for k := range tc.env {
+			os.Unsetenv(k)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -15,11 +16,14 @@ const envPrefix = "OFFSETKEEPER_"
 
 // bindEnv sets every flag of cmd not given on the command line from its
 // OFFSETKEEPER_* environment variable. A value the flag refuses is bad
-// usage naming the variable, the value and what is accepted; so is an
-// OFFSETKEEPER_* variable that no command reads (a typo would otherwise
-// leave its flag at the default without a word), with the nearest name.
+// usage naming the variable, the value and what is accepted. An
+// OFFSETKEEPER_* variable that no command reads is bad usage too when it is
+// a near miss of one cmd reads (a typo would otherwise leave that flag at
+// its default without a word), and otherwise a warning on stderr; the
+// variables Kubernetes derives from a Service named offsetkeeper[-...]
+// (service links) are ignored.
 func bindEnv(cmd *cobra.Command) error {
-	if err := unknownEnv(cmd.Root(), os.Environ()); err != nil {
+	if err := unknownEnv(cmd, os.Environ()); err != nil {
 		return err
 	}
 	var first error
@@ -61,9 +65,16 @@ func envName(flag string) string {
 // knownEnv are the variables read other than as a flag's.
 var knownEnv = []string{envEtcdPassword, envKafkaPassword, envName("help"), envName("version")}
 
-// unknownEnv refuses the first OFFSETKEEPER_* variable of environ that is
-// neither a flag's of any command under root nor one of knownEnv.
-func unknownEnv(root *cobra.Command, environ []string) error {
+// serviceLink matches the variables Kubernetes puts into every pod for a
+// Service whose name starts offsetkeeper: OFFSETKEEPER_SERVICE_HOST,
+// OFFSETKEEPER_PORT_9464_TCP_ADDR and the like.
+var serviceLink = regexp.MustCompile(`^` + envPrefix + `(?:[A-Z0-9_]+_)?(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT(?:_[0-9]+_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)?)$`)
+
+// unknownEnv looks at the OFFSETKEEPER_* variables of environ that are
+// neither a flag's of any command (under cmd's root) nor one of knownEnv:
+// the first that is a near miss of a variable cmd reads is refused, with
+// that name; the others are warned of on cmd's stderr.
+func unknownEnv(cmd *cobra.Command, environ []string) error {
 	known := slices.Clone(knownEnv)
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -72,18 +83,23 @@ func unknownEnv(root *cobra.Command, environ []string) error {
 			walk(s)
 		}
 	}
-	walk(root)
+	walk(cmd.Root())
+	var own []string // the suffixes (after the prefix) of what cmd reads
+	for _, n := range knownEnv {
+		own = append(own, strings.TrimPrefix(n, envPrefix))
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { own = append(own, strings.TrimPrefix(envName(f.Name), envPrefix)) })
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) {
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) || serviceLink.MatchString(name) {
 			continue
 		}
-		hint := "unset it"
-		if s := closest(name, known); s != "" {
-			hint = "did you mean " + s + "?"
+		if s := closest(strings.TrimPrefix(name, envPrefix), own); s != "" {
+			return usagef("environment variable %s: no command reads it; did you mean %s%s? (each flag --NAME is read from %sNAME, upper case, '-' as '_')",
+				name, envPrefix, s, envPrefix)
 		}
-		return usagef("environment variable %s: no command reads it (each flag --NAME is read from %sNAME, upper case, '-' as '_'); %s",
-			name, envPrefix, hint)
+		fmt.Fprintf(cmd.ErrOrStderr(), "Warning: environment variable %s: no command reads it, ignored (each flag --NAME is read from %sNAME, upper case, '-' as '_')\n",
+			name, envPrefix)
 	}
 	return nil
 }
