@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
+
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 
 	"context"
 	"crypto/tls"
@@ -76,7 +79,7 @@ func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client
 }
 
 func (f *clusterFlags) checkKafkaAccess(ctx context.Context, auth kafkaAuth, topics []string) error {
-	cfg := kafka.Config{Brokers: f.brokers, ClientID: "offsetkeeper", DialTimeout: accessCheckTimeout}
+	cfg := kafka.Config{Brokers: f.brokers, ClientID: cmp.Or(f.kafkaClientID, replica.DefaultClientID), DialTimeout: accessCheckTimeout}
 	auth.apply(&cfg)
 	c, err := kafka.NewClient(cfg, topics...)
 	if err != nil {

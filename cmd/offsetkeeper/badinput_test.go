@@ -88,6 +88,7 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"run bad duration", nil, run("--flush-interval", "soon"), []string{`--flush-interval "soon"`, "500ms"}, []string{"time:"}},
 		{"run bad size", nil, run("--max-block-bytes", "lots"), []string{`--max-block-bytes "lots"`, "MiB"}, nil},
 		{"run bad --commit-mode", nil, run("--commit-mode", "never"), []string{`--commit-mode "never"`, "after-write or every-batch"}, nil},
+		{"run empty --kafka-client-id", nil, run("--kafka-client-id", ""), []string{"--kafka-client-id is empty"}, nil},
 		{"run bad --log-level", nil, run("--log-level", "loud"), []string{`--log-level "loud"`, "debug, info, warn or error"}, nil},
 		{"run bad variable", map[string]string{"OFFSETKEEPER_MIRROR_OFFSETS": "maybe"}, run(),
 			[]string{`OFFSETKEEPER_MIRROR_OFFSETS="maybe"`, "--mirror-offsets", "true or false"}, []string{"strconv"}},

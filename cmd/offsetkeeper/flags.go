@@ -34,6 +34,8 @@ type clusterFlags struct {
 	brokers       []string
 	group         string
 	security      securityFlags // TLS and credentials of etcd and Kafka (security.go)
+	// kafkaClientID is run's --kafka-client-id; empty elsewhere.
+	kafkaClientID string
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,6 +96,7 @@ once. Exit status 0.`,
 		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.Var(&parsedFlag[replica.StartPolicy]{&o.startFrom, replica.ParseStartPolicy, []string{"earliest", "latest"}},
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
+	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
 	o.logs.register(fs, logInfo, logJSON)
@@ -115,6 +117,7 @@ func (o *runOptions) complete(*cobra.Command) error {
 		Topics:    o.topics,
 		Kafka: replica.Kafka{
 			Brokers:        o.cluster.brokers,
+			ClientID:       o.cluster.kafkaClientID,
 			FetchMaxWait:   o.fetchMaxWait,
 			StartPolicy:    o.startFrom,
 			MaxBufferBytes: int(o.maxBufferBytes),
@@ -170,6 +173,9 @@ func (o *runOptions) validate() error {
 		if !c.ok {
 			return usagef("%s must be positive; the value given, %v, is not: want %s", c.flag, c.got, c.want)
 		}
+	}
+	if strings.TrimSpace(o.cluster.kafkaClientID) == "" {
+		return usagef("--kafka-client-id is empty: want a name brokers know this replica by, such as %s", replica.DefaultClientID)
 	}
 	if o.commitLinger < 0 {
 		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)
