@@ -143,5 +143,3 @@ func planSortedPartitions(partitions []Partition) []Partition {
 	return slices.Compact(sorted)
 }
 
-// planComparePartitions orders partitions by topic, then number, as
-// Partition.Less does.

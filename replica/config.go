@@ -110,7 +110,7 @@ type Config struct {
 	// replica cut off from etcd stops writing after LeaseTTL/2, before its
 	// claims can go to another. Default coordinator.DefaultTTL, 10s; at
 	// least 2s, whole seconds. Shorter moves partitions sooner after a
-	// crash, at the cost of a keepalive every LeaseTTL/3 and of losing the
+	// crash, at the cost of a keepalive every LeaseTTL/6 and of losing the
 	// claims over a shorter etcd hiccup.
 	LeaseTTL time.Duration
 	// EtcdMaxTxnOps is the etcd cluster's --max-txn-ops. Default

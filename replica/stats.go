@@ -40,7 +40,7 @@ type Stats struct {
 // the sink.
 type counters struct {
 	records, blocks, commits, rollbacks, fenced  atomic.Int64
-	offsetsChanged, offsetResets, commitFailures atomic.Int64
+	offsetsChanged, offsetResets atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
 	claims, rebalances, sessions                 atomic.Int64
 }

@@ -49,7 +49,7 @@ func (r *Replica) Owned() []coordinator.Partition {
 }
 
 // Fetching reports the fetch requests sent so far and the bytes of records
-// held now against the budget (kafka.Config.MaxBufferBytes).
+// held now against the budget (Kafka.MaxBufferBytes).
 func (r *Replica) Fetching() (requests, held, budget int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -142,6 +142,7 @@ func TestBadInputPerCommand(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
+			skipDevWithoutDev(t, tc.args)
 			start := time.Now()
 			r := runCLI(t, 5*time.Second, tc.args...)
 			if r.code != exitUsage {

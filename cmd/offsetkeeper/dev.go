@@ -23,6 +23,9 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
+// hasDev tells whether this build has the dev command (not -tags nodev).
+const hasDev = true
+
 // extraCommands are the commands of this build beyond the production ones:
 // dev, which links an embedded etcd and kfake. A -tags nodev build leaves
 // it out (nodev.go).

@@ -4,6 +4,9 @@ package main
 
 import "github.com/spf13/cobra"
 
+// hasDev tells whether this build has the dev command.
+const hasDev = false
+
 // extraCommands: a -tags nodev build, as the container image is, links
 // neither an embedded etcd nor kfake (dev.go). Its dev command only says so.
 func extraCommands() []*cobra.Command {

@@ -64,8 +64,6 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	}, nil
 }
 
-// Config is the client's configuration, defaults applied.
-func (c *Client) Config() Config { return c.cfg }
 
 // Addr is the bootstrap brokers, as kafka-go requests take them.
 func (c *Client) Addr() net.Addr { return c.addr }
@@ -75,10 +73,6 @@ func (c *Client) Addr() net.Addr { return c.addr }
 // Its Timeout is Config.RequestTimeout.
 func (c *Client) Kafka() *kafkago.Client { return c.client }
 
-// Reconnect drops the idle connections and the metadata cache: the next
-// request reloads the metadata, so finds the current leaders, and dials
-// again.
-func (c *Client) Reconnect() { c.transport.CloseIdleConnections() }
 
 // Close ends the transport's goroutines and its connections. It is
 // idempotent; requests fail afterwards.

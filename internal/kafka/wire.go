@@ -266,9 +266,6 @@ func (r *wireReader) bytes() []byte {
 	return b
 }
 
-// arrayLen returns the length of a nullable array, 0 for null. A length
-// that the remaining bytes cannot hold is an error (each element takes at
-// least one byte), so that it is never allocated.
 // readArray reads an array into a new slice, each element with read: nil
 // when the array is empty or null, and its elements after an error zero.
 func readArray[T any](r *wireReader, read func(*T)) []T {
@@ -283,6 +280,9 @@ func readArray[T any](r *wireReader, read func(*T)) []T {
 	return s
 }
 
+// arrayLen returns the length of a nullable array, 0 for null. A length
+// that the remaining bytes cannot hold is an error (each element takes at
+// least one byte), so that it is never allocated.
 func (r *wireReader) arrayLen() int {
 	n := r.int32()
 	if n < 0 || r.err != nil {
