@@ -74,7 +74,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		start := time.Now()
 		if err := pt.r.writer.Write(ctx, blk); err != nil {
 			pt.r.stats.sinkErrors.Add(1)
-			return fmt.Errorf("write %s [%d, %d): %w", pt.p, b.from, b.next, err)
+			return fmt.Errorf("write %s: %w", blk, err)
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
 		pt.r.stats.records.Add(int64(len(b.records)))

@@ -35,10 +35,10 @@ func readPlanFile(path string) ([]fileLine, error) {
 	defer f.Close()
 	lines, err := parsePlan(f)
 	if err != nil {
-		return nil, fmt.Errorf("--from-file %s %w", path, err)
+		return nil, fmt.Errorf("--from-file %q: %w", path, err)
 	}
 	if len(lines) == 0 {
-		return nil, fmt.Errorf("--from-file %s: no partitions in it; want CSV lines of topic,partition,offset as --export prints", path)
+		return nil, fmt.Errorf("--from-file %q: no partitions in it; want CSV lines of topic,partition,offset as --export prints", path)
 	}
 	return lines, nil
 }
@@ -61,7 +61,7 @@ func parsePlan(r io.Reader) ([]fileLine, error) {
 			if errors.As(err, &pe) {
 				return nil, fmt.Errorf("line %d: %v; %s", pe.StartLine, pe.Err, want)
 			}
-			return nil, fmt.Errorf(": %w", err)
+			return nil, fmt.Errorf("read: %w", err)
 		}
 		line, _ := cr.FieldPos(0)
 		for i := range rec {

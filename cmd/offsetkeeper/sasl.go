@@ -36,10 +36,12 @@ func (a kafkaAuth) applyFetch(k *replica.Kafka) {
 	}
 }
 
-// kafkaAuth returns the Kafka settings: none before validate.
+// kafkaAuth returns the Kafka settings validate built. Called before
+// validate it panics rather than answer "no TLS, no SASL": a client built
+// so would dial Kafka without the credentials it was given.
 func (s *securityFlags) kafkaAuth() kafkaAuth {
 	if s.built == nil {
-		return kafkaAuth{}
+		panic("kafkaAuth before validate: the security flags are not read yet")
 	}
 	return s.built.kafka
 }
