@@ -142,4 +142,3 @@ func planSortedPartitions(partitions []Partition) []Partition {
 	slices.SortFunc(sorted, Partition.Compare)
 	return slices.Compact(sorted)
 }
-

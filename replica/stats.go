@@ -39,10 +39,10 @@ type Stats struct {
 // partitions and the session loop; the rest comes from the coordinator and
 // the sink.
 type counters struct {
-	records, blocks, commits, rollbacks, fenced  atomic.Int64
-	offsetsChanged, offsetResets atomic.Int64
-	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
-	claims, rebalances, sessions                 atomic.Int64
+	records, blocks, commits, rollbacks, fenced atomic.Int64
+	offsetsChanged, offsetResets                atomic.Int64
+	sinkErrors, sinkCalls, oversizedBatches     atomic.Int64
+	claims, rebalances, sessions                atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {

@@ -64,7 +64,6 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	}, nil
 }
 
-
 // Addr is the bootstrap brokers, as kafka-go requests take them.
 func (c *Client) Addr() net.Addr { return c.addr }
 
@@ -72,7 +71,6 @@ func (c *Client) Addr() net.Addr { return c.addr }
 // package has no function of its own for (OffsetCommit, OffsetFetch).
 // Its Timeout is Config.RequestTimeout.
 func (c *Client) Kafka() *kafkago.Client { return c.client }
-
 
 // Close ends the transport's goroutines and its connections. It is
 // idempotent; requests fail afterwards.
