@@ -53,7 +53,7 @@ func TestParseURL(t *testing.T) {
 func TestParseURLErrors(t *testing.T) {
 	for _, tc := range []struct{ url, says string }{
 		{"mysql://db/app?group=g", "want postgres://"},
-		{"postgres://db/app?group=g&mode=wide", "want raw or columns"},
+		{"postgres://db/app?group=g&mode=wide", "want one of raw, columns, upsert"},
 		{"postgres://db/app?group=g&table=a.b.c", "schema.table"},
 		{"postgres://db/app?group=g&table=", "schema.table"},
 		{"postgres://db/app?group=g&table=" + strings.Repeat("x", 64), "1 to 63"},
