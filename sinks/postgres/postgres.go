@@ -176,7 +176,7 @@ type Sink struct {
 	life   sync.RWMutex
 	closed bool
 
-	key  keyPlan // upsert mode's
+	key keyPlan // upsert mode's
 
 	deadLetters atomic.Int64
 	ignored     atomic.Int64

@@ -45,8 +45,10 @@ func kvBlock(topic string, partition int, epoch, from int64, recs ...kv) *sinks.
 }
 
 // upd and del are kv records with a JSON object key {"id": id}.
-func upd(id int, v string) kv { return kv{key: fmt.Sprintf(`{"id":%d}`, id), value: fmt.Sprintf(`{"v":%q}`, v)} }
-func del(id int) kv           { return kv{key: fmt.Sprintf(`{"id":%d}`, id), tombstone: true} }
+func upd(id int, v string) kv {
+	return kv{key: fmt.Sprintf(`{"id":%d}`, id), value: fmt.Sprintf(`{"v":%q}`, v)}
+}
+func del(id int) kv { return kv{key: fmt.Sprintf(`{"id":%d}`, id), tombstone: true} }
 
 // table reads a two-column table as "id=v" in id order.
 func table(t *testing.T, conn *pgx.Conn, sql string) string {
@@ -112,7 +114,7 @@ func TestUpsertSameKeyInBlock(t *testing.T) {
 	write(t, s, kvBlock("kv", 0, 1, 0,
 		upd(1, "a"), upd(2, "a"), upd(1, "b"), upd(3, "a"), del(2), upd(1, "c"), // 1 ends updated, 2 deleted
 		upd(4, "a"), del(4), upd(4, "b"), // 4: a tombstone in the middle
-		del(5), // a key the table does not hold
+		del(5),                           // a key the table does not hold
 		upd(6, "a"), upd(6, "b"), del(6), // ends with a tombstone
 	))
 	if got, want := kvRows(t, conn, n), "1=c 3=a 4=b"; got != want {
