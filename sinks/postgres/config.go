@@ -251,8 +251,8 @@ func parseURL(raw string) (config, error) {
 }
 
 // checkUpsert checks the upsert parameters against the mode and each
-// other, and sets deletes' default: true, unless key_from=value leaves
-// tombstones nothing to delete by.
+// other, and sets deletes' default: true, unless key_from=value without
+// envelope=debezium leaves nothing to delete by.
 func (c *config) checkUpsert() error {
 	if c.mode != Upsert {
 		for _, p := range upsertParams {
@@ -262,11 +262,12 @@ func (c *config) checkUpsert() error {
 		}
 		return nil
 	}
+	canDelete := c.keyFrom == FromKey || c.envelope == Debezium // by the key, or by Debezium's before
 	if !c.given[paramDeletes] {
-		c.deletes = true
+		c.deletes = canDelete
 		return nil
 	}
-	if c.deletes && c.keyFrom == FromValue && c.envelope != Debezium {
+	if c.deletes && !canDelete {
 		return fmt.Errorf("%w: %s=true with %s=value: a tombstone has no value to take the key from; "+
 			"want %s=key to delete by the record key, or %s=false (tombstones are then ignored and counted)",
 			ErrURL, paramDeletes, paramKeyFrom, paramKeyFrom, paramDeletes)
