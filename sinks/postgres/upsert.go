@@ -117,30 +117,43 @@ ORDER BY c.contype, c.conname`, oid)
 }
 
 // planUpsert builds upsert mode's statement for the staged rows [$1, $2).
-// It merges them by key first (DISTINCT ON the key columns as their types
-// read them, the last by ord winning), so that no statement touches a row
-// twice; deletes the keys whose last record is a delete; and inserts the
-// others, updating the row of a key the table holds. The rows go in key
-// order, so that concurrent writers lock the rows they share in one order.
+// Each staged row is read once (json_populate_record of the key, and of
+// the value), then merged by key (DISTINCT ON the key columns as their
+// types read them, the last by ord winning), so that no statement touches
+// a row twice. The keys whose last record is a delete are deleted, the
+// others inserted, or updated where the table holds the key. The rows go
+// in key order, so that concurrent writers lock the rows they share in one
+// order.
 func planUpsert(t pgx.Identifier, cols []column, key keyPlan) string {
 	tab := t.Sanitize()
+	keyAlias := map[string]string{}
 	var keyCols, keyAliases, distinct, match, order []string
 	for i, k := range key.cols {
 		q := pgx.Identifier{k}.Sanitize()
 		alias := pgx.Identifier{fmt.Sprintf("?k%d", i)}.Sanitize()
+		keyAlias[k] = alias
 		keyCols = append(keyCols, q)
 		keyAliases = append(keyAliases, "kr."+q+" AS "+alias)
 		distinct = append(distinct, "kr."+q)
 		match = append(match, "t."+q+" = m."+alias)
 		order = append(order, "s."+alias)
 	}
-	isKey := map[string]bool{}
-	for _, k := range key.cols {
-		isKey[k] = true
-	}
-	var set []string
+	// A column takes its key column, its field of the record (meta), its
+	// field of the value, or its default where the value has no such field.
+	var names, exprs, set []string
+	var defaults bool
 	for _, c := range cols {
-		if !isKey[c.raw] && !c.serial {
+		expr := "r." + c.name
+		switch {
+		case keyAlias[c.raw] != "":
+			expr = "s." + keyAlias[c.raw]
+		case c.meta:
+			expr = metaColumns[c.raw]
+		case c.def != "":
+			expr, defaults = `CASE WHEN s."?v" ? `+quoteLiteral(c.raw)+" THEN r."+c.name+" ELSE "+c.def+" END", true
+		}
+		names, exprs = append(names, c.name), append(exprs, expr)
+		if keyAlias[c.raw] == "" && !c.serial {
 			set = append(set, c.name+" = excluded."+c.name)
 		}
 	}
@@ -148,22 +161,26 @@ func planUpsert(t pgx.Identifier, cols []column, key keyPlan) string {
 	if len(set) > 0 {
 		action = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
-	names, exprs := namesAndExprs(cols)
+	fields := ""
+	if defaults {
+		fields = `, s.v::jsonb AS "?v"`
+	}
 	return `WITH m AS (
-	SELECT DISTINCT ON (` + strings.Join(distinct, ", ") + `) s.ord, s.topic, s.partition, s."offset", s.key, s."timestamp", s.k, s.v, ` + strings.Join(keyAliases, ", ") + `
+	SELECT DISTINCT ON (` + strings.Join(distinct, ", ") + `)
+		s.topic, s.partition, s."offset", s.key, s."timestamp", s.v IS NULL AS "?delete", r AS "?r", ` + strings.Join(keyAliases, ", ") + fields + `
 	FROM ` + stageUpsert + ` s
-	CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, s.k::jsonb) kr
+	CROSS JOIN LATERAL json_populate_record(NULL::` + tab + `, s.k::json) kr
+	CROSS JOIN LATERAL json_populate_record(NULL::` + tab + `, s.v::json) r
 	WHERE s.ord >= $1 AND s.ord < $2
 	ORDER BY ` + strings.Join(distinct, ", ") + `, s.ord DESC
 ), gone AS (
-	DELETE FROM ` + tab + ` AS t USING m WHERE m.v IS NULL AND ` + strings.Join(match, " AND ") + `
+	DELETE FROM ` + tab + ` AS t USING m WHERE m."?delete" AND ` + strings.Join(match, " AND ") + `
 )
 INSERT INTO ` + tab + ` AS t (` + strings.Join(names, ", ") + `)
 SELECT ` + strings.Join(exprs, ", ") + `
 FROM m s
-CROSS JOIN LATERAL (SELECT s.v::jsonb || s.k::jsonb AS v) j
-CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, j.v) r
-WHERE s.v IS NOT NULL
+CROSS JOIN LATERAL (SELECT (s."?r").*) r
+WHERE NOT s."?delete"
 ORDER BY ` + strings.Join(order, ", ") + `
 ON CONFLICT (` + strings.Join(keyCols, ", ") + `) ` + action
 }
