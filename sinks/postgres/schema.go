@@ -83,14 +83,18 @@ const createStageRaw = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageRaw + ` (
 	headers jsonb NOT NULL
 ) ON COMMIT DELETE ROWS`
 
-const createStageCols = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageCols + ` (
-	ord integer NOT NULL,
+// stagedRecordColumns are the columns a staging table of columns or upsert
+// mode keeps of each record, ord (its place in the write) first.
+const stagedRecordColumns = `	ord integer NOT NULL,
 	topic text NOT NULL,
 	partition integer NOT NULL,
 	"offset" bigint NOT NULL,
 	key bytea,
 	"timestamp" timestamptz NOT NULL,
-	value text NOT NULL
+`
+
+const createStageCols = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageCols + ` (
+` + stagedRecordColumns + `	value text NOT NULL
 ) ON COMMIT DELETE ROWS`
 
 var stageRawColumns = []string{"ord", "topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}

@@ -17,13 +17,7 @@ import (
 const stageUpsert = "offsetkeeper_stage_upsert"
 
 const createStageUpsert = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageUpsert + ` (
-	ord integer NOT NULL,
-	topic text NOT NULL,
-	partition integer NOT NULL,
-	"offset" bigint NOT NULL,
-	key bytea,
-	"timestamp" timestamptz NOT NULL,
-	k text NOT NULL,
+` + stagedRecordColumns + `	k text NOT NULL,
 	v text
 ) ON COMMIT DELETE ROWS`
 
