@@ -1,0 +1,178 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+)
+
+// upsertBatch is how many records the plain upsert applies per statement.
+const upsertBatch = 1000
+
+// BenchmarkPostgresUpsertVsInsertOnConflict loads a compacted topic's
+// stream into kfake once (keyedRecords: 200,000 updates over 20,000 keys,
+// one in ten a tombstone, values of about 100 bytes, 8 partitions by the
+// key's hash), then measures in the same run, each from an empty table of
+// kvTable's shape:
+//   - plain: one pgx connection applies the records in the order produced,
+//     in batches of 1,000; within a batch the last record of each key wins
+//     (one INSERT cannot affect a row twice), the live ones go in with one
+//     INSERT ... SELECT FROM unnest(...) ON CONFLICT (id) DO UPDATE, the
+//     tombstones' keys are deleted with one DELETE, both in one implicit
+//     transaction (a pgx batch, one round trip);
+//   - replica: a replica delivering them from Kafka through the postgres
+//     sink in upsert mode: one transaction per round of blocks with the
+//     offsets rows, an etcd commit per block.
+//
+// Both tables must end as lastValues says (checked outside the timing). It
+// reports rows/s (records applied) of both and replica/plain; the etcd
+// write transactions of a replica run; and this process's CPU seconds in
+// each, the replica's including kfake's and etcd's, which run in-process
+// (PostgreSQL's are not counted). -short: 20,000 updates over 2,000 keys.
+//
+//	go test -run '^$' -bench PostgresUpsertVsInsertOnConflict -benchtime 1x ./integration/
+func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
+	const parts = 8
+	updates, keys := 200_000, 20_000
+	if testing.Short() {
+		updates, keys = 20_000, 2_000
+	}
+	pg := harness.StartPostgres(b)
+	etcd := harness.StartEtcd(b, 1)
+	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	recs := keyedRecords(rand.New(rand.NewPCG(12, 12)), "bench", updates, keys, 70)
+	cl := keyedProducer(b, k.Brokers())
+	for i := 0; i < len(recs); i += 10_000 {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := cl.ProduceSync(ctx, recs[i:min(i+10_000, len(recs))]...).FirstErr()
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	want, _ := lastValues(b, recs)
+
+	// The plain side's input, decoded before the clock starts, as the
+	// replica's records are in Kafka before its clock starts.
+	type op struct {
+		id  int64
+		v   string
+		del bool
+	}
+	ops := make([]op, len(recs))
+	for i, r := range recs {
+		ops[i] = op{id: keyID(b, string(r.Key)), del: r.Value == nil}
+		if r.Value != nil {
+			var v struct{ V string }
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				b.Fatal(err)
+			}
+			ops[i].v = v.V
+		}
+	}
+	ctx := context.Background()
+
+	var plainTime, replicaTime, plainCPU, replicaCPU time.Duration
+	var txns int64
+	round := 0
+	for b.Loop() {
+		round++
+		table := fmt.Sprintf("plain_%d", round)
+		pg.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, kvTable))
+		conn, err := pgx.Connect(ctx, pg.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		upsert := fmt.Sprintf(`INSERT INTO %s (id, v) SELECT * FROM unnest($1::bigint[], $2::text[])
+			ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`, table)
+		del := fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1)`, table)
+		cpu0 := processCPU(b)
+		start := time.Now()
+		last := map[int64]int{}
+		for i := 0; i < len(ops); i += upsertBatch {
+			clear(last)
+			batch := ops[i:min(i+upsertBatch, len(ops))]
+			for j, o := range batch {
+				last[o.id] = j
+			}
+			var ids, dels []int64
+			var vs []string
+			for j, o := range batch {
+				switch {
+				case last[o.id] != j:
+				case o.del:
+					dels = append(dels, o.id)
+				default:
+					ids, vs = append(ids, o.id), append(vs, o.v)
+				}
+			}
+			var pb pgx.Batch
+			if len(ids) > 0 {
+				pb.Queue(upsert, ids, vs)
+			}
+			if len(dels) > 0 {
+				pb.Queue(del, dels)
+			}
+			if err := conn.SendBatch(ctx, &pb).Close(); err != nil {
+				b.Fatalf("plain upsert of records %d to %d: %v", i, i+len(batch), err)
+			}
+		}
+		plainTime += time.Since(start)
+		plainCPU += processCPU(b) - cpu0
+		_ = conn.Close(ctx)
+
+		// A new group starts from the earliest offset.
+		group := fmt.Sprintf("bench-%d", round)
+		pg.Exec(b, fmt.Sprintf(`CREATE TABLE up_%d %s`, round, kvTable))
+		url := fmt.Sprintf("%s&group=%s&mode=upsert&table=up_%d&offsets_table=offsets_%d&dead_letter_table=dead_%d",
+			pg.URL(), group, round, round, round)
+		sink, err := postgres.New(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cli := etcd.Client(b)
+		rev0 := harness.EtcdRevision(b, cli)
+		cpu0 = processCPU(b)
+		// A Write that returned has committed its transaction: the rows
+		// are in PostgreSQL.
+		replicaTime += drainTimed(b, cli, k.Brokers(), group, sink, func(s replica.Stats) bool { return s.Records >= int64(updates) })
+		replicaCPU += processCPU(b) - cpu0
+		txns += harness.EtcdRevision(b, cli) - rev0
+		_ = sink.Close()
+
+		for _, t := range []string{table, fmt.Sprintf("up_%d", round)} {
+			if d := want.diff(readKV(b, pg.URL(), t)); len(d) > 0 {
+				b.Fatalf("table %s is not the last value of every key:\n%s", t, strings.Join(d, "\n"))
+			}
+		}
+	}
+	n := float64(round)
+	plain := float64(updates) * n / plainTime.Seconds()
+	rep := float64(updates) * n / replicaTime.Seconds()
+	b.ReportMetric(plain, "plain-rows/s")
+	b.ReportMetric(rep, "replica-rows/s")
+	b.ReportMetric(rep/plain, "ratio")
+	b.ReportMetric(float64(txns)/n, "etcd-txns")
+	b.ReportMetric(plainCPU.Seconds()/n, "plain-cpu-s")
+	b.ReportMetric(replicaCPU.Seconds()/n, "replica-cpu-s")
+}
+
+// processCPU is the user plus system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	d, err := harness.ProcCPU(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
