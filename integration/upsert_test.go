@@ -187,7 +187,7 @@ func TestPostgresUpsertCompactedStreamUnderSIGKILL(t *testing.T) {
 
 	var procs, all []*harness.Process
 	startOne := func() {
-		p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url, "--http-addr", "127.0.0.1:0")
+		p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url)
 		procs = append(procs, p)
 		all = append(all, p)
 	}
