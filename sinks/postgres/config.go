@@ -45,19 +45,75 @@ const (
 	// Columns fills the columns of an existing table from the fields of
 	// the record's JSON value.
 	Columns
+	// Upsert keeps an existing table with a primary key (or the unique
+	// constraint named by conflict=) equal to the records' last value per
+	// key: a record's row is found by its key and inserted or updated, a
+	// tombstone deletes it.
+	Upsert
 )
 
-var modeNames = enum.New[Mode]("mode", "raw", "columns")
+var modeNames = enum.New[Mode]("mode", "raw", "columns", "upsert")
 
-// String returns the mode's name in the URL: raw or columns.
+// String returns the mode's name in the URL: raw, columns or upsert.
 func (m Mode) String() string { return modeNames.String(m) }
 
 // MarshalText implements encoding.TextMarshaler with the mode's name.
 func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
 
-// UnmarshalText implements encoding.TextUnmarshaler: raw or columns, case
-// folded.
+// UnmarshalText implements encoding.TextUnmarshaler: raw, columns or
+// upsert, case folded.
 func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }
+
+// KeyFrom is where upsert mode finds a record's key columns (key_from=).
+type KeyFrom int
+
+const (
+	// FromKey takes the key columns from the Kafka record key: a JSON
+	// object gives them by name, anything else is the one key column's
+	// value. The default. A tombstone deletes the row of its key.
+	FromKey KeyFrom = iota
+	// FromValue takes the key columns from the fields of the value (for
+	// envelope=debezium: of after, or of before for a delete). A tombstone
+	// has no value to take them from, so it cannot delete: it is ignored
+	// and counted (IgnoredTombstones).
+	FromValue
+)
+
+var keyFromNames = enum.New[KeyFrom]("key_from", "key", "value")
+
+// String returns the name in the URL: key or value.
+func (k KeyFrom) String() string { return keyFromNames.String(k) }
+
+// MarshalText implements encoding.TextMarshaler with the name.
+func (k KeyFrom) MarshalText() ([]byte, error) { return keyFromNames.Marshal(k) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: key or value, case
+// folded.
+func (k *KeyFrom) UnmarshalText(b []byte) error { return keyFromNames.Unmarshal(k, b) }
+
+// Envelope is what wraps the row in a record's value (envelope=).
+type Envelope int
+
+const (
+	// NoEnvelope: the value is the row, a JSON object. The default.
+	NoEnvelope Envelope = iota
+	// Debezium: the value is a Debezium change event, with or without the
+	// JsonConverter's schema/payload wrapper: op c, r and u upsert after,
+	// op d deletes by before (or by the key). Upsert mode only.
+	Debezium
+)
+
+var envelopeNames = enum.New[Envelope]("envelope", "none", "debezium")
+
+// String returns the name in the URL: none or debezium.
+func (e Envelope) String() string { return envelopeNames.String(e) }
+
+// MarshalText implements encoding.TextMarshaler with the name.
+func (e Envelope) MarshalText() ([]byte, error) { return envelopeNames.Marshal(e) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: none or debezium,
+// case folded.
+func (e *Envelope) UnmarshalText(b []byte) error { return envelopeNames.Unmarshal(e, b) }
 
 // Sink options carried as query parameters of the URL; they are removed
 // before the rest of the URL goes to pgx.
@@ -68,9 +124,19 @@ const (
 	paramOffsets      = "offsets_table"
 	paramDeadLetters  = "dead_letter_table"
 	paramRetryTimeout = "retry_timeout"
+
+	// Upsert mode's.
+	paramConflict = "conflict"
+	paramKeyFrom  = "key_from"
+	paramDeletes  = "deletes"
+	paramEnvelope = "envelope"
 )
 
-var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout}
+var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout,
+	paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
+
+// upsertParams are the parameters only upsert mode takes.
+var upsertParams = []string{paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
 
 // ErrURL is wrapped by every error about the URL or an option.
 var ErrURL = errors.New("bad postgres sink URL")
@@ -98,6 +164,13 @@ type config struct {
 	deadLetters  pgx.Identifier
 	retryTimeout time.Duration
 	log          *zap.Logger
+
+	// Upsert mode's; given records which of them the URL set.
+	conflict string // the unique constraint; "" for the primary key
+	keyFrom  KeyFrom
+	deletes  bool // tombstones (and Debezium's deletes) delete
+	envelope Envelope
+	given    map[string]bool
 }
 
 // ValidateURL checks a sink URL without connecting: the scheme, the sink
@@ -144,6 +217,7 @@ func parseURL(raw string) (config, error) {
 	// sink's reaches pgx exactly as written.
 	var keep []string
 	seen := map[string]bool{}
+	c.given = seen
 	if u.RawQuery != "" {
 		for _, kv := range strings.Split(u.RawQuery, "&") {
 			k, v, _ := strings.Cut(kv, "=")
@@ -170,7 +244,35 @@ func parseURL(raw string) (config, error) {
 	}
 	u.RawQuery = strings.Join(keep, "&")
 	c.connString = u.String()
+	if err := c.checkUpsert(); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// checkUpsert checks the upsert parameters against the mode and each
+// other, and sets deletes' default: true, unless key_from=value without
+// envelope=debezium leaves nothing to delete by.
+func (c *config) checkUpsert() error {
+	if c.mode != Upsert {
+		for _, p := range upsertParams {
+			if c.given[p] {
+				return fmt.Errorf("%w: %s= is for mode=upsert, not mode=%s", ErrURL, p, c.mode)
+			}
+		}
+		return nil
+	}
+	canDelete := c.keyFrom == FromKey || c.envelope == Debezium // by the key, or by Debezium's before
+	if !c.given[paramDeletes] {
+		c.deletes = canDelete
+		return nil
+	}
+	if c.deletes && !canDelete {
+		return fmt.Errorf("%w: %s=true with %s=value: a tombstone has no value to take the key from; "+
+			"want %s=key to delete by the record key, or %s=false (tombstones are then ignored and counted)",
+			ErrURL, paramDeletes, paramKeyFrom, paramKeyFrom, paramDeletes)
+	}
+	return nil
 }
 
 func isSinkParam(k string) bool {
@@ -199,9 +301,35 @@ func (c *config) set(key, val string) error {
 	case paramMode:
 		m, perr := modeNames.Parse(val)
 		if perr != nil {
-			return fmt.Errorf("%w: %s=%q: want raw or columns", ErrURL, key, val)
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, modeNames.List())
 		}
 		c.mode = m
+	case paramConflict:
+		if val == "" || len(val) > 63 || strings.ContainsRune(val, 0) {
+			return fmt.Errorf("%w: %s=%q: want the name of a unique constraint of the table, 1 to 63 bytes", ErrURL, key, val)
+		}
+		c.conflict = val
+	case paramKeyFrom:
+		k, perr := keyFromNames.Parse(val)
+		if perr != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, keyFromNames.List())
+		}
+		c.keyFrom = k
+	case paramEnvelope:
+		e, perr := envelopeNames.Parse(val)
+		if perr != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, envelopeNames.List())
+		}
+		c.envelope = e
+	case paramDeletes:
+		switch strings.ToLower(strings.TrimSpace(val)) {
+		case "true":
+			c.deletes = true
+		case "false":
+			c.deletes = false
+		default:
+			return fmt.Errorf("%w: %s=%q: want true or false", ErrURL, key, val)
+		}
 	case paramRetryTimeout:
 		d, perr := time.ParseDuration(val)
 		if perr != nil || d < 0 || d > MaxRetryTimeout {

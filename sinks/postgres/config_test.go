@@ -53,7 +53,7 @@ func TestParseURL(t *testing.T) {
 func TestParseURLErrors(t *testing.T) {
 	for _, tc := range []struct{ url, says string }{
 		{"mysql://db/app?group=g", "want postgres://"},
-		{"postgres://db/app?group=g&mode=wide", "want raw or columns"},
+		{"postgres://db/app?group=g&mode=wide", "want one of raw, columns, upsert"},
 		{"postgres://db/app?group=g&table=a.b.c", "schema.table"},
 		{"postgres://db/app?group=g&table=", "schema.table"},
 		{"postgres://db/app?group=g&table=" + strings.Repeat("x", 64), "1 to 63"},
@@ -112,5 +112,77 @@ func TestModeNames(t *testing.T) {
 	}
 	if b, err := Raw.MarshalText(); err != nil || string(b) != "raw" {
 		t.Errorf("MarshalText(Raw) = %s, %v", b, err)
+	}
+}
+
+func TestParseUpsertURL(t *testing.T) {
+	for _, tc := range []struct {
+		query    string
+		conflict string
+		keyFrom  KeyFrom
+		deletes  bool
+		envelope Envelope
+	}{
+		{"mode=upsert", "", FromKey, true, NoEnvelope},
+		{"mode=upsert&deletes=false", "", FromKey, false, NoEnvelope},
+		{"mode=upsert&key_from=value", "", FromValue, false, NoEnvelope}, // tombstones cannot delete
+		{"mode=upsert&key_from=value&deletes=false", "", FromValue, false, NoEnvelope},
+		{"mode=upsert&key_from=%20Value&envelope=Debezium", "", FromValue, true, Debezium}, // deletes by before
+		{"mode=upsert&key_from=value&envelope=debezium&deletes=true", "", FromValue, true, Debezium},
+		{"mode=upsert&conflict=by_code&key_from=key&deletes=TRUE&envelope=none", "by_code", FromKey, true, NoEnvelope},
+	} {
+		c, err := parseURL("postgres://db/app?group=g&" + tc.query)
+		if err != nil {
+			t.Errorf("%s: %v", tc.query, err)
+			continue
+		}
+		got := []any{c.mode, c.conflict, c.keyFrom, c.deletes, c.envelope}
+		want := []any{Upsert, tc.conflict, tc.keyFrom, tc.deletes, tc.envelope}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: got %v, want %v", tc.query, got, want)
+				break
+			}
+		}
+	}
+}
+
+func TestParseUpsertURLErrors(t *testing.T) {
+	for _, tc := range []struct{ query, says string }{
+		{"mode=upsert&key_from=header", `key_from="header": want one of key, value`},
+		{"mode=upsert&deletes=yes", `deletes="yes": want true or false`},
+		{"mode=upsert&envelope=maxwell", `envelope="maxwell": want one of none, debezium`},
+		{"mode=upsert&conflict=", `conflict="": want the name of a unique constraint`},
+		{"mode=upsert&conflict=" + strings.Repeat("c", 64), "1 to 63"},
+		{"mode=upsert&key_from=value&deletes=true", "deletes=true with key_from=value"},
+		{"mode=columns&envelope=debezium", "envelope= is for mode=upsert, not mode=columns"},
+		{"key_from=value", "key_from= is for mode=upsert, not mode=raw"},
+		{"mode=columns&conflict=c", "conflict= is for mode=upsert"},
+		{"mode=columns&deletes=false", "deletes= is for mode=upsert"},
+		{"mode=upsert&deletes=true&deletes=false", "twice"},
+	} {
+		_, err := parseURL("postgres://db/app?group=g&" + tc.query)
+		if !errors.Is(err, ErrURL) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want ErrURL saying %q", tc.query, err, tc.says)
+		}
+	}
+}
+
+func TestUpsertNames(t *testing.T) {
+	for _, tc := range []struct {
+		v    interface{ MarshalText() ([]byte, error) }
+		want string
+	}{{Upsert, "upsert"}, {FromKey, "key"}, {FromValue, "value"}, {NoEnvelope, "none"}, {Debezium, "debezium"}} {
+		if b, err := tc.v.MarshalText(); err != nil || string(b) != tc.want {
+			t.Errorf("MarshalText(%v) = %s, %v; want %s", tc.v, b, err, tc.want)
+		}
+	}
+	var k KeyFrom
+	if err := k.UnmarshalText([]byte("VALUE")); err != nil || k != FromValue {
+		t.Errorf("UnmarshalText(VALUE) = %v, %v", k, err)
+	}
+	var e Envelope
+	if err := e.UnmarshalText([]byte("cdc")); err == nil {
+		t.Error("UnmarshalText(cdc): nil")
 	}
 }

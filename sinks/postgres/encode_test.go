@@ -96,3 +96,71 @@ func TestHeadersRoundTrip(t *testing.T) {
 		t.Errorf("headers are HTML-escaped: %s", enc)
 	}
 }
+
+func TestDebeziumEvent(t *testing.T) {
+	for _, tc := range []struct {
+		in, op, before, after string
+		tombstone             bool
+		says                  string
+	}{
+		{in: `{"before":null,"after":{"id":1},"op":"c"}`, op: "c", after: `{"id":1}`},
+		{in: `{"schema":{},"payload":{"before":{"id":1},"after":null,"op":"d"}}`, op: "d", before: `{"id":1}`},
+		{in: `{"schema":{"type":"struct"},"payload":null}`, tombstone: true},
+		{in: `{"after":{"id":1},"op":"r","source":{"snapshot":"true"}}`, op: "r", after: `{"id":1}`},
+		{in: `{"after":null,"op":"u"}`, says: `op "u" without after`},
+		{in: `{"after":{"id":1}}`, says: `no "op"`},
+		{in: `{"op":"t"}`, says: `op "t" is not applied`},
+		{in: `{"op":1}`, says: "debezium event"},
+		{in: `[1]`, says: "JSON array"},
+		{in: `nope`, says: "not JSON"},
+	} {
+		ev, why := debeziumEvent([]byte(tc.in))
+		if tc.says != "" {
+			if !strings.Contains(why, tc.says) {
+				t.Errorf("debeziumEvent(%s): %q, want it to say %q", tc.in, why, tc.says)
+			}
+			continue
+		}
+		if why != "" || ev.op != tc.op || string(ev.before) != tc.before || string(ev.after) != tc.after || ev.tombstone != tc.tombstone {
+			t.Errorf("debeziumEvent(%s) = %+v, %q", tc.in, ev, why)
+		}
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	one := keyPlan{cols: []string{"id"}, fields: [][]byte{[]byte(`"id"`)}}
+	two := keyPlan{cols: []string{"a", "b"}, fields: [][]byte{[]byte(`"a"`), []byte(`"b"`)}}
+	for _, tc := range []struct {
+		p          keyPlan
+		key        []byte
+		unwrap     bool
+		want, says string
+	}{
+		{p: one, key: []byte(`123`), want: `{"id":"123"}`},
+		{p: one, key: []byte(` "a\"b" `), want: `{"id":"a\"b"}`},
+		{p: one, key: []byte(`user-42`), want: `{"id":"user-42"}`},
+		{p: one, key: []byte(`{"id":7,"other":1}`), want: `{"id":7}`},
+		{p: one, key: []byte(`{"schema":{},"payload":{"id":7}}`), unwrap: true, want: `{"id":7}`},
+		{p: one, key: []byte(`{"schema":{},"payload":{"id":7}}`), says: `no field "id"`},
+		{p: two, key: []byte(`{"b":2,"a":1}`), want: `{"a":1,"b":2}`},
+		{p: two, key: []byte(`1`), says: "2 columns (a, b)"},
+		{p: one, key: nil, says: "no key"},
+		{p: one, key: []byte{}, says: "empty"},
+		{p: one, key: []byte("\xff"), says: "UTF-8"},
+		{p: one, key: []byte(`null`), says: "JSON null"},
+		{p: one, key: []byte(`[1]`), says: "JSON array"},
+		{p: one, key: []byte(`{"id":null}`), says: "is null"},
+		{p: one, key: []byte(`{"id":`), says: "not a JSON object"},
+	} {
+		got, why := tc.p.fromKey(tc.key, tc.unwrap)
+		if tc.says != "" {
+			if !strings.Contains(why, tc.says) {
+				t.Errorf("fromKey(%q): %q, want it to say %q", tc.key, why, tc.says)
+			}
+			continue
+		}
+		if why != "" || string(got) != tc.want {
+			t.Errorf("fromKey(%q) = %s, %q; want %s", tc.key, got, why, tc.want)
+		}
+	}
+}

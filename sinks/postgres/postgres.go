@@ -176,7 +176,10 @@ type Sink struct {
 	life   sync.RWMutex
 	closed bool
 
+	key keyPlan // upsert mode's
+
 	deadLetters atomic.Int64
+	ignored     atomic.Int64
 	retries     atomic.Int64
 }
 
@@ -200,8 +203,11 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 		return nil, fmt.Errorf("%w: %w", ErrURL, err)
 	}
 	stage := createStageRaw
-	if c.mode == Columns {
+	switch c.mode {
+	case Columns:
 		stage = createStageCols
+	case Upsert:
+		stage = createStageUpsert
 	}
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, stage); err != nil {
@@ -228,14 +234,24 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
 		return err
 	}
-	var cols string
-	if s.cfg.mode == Columns {
+	var cols, upsert string
+	switch s.cfg.mode {
+	case Columns:
 		var err error
 		if cols, err = planColumns(ctx, s.pool, s.cfg.table); err != nil {
 			return err
 		}
+	case Upsert:
+		oid, columns, err := readColumns(ctx, s.pool, s.cfg.table, Upsert)
+		if err != nil {
+			return err
+		}
+		if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, columns); err != nil {
+			return err
+		}
+		upsert = planUpsert(s.cfg.table, columns, s.key)
 	}
-	s.sql = buildStatements(&s.cfg, cols)
+	s.sql = buildStatements(&s.cfg, cols, upsert)
 	return nil
 }
 
@@ -248,6 +264,11 @@ func (s *Sink) Mode() Mode { return s.cfg.mode }
 // DeadLetters counts the records this sink moved to the dead-letter table,
 // in writes that committed.
 func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
+
+// IgnoredTombstones counts the tombstones upsert mode left out, in writes
+// that committed: all of them with deletes=false, and with key_from=value
+// those that have no value to find their row by.
+func (s *Sink) IgnoredTombstones() int64 { return s.ignored.Load() }
 
 // Retries counts the attempts that Write and WriteBlocks made again after
 // losing their connection.
@@ -330,6 +351,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 					continue
 				}
 				s.deadLetters.Add(int64(len(w.dead)))
+				s.ignored.Add(int64(w.ignored))
 			}
 			return errs
 		case ctx.Err() != nil:

@@ -125,25 +125,31 @@ var metaColumns = map[string]string{
 	"kafka_timestamp": `s."timestamp"`,
 }
 
-// column is one column of a columns-mode table as the insert fills it.
+// column is one column of a columns-mode or upsert-mode table as the
+// insert fills it.
 type column struct {
-	name string
+	raw  string // the name as the catalog has it
+	name string // quoted
 	expr string
+	// serial: the column's default takes the next value of a sequence (an
+	// identity or a serial column). An upsert leaves it as it is on update.
+	serial bool
+	meta   bool // filled from the record (metaColumns), not its value
 }
 
-// planColumns reads the table's columns and builds the INSERT that fills
-// them from the staged values. A column whose name is a field of the value
-// takes the field, converted to the column's type by jsonb_populate_record
-// (so by the type's input function: "2024-05-01" fills a date, 42 a text);
-// a field that is absent leaves the column its default, or NULL; generated
+// readColumns reads the columns of an existing table the insert can fill,
+// and the table's oid. A column whose name is a field of the value takes
+// the field, converted to the column's type by jsonb_populate_record (so
+// by the type's input function: "2024-05-01" fills a date, 42 a text); a
+// field that is absent leaves the column its default, or NULL; generated
 // columns and GENERATED ALWAYS identities are left to PostgreSQL.
-func planColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier) (string, error) {
+func readColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier, mode Mode) (uint32, []column, error) {
 	var oid *uint32
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, t.Sanitize()).Scan(&oid); err != nil {
-		return "", fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
+		return 0, nil, fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
 	}
 	if oid == nil {
-		return "", fmt.Errorf("table %s does not exist: columns mode fills an existing table", t.Sanitize())
+		return 0, nil, fmt.Errorf("table %s does not exist: %s mode fills an existing table", t.Sanitize(), mode)
 	}
 	rows, err := pool.Query(ctx, `
 SELECT a.attname, a.attidentity::text, a.attgenerated::text,
@@ -154,14 +160,14 @@ LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, *oid, t.Sanitize())
 	if err != nil {
-		return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 	}
+	defer rows.Close()
 	var cols []column
 	for rows.Next() {
 		var name, identity, generated, def, seq string
 		if err := rows.Scan(&name, &identity, &generated, &def, &seq); err != nil {
-			rows.Close()
-			return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+			return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 		}
 		if generated != "" || identity == "a" {
 			continue
@@ -170,27 +176,32 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 			def = "nextval(" + quoteLiteral(seq) + "::regclass)"
 		}
 		q := pgx.Identifier{name}.Sanitize()
-		expr := "r." + q
+		c := column{raw: name, name: q, expr: "r." + q, serial: seq != ""}
 		switch {
 		case metaColumns[name] != "":
-			expr = metaColumns[name]
+			c.expr, c.meta = metaColumns[name], true
 		case def != "":
-			expr = "CASE WHEN j.v ? " + quoteLiteral(name) + " THEN r." + q + " ELSE " + def + " END"
+			c.expr = "CASE WHEN j.v ? " + quoteLiteral(name) + " THEN r." + q + " ELSE " + def + " END"
 		}
-		cols = append(cols, column{name: q, expr: expr})
+		cols = append(cols, c)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 	}
 	if len(cols) == 0 {
-		return "", errors.New("table " + t.Sanitize() + " has no column the sink can fill")
+		return 0, nil, errors.New("table " + t.Sanitize() + " has no column the sink can fill")
 	}
-	names := make([]string, len(cols))
-	exprs := make([]string, len(cols))
-	for i, c := range cols {
-		names[i], exprs[i] = c.name, c.expr
+	return *oid, cols, nil
+}
+
+// planColumns builds columns mode's INSERT, which fills the table's
+// columns (readColumns') from the staged values.
+func planColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier) (string, error) {
+	_, cols, err := readColumns(ctx, pool, t, Columns)
+	if err != nil {
+		return "", err
 	}
+	names, exprs := namesAndExprs(cols)
 	// $1 and $2: the staged rows [lo, hi).
 	return `INSERT INTO ` + t.Sanitize() + ` (` + strings.Join(names, ", ") + `)
 SELECT ` + strings.Join(exprs, ", ") + `
@@ -199,6 +210,15 @@ CROSS JOIN LATERAL (SELECT s.value::jsonb AS v) j
 CROSS JOIN LATERAL jsonb_populate_record(NULL::` + t.Sanitize() + `, j.v) r
 WHERE s.ord >= $1 AND s.ord < $2
 ORDER BY s.ord`, nil
+}
+
+func namesAndExprs(cols []column) (names, exprs []string) {
+	names = make([]string, len(cols))
+	exprs = make([]string, len(cols))
+	for i, c := range cols {
+		names[i], exprs[i] = c.name, c.expr
+	}
+	return names, exprs
 }
 
 func quoteLiteral(s string) string {

@@ -25,9 +25,10 @@ type statements struct {
 	deadLetter string
 	rawInsert  string // staged rows [$1, $2) → table, skipping rows already held; $3: value NULL
 	colsInsert string // staged rows [$1, $2) → table through jsonb_populate_record
+	upsert     string // staged changes [$1, $2) → table, merged by key (planUpsert)
 }
 
-func buildStatements(c *config, colsInsert string) statements {
+func buildStatements(c *config, colsInsert, upsert string) statements {
 	off := c.offsets.Sanitize()
 	return statements{
 		lock: `INSERT INTO ` + off + ` AS o ("group", topic, partition, next, epoch, generation)
@@ -49,6 +50,7 @@ WHERE s.ord >= $1 AND s.ord < $2
 ORDER BY s.ord
 ON CONFLICT (topic, partition, "offset") DO NOTHING`,
 		colsInsert: colsInsert,
+		upsert:     upsert,
 	}
 }
 
@@ -74,6 +76,13 @@ type blockWrite struct {
 	recs   []sinks.Record // the block's records the sink does not hold yet
 	next   int64          // the next offset to store
 	dead   []deadLetter
+
+	// Upsert mode's: changes[i] is what recs[i] does (recs then holds only
+	// the records that change the table); ignored counts the tombstones
+	// that do not delete, deletes the changes that are deletes.
+	changes []change
+	ignored int
+	deletes int
 }
 
 // plan decides from the locked offsets row what the block still has to
@@ -123,12 +132,18 @@ func (r *run) len() int { return r.starts[len(r.ws)] }
 
 // at returns the record at position i and its block.
 func (r *run) at(i int) (*blockWrite, *sinks.Record) {
+	w, j := r.index(i)
+	return w, &w.recs[j]
+}
+
+// index returns the block of position i and the record's index in its
+// recs.
+func (r *run) index(i int) (*blockWrite, int) {
 	k, found := slices.BinarySearch(r.starts, i)
 	if !found {
 		k--
 	}
-	w := r.ws[k]
-	return w, &w.recs[i-r.starts[k]]
+	return r.ws[k], i - r.starts[k]
 }
 
 // attempt is one try at a call: one transaction for all its blocks.
@@ -202,6 +217,8 @@ func (s *Sink) writeOnce(ctx context.Context, blocks []*sinks.Block) ([]*blockWr
 	switch s.cfg.mode {
 	case Raw:
 		err = a.raw(ctx, live)
+	case Upsert:
+		err = a.upsert(ctx, live)
 	default:
 		err = a.columns(ctx, live)
 	}
@@ -227,6 +244,12 @@ func (s *Sink) writeOnce(ctx context.Context, blocks []*sinks.Block) ([]*blockWr
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	for _, w := range live {
+		if s.cfg.mode == Upsert {
+			b := w.b
+			s.cfg.log.Debug("block upserted",
+				zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("next", w.next),
+				zap.Int("rows", len(w.recs)), zap.Int("deletes", w.deletes), zap.Int("ignored_tombstones", w.ignored), zap.Int("dead_letters", len(w.dead)))
+		}
 		if len(w.dead) > 0 {
 			b := w.b
 			s.cfg.log.Warn("records moved to the dead-letter table",

@@ -1,0 +1,459 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// stageUpsert is upsert mode's staging table: k is the JSON object of the
+// record's key columns, v the row's JSON object, NULL for a delete.
+const stageUpsert = "offsetkeeper_stage_upsert"
+
+const createStageUpsert = `CREATE TEMPORARY TABLE IF NOT EXISTS ` + stageUpsert + ` (
+	ord integer NOT NULL,
+	topic text NOT NULL,
+	partition integer NOT NULL,
+	"offset" bigint NOT NULL,
+	key bytea,
+	"timestamp" timestamptz NOT NULL,
+	k text NOT NULL,
+	v text
+) ON COMMIT DELETE ROWS`
+
+var stageUpsertColumns = []string{"ord", "topic", "partition", "offset", "key", "timestamp", "k", "v"}
+
+// keyPlan is what upsert mode knows of the table's key: the columns of
+// its primary key, or of the unique constraint named by conflict=, in the
+// constraint's order.
+type keyPlan struct {
+	constraint string
+	cols       []string // as the catalog has them
+	fields     [][]byte // each column's name as a JSON string, for building k
+}
+
+// readKey finds the key constraint of the table (oid) and checks that
+// records can fill its columns (cols, readColumns').
+func readKey(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier, oid uint32, conflict string, cols []column) (keyPlan, error) {
+	rows, err := pool.Query(ctx, `
+SELECT c.conname, c.contype::text, c.condeferrable,
+       array(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY AS k(n, i)
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i)
+FROM pg_constraint c
+WHERE c.conrelid = $1 AND c.contype IN ('p', 'u')
+ORDER BY c.contype, c.conname`, oid)
+	if err != nil {
+		return keyPlan{}, fmt.Errorf("read the constraints of %s: %w", t.Sanitize(), err)
+	}
+	type constraint struct {
+		name, kind string
+		deferrable bool
+		cols       []string
+	}
+	var all []constraint
+	for rows.Next() {
+		var c constraint
+		if err := rows.Scan(&c.name, &c.kind, &c.deferrable, &c.cols); err != nil {
+			rows.Close()
+			return keyPlan{}, fmt.Errorf("read the constraints of %s: %w", t.Sanitize(), err)
+		}
+		all = append(all, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return keyPlan{}, fmt.Errorf("read the constraints of %s: %w", t.Sanitize(), err)
+	}
+	var names []string
+	for _, c := range all {
+		names = append(names, c.name)
+	}
+	known := "it has none"
+	if len(names) > 0 {
+		known = "its primary key and unique constraints: " + strings.Join(names, ", ")
+	}
+	var found *constraint
+	for i, c := range all {
+		if conflict == "" && c.kind == "p" || conflict != "" && c.name == conflict {
+			found = &all[i]
+			break
+		}
+	}
+	switch {
+	case found == nil && conflict == "":
+		return keyPlan{}, fmt.Errorf("table %s has no primary key: upsert mode finds rows by one, or by the unique constraint named by %s= (%s)", t.Sanitize(), paramConflict, known)
+	case found == nil:
+		return keyPlan{}, fmt.Errorf("table %s has no primary key or unique constraint named %q (%s=; %s)", t.Sanitize(), conflict, paramConflict, known)
+	case found.deferrable:
+		return keyPlan{}, fmt.Errorf("constraint %q of %s is deferrable: INSERT ... ON CONFLICT cannot use it", found.name, t.Sanitize())
+	}
+	for _, k := range found.cols {
+		var c *column
+		for i := range cols {
+			if cols[i].raw == k {
+				c = &cols[i]
+			}
+		}
+		switch {
+		case c == nil:
+			return keyPlan{}, fmt.Errorf("key column %q of %s (constraint %q) is generated: upsert mode takes the key from the records", k, t.Sanitize(), found.name)
+		case c.meta:
+			return keyPlan{}, fmt.Errorf("key column %q of %s (constraint %q) is filled from the record's position, not its key", k, t.Sanitize(), found.name)
+		}
+	}
+	p := keyPlan{constraint: found.name, cols: found.cols}
+	for _, k := range found.cols {
+		b, _ := json.Marshal(k) // a string: no error
+		p.fields = append(p.fields, b)
+	}
+	return p, nil
+}
+
+// planUpsert builds upsert mode's statement for the staged rows [$1, $2).
+// It merges them by key first (DISTINCT ON the key columns as their types
+// read them, the last by ord winning), so that no statement touches a row
+// twice; deletes the keys whose last record is a delete; and inserts the
+// others, updating the row of a key the table holds. The rows go in key
+// order, so that concurrent writers lock the rows they share in one order.
+func planUpsert(t pgx.Identifier, cols []column, key keyPlan) string {
+	tab := t.Sanitize()
+	var keyCols, keyAliases, distinct, match, order []string
+	for i, k := range key.cols {
+		q := pgx.Identifier{k}.Sanitize()
+		alias := pgx.Identifier{fmt.Sprintf("?k%d", i)}.Sanitize()
+		keyCols = append(keyCols, q)
+		keyAliases = append(keyAliases, "kr."+q+" AS "+alias)
+		distinct = append(distinct, "kr."+q)
+		match = append(match, "t."+q+" = m."+alias)
+		order = append(order, "s."+alias)
+	}
+	isKey := map[string]bool{}
+	for _, k := range key.cols {
+		isKey[k] = true
+	}
+	var set []string
+	for _, c := range cols {
+		if !isKey[c.raw] && !c.serial {
+			set = append(set, c.name+" = excluded."+c.name)
+		}
+	}
+	action := "DO NOTHING"
+	if len(set) > 0 {
+		action = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	names, exprs := namesAndExprs(cols)
+	return `WITH m AS (
+	SELECT DISTINCT ON (` + strings.Join(distinct, ", ") + `) s.ord, s.topic, s.partition, s."offset", s.key, s."timestamp", s.k, s.v, ` + strings.Join(keyAliases, ", ") + `
+	FROM ` + stageUpsert + ` s
+	CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, s.k::jsonb) kr
+	WHERE s.ord >= $1 AND s.ord < $2
+	ORDER BY ` + strings.Join(distinct, ", ") + `, s.ord DESC
+), gone AS (
+	DELETE FROM ` + tab + ` AS t USING m WHERE m.v IS NULL AND ` + strings.Join(match, " AND ") + `
+)
+INSERT INTO ` + tab + ` AS t (` + strings.Join(names, ", ") + `)
+SELECT ` + strings.Join(exprs, ", ") + `
+FROM m s
+CROSS JOIN LATERAL (SELECT s.v::jsonb || s.k::jsonb AS v) j
+CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, j.v) r
+WHERE s.v IS NOT NULL
+ORDER BY ` + strings.Join(order, ", ") + `
+ON CONFLICT (` + strings.Join(keyCols, ", ") + `) ` + action
+}
+
+// change is what one record does in upsert mode: k is the JSON object of
+// its key columns, v the row's JSON object, nil for a delete.
+type change struct {
+	k, v []byte
+}
+
+// verdict is what becomes of a record in upsert mode.
+type verdict int
+
+const (
+	apply  verdict = iota // its change is staged
+	ignore                // a tombstone that does not delete: counted
+	refuse                // a dead letter
+)
+
+// changeOf decides what rec does in upsert mode. Its checks are the ones
+// that need no server: the record has the key columns, the row is a JSON
+// object, the Debezium event makes sense. The column types, and the
+// table's constraints, are the server's to check.
+func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, string) {
+	value := rec.Value
+	var idFrom []byte // the object the key columns come from, for key_from=value
+	del := value == nil
+	tombstone := del
+	if !del && c.envelope == Debezium {
+		ev, why := debeziumEvent(value)
+		switch {
+		case why != "":
+			return change{}, refuse, why
+		case ev.tombstone:
+			del, tombstone, value = true, true, nil
+		case ev.op == "d":
+			del, value, idFrom = true, nil, ev.before
+		default:
+			value = ev.after
+		}
+	}
+	switch {
+	case del && !c.deletes:
+		return change{}, ignore, ""
+	case tombstone && c.keyFrom == FromValue:
+		return change{}, ignore, ""
+	}
+	var fields map[string]json.RawMessage
+	if !del {
+		if c.keyFrom == FromValue {
+			if err := json.Unmarshal(value, &fields); err != nil || fields == nil || !utf8.Valid(value) {
+				return change{}, refuse, rowReason(c.envelope, value)
+			}
+		} else if why := objectReason(value); why != "" {
+			return change{}, refuse, rowReason(c.envelope, value)
+		}
+		idFrom = value
+	}
+	var k []byte
+	var why string
+	switch {
+	case c.keyFrom == FromKey:
+		k, why = key.fromKey(rec.Key, c.envelope == Debezium)
+	case del && idFrom == nil:
+		why = "debezium delete without before: key_from=value finds the row by before's key columns"
+	case del:
+		if err := json.Unmarshal(idFrom, &fields); err != nil || fields == nil {
+			why = "debezium before is not a JSON object"
+			break
+		}
+		k, why = key.fromFields(fields, "debezium before")
+	default:
+		k, why = key.fromFields(fields, "value")
+	}
+	if why != "" {
+		return change{}, refuse, why
+	}
+	if del {
+		return change{k: k}, apply, ""
+	}
+	return change{k: k, v: value}, apply, ""
+}
+
+// rowReason says why value cannot be a row.
+func rowReason(e Envelope, value []byte) string {
+	why := objectReason(value)
+	if why == "" {
+		why = "value is not a JSON object"
+	}
+	if e == Debezium {
+		return "debezium after: " + why
+	}
+	return why
+}
+
+// fromKey builds k from a Kafka record key: a JSON object gives the key
+// columns by name; anything else is the single key column's value, as
+// text (a JSON string stands for its contents), converted to the column's
+// type by PostgreSQL. With unwrap (envelope=debezium) the JsonConverter's
+// {"schema": ..., "payload": ...} is taken off first.
+func (p keyPlan) fromKey(key []byte, unwrap bool) ([]byte, string) {
+	if key == nil {
+		return nil, "record has no key: key_from=key finds the row by it"
+	}
+	t := bytes.TrimSpace(key)
+	if len(t) == 0 {
+		return nil, "record key is empty: key_from=key finds the row by it"
+	}
+	if !utf8.Valid(t) {
+		return nil, "record key is not UTF-8 text"
+	}
+	if unwrap && t[0] == '{' {
+		if inner, ok := unwrapSchema(t); ok {
+			t = bytes.TrimSpace(inner)
+		}
+	}
+	if t[0] == '{' {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(t, &fields); err != nil {
+			return nil, fmt.Sprintf("record key is not a JSON object: %v", err)
+		}
+		return p.fromFields(fields, "record key")
+	}
+	if len(p.cols) > 1 {
+		return nil, fmt.Sprintf("record key is not a JSON object, but the key has %d columns (%s)", len(p.cols), strings.Join(p.cols, ", "))
+	}
+	var text string
+	switch {
+	case t[0] == '[' && json.Valid(t):
+		return nil, "record key is a JSON array: want a JSON object or a scalar"
+	case string(t) == "null":
+		return nil, "record key is JSON null"
+	case t[0] == '"' && json.Unmarshal(t, &text) == nil:
+	default:
+		text = string(t)
+	}
+	s, _ := json.Marshal(text) // a string: no error
+	return p.build([]json.RawMessage{s}), ""
+}
+
+// fromFields builds k from the fields of a JSON object (what names them:
+// "record key", "value"); every key column must be there and not null.
+func (p keyPlan) fromFields(fields map[string]json.RawMessage, what string) ([]byte, string) {
+	vals := make([]json.RawMessage, len(p.cols))
+	for i, c := range p.cols {
+		v, ok := fields[c]
+		switch {
+		case !ok:
+			return nil, fmt.Sprintf("%s has no field %q (key column)", what, c)
+		case string(bytes.TrimSpace(v)) == "null":
+			return nil, fmt.Sprintf("%s field %q (key column) is null", what, c)
+		}
+		vals[i] = v
+	}
+	return p.build(vals), ""
+}
+
+func (p keyPlan) build(vals []json.RawMessage) []byte {
+	n := 2
+	for i := range vals {
+		n += len(p.fields[i]) + len(vals[i]) + 2
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, v := range vals {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, p.fields[i]...)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return append(b, '}')
+}
+
+// event is the part of a Debezium change event upsert mode reads.
+type event struct {
+	op            string
+	before, after json.RawMessage
+	tombstone     bool // the JsonConverter's {"schema": ..., "payload": null}
+}
+
+// debeziumEvent reads a Debezium change event, with or without the
+// JsonConverter's schema/payload wrapper, or says why it is none.
+func debeziumEvent(value []byte) (event, string) {
+	if why := objectReason(value); why != "" {
+		return event{}, "debezium event: " + why
+	}
+	if inner, ok := unwrapSchema(value); ok {
+		if string(bytes.TrimSpace(inner)) == "null" {
+			return event{tombstone: true}, ""
+		}
+		value = inner
+	}
+	var raw struct {
+		Op     *string         `json:"op"`
+		Before json.RawMessage `json:"before"`
+		After  json.RawMessage `json:"after"`
+	}
+	if err := json.Unmarshal(value, &raw); err != nil {
+		return event{}, fmt.Sprintf("debezium event: %v", err)
+	}
+	if raw.Op == nil {
+		return event{}, `debezium event has no "op"`
+	}
+	ev := event{op: *raw.Op, before: nullRaw(raw.Before), after: nullRaw(raw.After)}
+	switch ev.op {
+	case "c", "r", "u":
+		if ev.after == nil {
+			return event{}, fmt.Sprintf("debezium op %q without after", ev.op)
+		}
+	case "d":
+	default:
+		return event{}, fmt.Sprintf("debezium op %q is not applied: want c, r, u or d", ev.op)
+	}
+	return ev, ""
+}
+
+// unwrapSchema returns the payload of the JsonConverter's envelope
+// {"schema": ..., "payload": ...}, and whether b is one.
+func unwrapSchema(b []byte) (json.RawMessage, bool) {
+	var w map[string]json.RawMessage
+	if json.Unmarshal(b, &w) != nil || len(w) != 2 {
+		return nil, false
+	}
+	_, hasSchema := w["schema"]
+	payload, hasPayload := w["payload"]
+	return payload, hasSchema && hasPayload
+}
+
+// nullRaw is nil for an absent field or JSON null.
+func nullRaw(r json.RawMessage) json.RawMessage {
+	if r == nil || string(bytes.TrimSpace(r)) == "null" {
+		return nil
+	}
+	return r
+}
+
+// upsert writes the blocks' changes into the table through the staging
+// table, with one statement for all of them; a record the sink refuses
+// itself goes to the dead-letter table without asking the server, and a
+// tombstone that does not delete is counted and left out.
+func (a *attempt) upsert(ctx context.Context, live []*blockWrite) error {
+	s := a.s
+	for _, w := range live {
+		keep := make([]sinks.Record, 0, len(w.recs))
+		w.changes = make([]change, 0, len(w.recs))
+		for i := range w.recs {
+			ch, v, why := s.cfg.changeOf(s.key, &w.recs[i])
+			switch v {
+			case ignore:
+				w.ignored++
+			case refuse:
+				w.dead = append(w.dead, deadLetter{&w.recs[i], why})
+			default:
+				if ch.v == nil {
+					w.deletes++
+				}
+				keep = append(keep, w.recs[i])
+				w.changes = append(w.changes, ch)
+			}
+		}
+		w.recs = keep
+	}
+	r := newRun(live)
+	if r.len() == 0 {
+		return nil
+	}
+	src := &stageUpsertSource{runSource{r: r, row: make([]any, len(stageUpsertColumns))}}
+	if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{stageUpsert}, stageUpsertColumns, src); err != nil {
+		return fmt.Errorf("copy into %s: %w", stageUpsert, err)
+	}
+	return a.place(ctx, r, 0, r.len(), func(lo, hi int, _ bool) (string, []any) {
+		return s.sql.upsert, []any{lo, hi}
+	}, false)
+}
+
+// stageUpsertSource feeds the upsert staging table with the changes of
+// the records that changeOf applies; it has no error of its own.
+type stageUpsertSource struct{ runSource }
+
+func (r *stageUpsertSource) Values() ([]any, error) {
+	w, j := r.r.index(r.i - 1)
+	rec, ch := &w.recs[j], &w.changes[j]
+	r.row[0], r.row[1], r.row[2], r.row[3] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset
+	r.row[4], r.row[5], r.row[6] = rec.Key, rec.Time, ch.k
+	if ch.v == nil {
+		r.row[7] = nil
+	} else {
+		r.row[7] = ch.v
+	}
+	return r.row, nil
+}
