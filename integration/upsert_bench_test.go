@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
@@ -33,13 +35,20 @@ const upsertBatch = 1000
 //     transaction (a pgx batch, one round trip);
 //   - replica: a replica delivering them from Kafka through the postgres
 //     sink in upsert mode: one transaction per round of blocks with the
-//     offsets rows, an etcd commit per block.
+//     offsets rows, an etcd commit per block. By default a block takes
+//     what a partition's backlog holds, up to 65,536 records, and merges
+//     it by key: most updates are superseded before they reach PostgreSQL.
+//   - small-blocks: the same with blocks of about the plain side's batches
+//     (max-block-rows 1 and fetches of 1 byte a partition: a block is one
+//     produced record batch, about 1,000 records),
+//     which is the sink's cost per row with the plain side's merging.
 //
-// Both tables must end as lastValues says (checked outside the timing). It
-// reports rows/s (records applied) of both and replica/plain; the etcd
-// write transactions of a replica run; and this process's CPU seconds in
-// each, the replica's including kfake's and etcd's, which run in-process
-// (PostgreSQL's are not counted). -short: 20,000 updates over 2,000 keys.
+// Every table must end as lastValues says (checked outside the timing). It
+// reports rows/s (records applied) of each, each replica's ratio to plain,
+// the etcd write transactions of a replica run, its rows per block, and
+// this process's CPU seconds in each, the replica's including kfake's and
+// etcd's, which run in-process (PostgreSQL's are not counted). -short:
+// 20,000 updates over 2,000 keys.
 //
 //	go test -run '^$' -bench PostgresUpsertVsInsertOnConflict -benchtime 1x ./integration/
 func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
@@ -53,9 +62,11 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
 	recs := keyedRecords(rand.New(rand.NewPCG(12, 12)), "bench", updates, keys, 70)
 	cl := keyedProducer(b, k.Brokers())
-	for i := 0; i < len(recs); i += 10_000 {
+	// Chunks of 8,000: produced batches of about 1,000 records a
+	// partition.
+	for i := 0; i < len(recs); i += 8000 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := cl.ProduceSync(ctx, recs[i:min(i+10_000, len(recs))]...).FirstErr()
+		err := cl.ProduceSync(ctx, recs[i:min(i+8000, len(recs))]...).FirstErr()
 		cancel()
 		if err != nil {
 			b.Fatal(err)
@@ -83,8 +94,24 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 	}
 	ctx := context.Background()
 
-	var plainTime, replicaTime, plainCPU, replicaCPU time.Duration
-	var txns int64
+	// The replica as configured by default, which merges what it finds
+	// of a partition's backlog into blocks of up to 65,536 records; and
+	// with blocks of about the plain side's batches: a block ends after
+	// each fetch, and a fetch of 1 byte a partition returns one whole
+	// record batch (a broker always returns the first), one produced batch
+	// of about 1,000 records.
+	variants := []*struct {
+		name, metric string
+		config       func(*replica.Config)
+		runs         benchRuns
+	}{
+		{name: "up", metric: "replica-", config: func(*replica.Config) {}},
+		{name: "up_small", metric: "small-blocks-", config: func(c *replica.Config) {
+			c.MaxBlockRows = 1
+			c.Kafka.FetchMaxPartitionBytes = 1
+		}},
+	}
+	var plainRuns benchRuns
 	round := 0
 	for b.Loop() {
 		round++
@@ -128,44 +155,80 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 				b.Fatalf("plain upsert of records %d to %d: %v", i, i+len(batch), err)
 			}
 		}
-		plainTime += time.Since(start)
-		plainCPU += processCPU(b) - cpu0
 		_ = conn.Close(ctx)
 
-		// A new group starts from the earliest offset.
-		group := fmt.Sprintf("bench-%d", round)
-		pg.Exec(b, fmt.Sprintf(`CREATE TABLE up_%d %s`, round, kvTable))
-		url := fmt.Sprintf("%s&group=%s&mode=upsert&table=up_%d&offsets_table=offsets_%d&dead_letter_table=dead_%d",
-			pg.URL(), group, round, round, round)
-		sink, err := postgres.New(ctx, url)
-		if err != nil {
-			b.Fatal(err)
+		plainRuns.add(time.Since(start), processCPU(b)-cpu0, 0, 0)
+		_ = conn.Close(ctx)
+		if d := want.diff(readKV(b, pg.URL(), table)); len(d) > 0 {
+			b.Fatalf("table %s is not the last value of every key:\n%s", table, strings.Join(d, "\n"))
 		}
-		cli := etcd.Client(b)
-		rev0 := harness.EtcdRevision(b, cli)
-		cpu0 = processCPU(b)
-		// A Write that returned has committed its transaction: the rows
-		// are in PostgreSQL.
-		replicaTime += drainTimed(b, cli, k.Brokers(), group, sink, func(s replica.Stats) bool { return s.Records >= int64(updates) })
-		replicaCPU += processCPU(b) - cpu0
-		txns += harness.EtcdRevision(b, cli) - rev0
-		_ = sink.Close()
 
-		for _, t := range []string{table, fmt.Sprintf("up_%d", round)} {
-			if d := want.diff(readKV(b, pg.URL(), t)); len(d) > 0 {
-				b.Fatalf("table %s is not the last value of every key:\n%s", t, strings.Join(d, "\n"))
+		for _, v := range variants {
+			// A new group starts from the earliest offset.
+			name := fmt.Sprintf("%s_%d", v.name, round)
+			pg.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, name, kvTable))
+			url := fmt.Sprintf("%s&group=%s&mode=upsert&table=%s&offsets_table=offsets_%s&dead_letter_table=dead_%s",
+				pg.URL(), name, name, name, name)
+			pgs, err := postgres.New(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sink := &blockCounter{Sink: pgs}
+			cli := etcd.Client(b)
+			rev0 := harness.EtcdRevision(b, cli)
+			cpu0 := processCPU(b)
+			// A Write that returned has committed its transaction: the
+			// rows are in PostgreSQL.
+			took := drainTimed(b, cli, k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= int64(updates) }, v.config)
+			v.runs.add(took, processCPU(b)-cpu0, harness.EtcdRevision(b, cli)-rev0, sink.blocks.Load())
+			_ = sink.Close()
+			if d := want.diff(readKV(b, pg.URL(), name)); len(d) > 0 {
+				b.Fatalf("table %s is not the last value of every key:\n%s", name, strings.Join(d, "\n"))
 			}
 		}
 	}
 	n := float64(round)
-	plain := float64(updates) * n / plainTime.Seconds()
-	rep := float64(updates) * n / replicaTime.Seconds()
+	plain := float64(updates) * n / plainRuns.took.Seconds()
 	b.ReportMetric(plain, "plain-rows/s")
-	b.ReportMetric(rep, "replica-rows/s")
-	b.ReportMetric(rep/plain, "ratio")
-	b.ReportMetric(float64(txns)/n, "etcd-txns")
-	b.ReportMetric(plainCPU.Seconds()/n, "plain-cpu-s")
-	b.ReportMetric(replicaCPU.Seconds()/n, "replica-cpu-s")
+	b.ReportMetric(plainRuns.cpu.Seconds()/n, "plain-cpu-s")
+	for _, v := range variants {
+		rep := float64(updates) * n / v.runs.took.Seconds()
+		b.ReportMetric(rep, v.metric+"rows/s")
+		b.ReportMetric(rep/plain, v.metric+"ratio")
+		b.ReportMetric(float64(v.runs.txns)/n, v.metric+"etcd-txns")
+		b.ReportMetric(float64(updates)*n/float64(v.runs.blocks), v.metric+"rows/block")
+		b.ReportMetric(v.runs.cpu.Seconds()/n, v.metric+"cpu-s")
+	}
+}
+
+// blockCounter counts the blocks written to a postgres sink, which keeps
+// its upgrades (BatchWriter, Resumer) by embedding.
+type blockCounter struct {
+	*postgres.Sink
+	blocks atomic.Int64
+}
+
+func (c *blockCounter) Write(ctx context.Context, b *sinks.Block) error {
+	c.blocks.Add(1)
+	return c.Sink.Write(ctx, b)
+}
+
+func (c *blockCounter) WriteBlocks(ctx context.Context, bs []*sinks.Block) []error {
+	c.blocks.Add(int64(len(bs)))
+	return c.Sink.WriteBlocks(ctx, bs)
+}
+
+// benchRuns sums the runs of one side of a benchmark.
+type benchRuns struct {
+	took, cpu    time.Duration
+	txns, blocks int64
+}
+
+func (r *benchRuns) add(took, cpu time.Duration, txns, blocks int64) {
+	r.took += took
+	r.cpu += cpu
+	r.txns += txns
+	r.blocks += blocks
 }
 
 // processCPU is the user plus system CPU time this process has used.
