@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/replica"
@@ -61,13 +62,25 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 	etcd := harness.StartEtcd(b, 1)
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
 	recs := keyedRecords(rand.New(rand.NewPCG(12, 12)), "bench", updates, keys, 70)
-	cl := keyedProducer(b, k.Brokers())
-	// Chunks of 8,000: produced batches of about 1,000 records a
-	// partition.
-	for i := 0; i < len(recs); i += 8000 {
+	// Chunks of 8,000, each flushed whole: record batches of about 1,000
+	// records a partition.
+	const chunk = 8000
+	cl := keyedProducer(b, k.Brokers(), kgo.ManualFlushing(), kgo.MaxBufferedRecords(chunk))
+	for i := 0; i < len(recs); i += chunk {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := cl.ProduceSync(ctx, recs[i:min(i+8000, len(recs))]...).FirstErr()
+		var failed atomic.Pointer[error]
+		for _, r := range recs[i:min(i+chunk, len(recs))] {
+			cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
+		}
+		err := cl.Flush(ctx)
 		cancel()
+		if p := failed.Load(); p != nil {
+			err = *p
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -44,12 +44,12 @@ func keyedRecords(rng *rand.Rand, topic string, updates, keys, pad int) []*kgo.R
 
 // keyedProducer is a client that partitions by key as Kafka's own
 // producer does (murmur2 of the key): every record of a key goes to one
-// partition, in the order produced.
-func keyedProducer(t testing.TB, brokers []string) *kgo.Client {
+// partition, in the order produced. opts are added to its options.
+func keyedProducer(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerLinger(time.Millisecond))
+		kgo.ProducerLinger(time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
