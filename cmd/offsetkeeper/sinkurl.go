@@ -17,7 +17,7 @@ import (
 )
 
 const sinkURLHelp = `file:///DIR (JSON lines, one file per block), ` +
-	`postgres://USER@HOST/DB[?table=T&mode=raw|columns] (exactly-once), stdout: (JSON lines) or discard: (count only)`
+	`postgres://USER@HOST/DB[?table=T&mode=raw|columns|upsert] (exactly-once), stdout: (JSON lines) or discard: (count only)`
 
 // postgresOpenTimeout bounds connecting to PostgreSQL and creating the
 // sink's tables when a command starts.

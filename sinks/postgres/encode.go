@@ -82,7 +82,9 @@ func objectReason(v []byte) string {
 	if !utf8.Valid(v) {
 		return "value is not JSON: invalid UTF-8"
 	}
-	if err := json.Unmarshal(v, new(json.RawMessage)); err != nil {
+	// json.Valid checks without copying; Unmarshal only to say why not.
+	if !json.Valid(v) {
+		err := json.Unmarshal(v, new(json.RawMessage))
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
 			return fmt.Sprintf("value is not JSON: %v at byte %d", syn, syn.Offset)
@@ -93,9 +95,9 @@ func objectReason(v []byte) string {
 	case '{':
 		return ""
 	case '[':
-		return "value is a JSON array: columns mode needs a JSON object"
+		return "value is a JSON array: a row needs a JSON object"
 	default:
-		return "value is a JSON scalar: columns mode needs a JSON object"
+		return "value is a JSON scalar: a row needs a JSON object"
 	}
 }
 

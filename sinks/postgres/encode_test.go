@@ -164,3 +164,39 @@ func TestKeyOf(t *testing.T) {
 		}
 	}
 }
+
+func TestObjectFields(t *testing.T) {
+	names := []string{"id", "b"}
+	for _, tc := range []struct {
+		in   string
+		want []string // "" for missing
+		ok   bool
+	}{
+		{`{}`, []string{"", ""}, true},
+		{` { "id" : 1 , "b":"x" } `, []string{"1", `"x"`}, true},
+		{`{"a":{"id":9,"s":"}]"},"id":[1,{"b":2}],"b":"q\"}"}`, []string{`[1,{"b":2}]`, `"q\"}"`}, true},
+		{`{"id":1,"id":2}`, []string{"2", ""}, true},
+		{`{"id":-1.5e3,"b":null}`, []string{"-1.5e3", "null"}, true},
+		{`{"i\u0064":1}`, nil, false},
+		{"{\n\t\"b\":true}", []string{"", "true"}, true},
+	} {
+		vals, ok := objectFields([]byte(tc.in), names)
+		if ok != tc.ok {
+			t.Errorf("objectFields(%s): ok %v", tc.in, ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		for i, v := range vals {
+			if string(v) != tc.want[i] {
+				t.Errorf("objectFields(%s)[%s] = %q, want %q", tc.in, names[i], v, tc.want[i])
+			}
+		}
+	}
+	// An escaped field name falls back to encoding/json.
+	p := keyPlan{cols: []string{"id"}, fields: [][]byte{[]byte(`"id"`)}}
+	if k, why := p.fromObject([]byte(`{"i\u0064":5}`), "value"); string(k) != `{"id":5}` || why != "" {
+		t.Errorf("fromObject with an escaped name = %s, %q", k, why)
+	}
+}

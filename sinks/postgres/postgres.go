@@ -18,12 +18,19 @@
 //
 //	group=NAME                  the offsetkeeper group: the offsets table's key; required
 //	                            unless the caller passes WithGroup (offsetkeeper run does not yet)
-//	mode=raw|columns            how records become rows (default raw)
+//	mode=raw|columns|upsert     how records become rows (default raw)
 //	table=[SCHEMA.]NAME         the rows' table (default offsetkeeper_records)
 //	offsets_table=[SCHEMA.]NAME (default offsetkeeper_offsets)
 //	dead_letter_table=[SCHEMA.]NAME (default offsetkeeper_dead_letters)
 //	retry_timeout=DURATION      how long a write retries after losing its
 //	                            connection (default 30s; 0 never retries)
+//
+// and, for mode=upsert only (given with another mode, they are refused):
+//
+//	conflict=NAME               the unique constraint rows are found by (default: the primary key)
+//	key_from=key|value          where the key columns come from (default key)
+//	deletes=true|false          whether tombstones delete (default true; false with key_from=value)
+//	envelope=none|debezium      what the value is (default none: the row itself)
 //
 // The sink keeps temporary staging tables on its connections, so it needs
 // session-level connections: not a pooler in transaction mode. Table names
@@ -77,6 +84,69 @@
 // staging table and inserted with one INSERT ... SELECT, those of all the
 // blocks of a WriteBlocks together.
 //
+// # Upsert mode
+//
+// An existing table with a primary key (or the unique constraint named by
+// conflict=; New refuses a table without one, a deferrable one, or one
+// whose columns are generated or filled from the record's position) is
+// kept equal to the last record of each key, as a compacted topic or a
+// Debezium stream of a source table describes it. The key columns come
+// from:
+//
+//   - key_from=key (the default): the Kafka record key. A JSON object gives
+//     the key columns by name (other fields are ignored); anything else is
+//     the single key column's value, as text the column's type reads: 123,
+//     "123" (a JSON string stands for its contents) and a plain
+//     StringSerializer key alike. A key of several columns needs an object.
+//   - key_from=value: the fields of the value. The record key is ignored, and
+//     a tombstone has no value to find its row by: it is ignored and
+//     counted (IgnoredTombstones). deletes=true is refused with key_from=value,
+//     but for envelope=debezium, whose deletes carry before.
+//
+// The other columns are filled from the value's fields as in columns mode
+// (the kafka_* columns from the record), and the row replaces the one the
+// table holds: a field the value lacks sets its column to the default, or
+// NULL, as an insert would; identity and serial columns that are not key
+// columns keep their value on update. A tombstone (a nil value) deletes the
+// row of its key (deletes=true, the default); with deletes=false it is
+// ignored and counted.
+//
+// envelope=debezium reads each value as a Debezium change event, with or
+// without the JsonConverter's {"schema": ..., "payload": ...} wrapper (a
+// key so wrapped is unwrapped too): op c, r and u upsert after; op d
+// deletes the row, found by the key (key_from=key) or by before's key
+// columns (key_from=value); Debezium's tombstone after a delete is a
+// tombstone. Other ops (t, a truncate; m, a message) and events without op
+// go to the dead-letter table. Debezium's converters decide how values are
+// written, and the columns must read them: numeric needs
+// decimal.handling.mode=string or double (the default, precise, writes
+// bytes); timestamptz reads Debezium's ISO strings, but timestamp, date
+// and time arrive as epoch numbers, which those types refuse (dead
+// letters), unless the column is an integer or a transform (such as
+// TimestampConverter) makes them strings.
+//
+// Within a block (and the blocks of one WriteBlocks) records of the same
+// key are merged before writing: the last wins, a tombstone last deletes,
+// so a block never fails on a repeated key ("ON CONFLICT DO UPDATE command
+// cannot affect row a second time"). A record superseded so is not applied;
+// the sink checks its key and its JSON, the server its types, not its
+// constraints. The changes are copied into a staging table and applied with
+// one statement per block: the rows are read with json_populate_record,
+// merged with DISTINCT ON the key columns as their types read them (so 1
+// and "1" are one bigint key), the keys whose last change is a delete are
+// deleted and the others go in with INSERT ... ON CONFLICT (key) DO
+// UPDATE, in key order, so that two writers sharing keys lock them in one
+// order; a deadlock (40P01) between them is retried as a lost connection
+// is.
+//
+// Exactly-once holds as in the other modes: the changes and the offsets
+// row commit together, a replayed block adds nothing, a zombie is refused.
+// Ordering holds within a partition. Two partitions writing one key (a
+// producer that does not key by partition, or a repartitioned topic) are
+// applied in whatever order their blocks commit: that is Kafka's ordering,
+// not the sink's. After an operator reset backwards the older values are
+// applied again, as the reset asks.
+//
 // # Dead letters
 //
 // A record the table cannot take goes to the dead-letter table, in the same
@@ -88,6 +158,9 @@
 // In columns mode that is a value that is not a JSON object (a tombstone
 // included), and any row the insert refuses: a type the column refuses, a
 // NOT NULL, CHECK, UNIQUE or foreign-key violation, a trigger's exception.
+// In upsert mode also a record without its key (no key, a key without a
+// key column or with one null, an array) and a Debezium event that is not
+// one the sink applies; a tombstone is no dead letter.
 // In raw mode only a row refused by a constraint or trigger added to the
 // table. When the insert of a block fails on its rows' data, the rows are
 // halved under savepoints until each refused row is alone, so a few bad
@@ -125,7 +198,7 @@
 // when it is ahead of etcd's and of the same generation, so a crash between
 // this commit and the etcd commit replays nothing.
 //
-// In columns mode the table has no key the sink knows, so a re-delivery
+// In columns mode (not upsert mode) the table has no key the sink knows, so a re-delivery
 // after an operator reset inserts the rows again (give the table a UNIQUE
 // key over kafka_topic, kafka_partition, kafka_offset to send them to the
 // dead-letter table instead). A Kafka partition whose offsets restart

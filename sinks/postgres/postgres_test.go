@@ -86,7 +86,7 @@ func TestConformance(t *testing.T) {
 }
 
 // db is a direct connection for checking what the sink did.
-func db(t *testing.T, pg *harness.Postgres) *pgx.Conn {
+func db(t testing.TB, pg *harness.Postgres) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(context.Background(), pg.URL())
 	if err != nil {

@@ -134,7 +134,8 @@ type column struct {
 	// serial: the column's default takes the next value of a sequence (an
 	// identity or a serial column). An upsert leaves it as it is on update.
 	serial bool
-	meta   bool // filled from the record (metaColumns), not its value
+	meta   bool   // filled from the record (metaColumns), not its value
+	def    string // the default, for a field the value lacks; "" for NULL
 }
 
 // readColumns reads the columns of an existing table the insert can fill,
@@ -176,7 +177,7 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 			def = "nextval(" + quoteLiteral(seq) + "::regclass)"
 		}
 		q := pgx.Identifier{name}.Sanitize()
-		c := column{raw: name, name: q, expr: "r." + q, serial: seq != ""}
+		c := column{raw: name, name: q, expr: "r." + q, serial: seq != "", def: def}
 		switch {
 		case metaColumns[name] != "":
 			c.expr, c.meta = metaColumns[name], true

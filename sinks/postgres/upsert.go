@@ -117,30 +117,43 @@ ORDER BY c.contype, c.conname`, oid)
 }
 
 // planUpsert builds upsert mode's statement for the staged rows [$1, $2).
-// It merges them by key first (DISTINCT ON the key columns as their types
-// read them, the last by ord winning), so that no statement touches a row
-// twice; deletes the keys whose last record is a delete; and inserts the
-// others, updating the row of a key the table holds. The rows go in key
-// order, so that concurrent writers lock the rows they share in one order.
+// Each staged row is read once (json_populate_record of the key, and of
+// the value), then merged by key (DISTINCT ON the key columns as their
+// types read them, the last by ord winning), so that no statement touches
+// a row twice. The keys whose last record is a delete are deleted, the
+// others inserted, or updated where the table holds the key. The rows go
+// in key order, so that concurrent writers lock the rows they share in one
+// order.
 func planUpsert(t pgx.Identifier, cols []column, key keyPlan) string {
 	tab := t.Sanitize()
+	keyAlias := map[string]string{}
 	var keyCols, keyAliases, distinct, match, order []string
 	for i, k := range key.cols {
 		q := pgx.Identifier{k}.Sanitize()
 		alias := pgx.Identifier{fmt.Sprintf("?k%d", i)}.Sanitize()
+		keyAlias[k] = alias
 		keyCols = append(keyCols, q)
 		keyAliases = append(keyAliases, "kr."+q+" AS "+alias)
 		distinct = append(distinct, "kr."+q)
 		match = append(match, "t."+q+" = m."+alias)
 		order = append(order, "s."+alias)
 	}
-	isKey := map[string]bool{}
-	for _, k := range key.cols {
-		isKey[k] = true
-	}
-	var set []string
+	// A column takes its key column, its field of the record (meta), its
+	// field of the value, or its default where the value has no such field.
+	var names, exprs, set []string
+	var defaults bool
 	for _, c := range cols {
-		if !isKey[c.raw] && !c.serial {
+		expr := "r." + c.name
+		switch {
+		case keyAlias[c.raw] != "":
+			expr = "s." + keyAlias[c.raw]
+		case c.meta:
+			expr = metaColumns[c.raw]
+		case c.def != "":
+			expr, defaults = `CASE WHEN s."?v" ? `+quoteLiteral(c.raw)+" THEN r."+c.name+" ELSE "+c.def+" END", true
+		}
+		names, exprs = append(names, c.name), append(exprs, expr)
+		if keyAlias[c.raw] == "" && !c.serial {
 			set = append(set, c.name+" = excluded."+c.name)
 		}
 	}
@@ -148,22 +161,26 @@ func planUpsert(t pgx.Identifier, cols []column, key keyPlan) string {
 	if len(set) > 0 {
 		action = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
-	names, exprs := namesAndExprs(cols)
+	fields := ""
+	if defaults {
+		fields = `, s.v::jsonb AS "?v"`
+	}
 	return `WITH m AS (
-	SELECT DISTINCT ON (` + strings.Join(distinct, ", ") + `) s.ord, s.topic, s.partition, s."offset", s.key, s."timestamp", s.k, s.v, ` + strings.Join(keyAliases, ", ") + `
+	SELECT DISTINCT ON (` + strings.Join(distinct, ", ") + `)
+		s.topic, s.partition, s."offset", s.key, s."timestamp", s.v IS NULL AS "?delete", r AS "?r", ` + strings.Join(keyAliases, ", ") + fields + `
 	FROM ` + stageUpsert + ` s
-	CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, s.k::jsonb) kr
+	CROSS JOIN LATERAL json_populate_record(NULL::` + tab + `, s.k::json) kr
+	CROSS JOIN LATERAL json_populate_record(NULL::` + tab + `, s.v::json) r
 	WHERE s.ord >= $1 AND s.ord < $2
 	ORDER BY ` + strings.Join(distinct, ", ") + `, s.ord DESC
 ), gone AS (
-	DELETE FROM ` + tab + ` AS t USING m WHERE m.v IS NULL AND ` + strings.Join(match, " AND ") + `
+	DELETE FROM ` + tab + ` AS t USING m WHERE m."?delete" AND ` + strings.Join(match, " AND ") + `
 )
 INSERT INTO ` + tab + ` AS t (` + strings.Join(names, ", ") + `)
 SELECT ` + strings.Join(exprs, ", ") + `
 FROM m s
-CROSS JOIN LATERAL (SELECT s.v::jsonb || s.k::jsonb AS v) j
-CROSS JOIN LATERAL jsonb_populate_record(NULL::` + tab + `, j.v) r
-WHERE s.v IS NOT NULL
+CROSS JOIN LATERAL (SELECT (s."?r").*) r
+WHERE NOT s."?delete"
 ORDER BY ` + strings.Join(order, ", ") + `
 ON CONFLICT (` + strings.Join(keyCols, ", ") + `) ` + action
 }
@@ -211,13 +228,8 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 	case tombstone && c.keyFrom == FromValue:
 		return change{}, ignore, ""
 	}
-	var fields map[string]json.RawMessage
 	if !del {
-		if c.keyFrom == FromValue {
-			if err := json.Unmarshal(value, &fields); err != nil || fields == nil || !utf8.Valid(value) {
-				return change{}, refuse, rowReason(c.envelope, value)
-			}
-		} else if why := objectReason(value); why != "" {
+		if why := objectReason(value); why != "" {
 			return change{}, refuse, rowReason(c.envelope, value)
 		}
 		idFrom = value
@@ -230,13 +242,13 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 	case del && idFrom == nil:
 		why = "debezium delete without before: key_from=value finds the row by before's key columns"
 	case del:
-		if err := json.Unmarshal(idFrom, &fields); err != nil || fields == nil {
+		if objectReason(idFrom) != "" {
 			why = "debezium before is not a JSON object"
 			break
 		}
-		k, why = key.fromFields(fields, "debezium before")
+		k, why = key.fromObject(idFrom, "debezium before")
 	default:
-		k, why = key.fromFields(fields, "value")
+		k, why = key.fromObject(idFrom, "value")
 	}
 	if why != "" {
 		return change{}, refuse, why
@@ -281,11 +293,11 @@ func (p keyPlan) fromKey(key []byte, unwrap bool) ([]byte, string) {
 		}
 	}
 	if t[0] == '{' {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(t, &fields); err != nil {
+		if !json.Valid(t) {
+			err := json.Unmarshal(t, new(json.RawMessage))
 			return nil, fmt.Sprintf("record key is not a JSON object: %v", err)
 		}
-		return p.fromFields(fields, "record key")
+		return p.fromObject(t, "record key")
 	}
 	if len(p.cols) > 1 {
 		return nil, fmt.Sprintf("record key is not a JSON object, but the key has %d columns (%s)", len(p.cols), strings.Join(p.cols, ", "))
@@ -304,21 +316,105 @@ func (p keyPlan) fromKey(key []byte, unwrap bool) ([]byte, string) {
 	return p.build([]json.RawMessage{s}), ""
 }
 
-// fromFields builds k from the fields of a JSON object (what names them:
-// "record key", "value"); every key column must be there and not null.
-func (p keyPlan) fromFields(fields map[string]json.RawMessage, what string) ([]byte, string) {
-	vals := make([]json.RawMessage, len(p.cols))
+// fromObject builds k from the fields of obj, valid JSON that is an
+// object (what names it: "record key", "value"); every key column must be
+// there and not null.
+func (p keyPlan) fromObject(obj []byte, what string) ([]byte, string) {
+	vals, ok := objectFields(obj, p.cols)
+	if !ok { // a field name with escapes: let encoding/json read it
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(obj, &fields); err != nil {
+			return nil, fmt.Sprintf("%s is not a JSON object: %v", what, err)
+		}
+		for i, c := range p.cols {
+			vals[i] = fields[c]
+		}
+	}
 	for i, c := range p.cols {
-		v, ok := fields[c]
-		switch {
-		case !ok:
+		switch v := vals[i]; {
+		case v == nil:
 			return nil, fmt.Sprintf("%s has no field %q (key column)", what, c)
-		case string(bytes.TrimSpace(v)) == "null":
+		case string(v) == "null":
 			return nil, fmt.Sprintf("%s field %q (key column) is null", what, c)
 		}
-		vals[i] = v
 	}
 	return p.build(vals), ""
+}
+
+// objectFields returns the values of the named top-level fields of obj,
+// valid JSON that is an object, without decoding the rest; a field given
+// twice is its last. A field missing is nil. ok is false when a field name
+// holds an escape, which a byte comparison cannot match.
+func objectFields(obj []byte, names []string) (vals []json.RawMessage, ok bool) {
+	vals = make([]json.RawMessage, len(names))
+	i := skipSpace(obj, 0) + 1 // past {
+	if i = skipSpace(obj, i); obj[i] == '}' {
+		return vals, true
+	}
+	for {
+		end := skipString(obj, i)
+		name := obj[i+1 : end-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			return vals, false
+		}
+		i = skipSpace(obj, skipSpace(obj, end)+1) // past :
+		vend := skipValue(obj, i)
+		for k, n := range names {
+			if string(name) == n {
+				vals[k] = obj[i:vend]
+			}
+		}
+		if i = skipSpace(obj, vend); obj[i] == '}' {
+			return vals, true
+		}
+		i = skipSpace(obj, i+1) // past ,
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the JSON string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+}
+
+// skipValue returns the end of the valid JSON value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = skipString(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	j := i
+	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+		j++
+	}
+	return j
 }
 
 func (p keyPlan) build(vals []json.RawMessage) []byte {
