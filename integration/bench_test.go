@@ -101,14 +101,20 @@ func rawDrain(b *testing.B, broker, topic string, parts, n int) {
 
 // drainTimed runs one replica of group over the topic "bench" into sink
 // until drained holds of its stats, stops it, and returns how long it ran.
-func drainTimed(b *testing.B, cli *clientv3.Client, brokers []string, group string, sink sinks.Sink, drained func(replica.Stats) bool) time.Duration {
-	r, err := replica.New(replica.Config{
+// Each of opts changes the replica's config first.
+func drainTimed(b *testing.B, cli *clientv3.Client, brokers []string, group string, sink sinks.Sink, drained func(replica.Stats) bool,
+	opts ...func(*replica.Config)) time.Duration {
+	cfg := replica.Config{
 		Group:     group,
 		ReplicaID: "r",
 		Topics:    []string{"bench"},
 		Kafka:     replica.Kafka{Brokers: brokers},
 		LeaseTTL:  10 * time.Second,
-	}, cli, sink, nil)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := replica.New(cfg, cli, sink, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -228,6 +228,5 @@ func (e *env) startEven(perSecond int, ids ...string) (*countingSink, *load) {
 // file sink in dir.
 func (e *env) process(id, dir string, extra ...string) *harness.Process {
 	e.t.Helper()
-	// processes share the host
-	return e.processSink(id, "file://"+dir, append([]string{"--http-addr", "127.0.0.1:0"}, extra...)...)
+	return e.processSink(id, "file://"+dir, extra...)
 }

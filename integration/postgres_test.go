@@ -16,10 +16,13 @@ import (
 )
 
 // processSink starts `offsetkeeper run` as a separate process writing to
-// the sink of sinkURL.
+// the sink of sinkURL. Its HTTP endpoints listen on a free loopback port:
+// processes share the host, and a second one on the default port would
+// exit at once.
 func (e *env) processSink(id, sinkURL string, extra ...string) *harness.Process {
 	e.t.Helper()
 	args := []string{"run",
+		"--http-addr", "127.0.0.1:0",
 		"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","),
 		"--brokers", strings.Join(e.kafka.Brokers(), ","),
 		"--group", e.group,
