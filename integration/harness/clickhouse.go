@@ -110,9 +110,9 @@ var chLaunchSource []byte
 // to files before the insert returns, and the process's death does not take
 // the OS's page cache with it.
 //
-// The engine is about 200 MiB resident, of which some 160 MiB are the
-// library's pages, shared between engines: each further engine costs about
-// 50 MiB. Its memory is capped at chMemoryLimit: past it queries fail
+// An engine starts in about 0.2 s and is about 220 MiB resident, of which
+// some 160 MiB are the library's pages, shared between engines: each
+// engine's own memory is about 60 MiB (four at once: 400 MiB in all). Its memory is capped at chMemoryLimit: past it queries fail
 // rather than take the machine.
 type ClickHouse struct {
 	t        testing.TB
