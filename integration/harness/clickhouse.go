@@ -96,15 +96,22 @@ const chKeepAlive = "SELECT sleepEachRow(1) FROM system.numbers SETTINGS max_blo
 var chLaunchSource []byte
 
 // ClickHouse is a private ClickHouse engine for one test: clickhouse-local
-// of a current release (from libchdb.so, see CHDBLibEnv) started by a
-// small launcher as a server on free 127.0.0.1 ports, native TCP and HTTP,
-// with its data in t's temporary directory and a database of its own
-// (Database). Clients connect as user default with no password, or as
-// ClickHouseUser with ClickHousePassword: but a failed authentication over
-// the native protocol takes the engine down some 3 s later (a quirk of
-// libchdb's, which it logs nowhere), so test bad credentials over HTTP,
-// where the engine survives them. It is killed in t.Cleanup; Kill, Start and Restart let a
+// of a current release (from libchdb.so, see CHDBLibEnv) started by a small
+// launcher as a server on free 127.0.0.1 ports, native TCP and HTTP, with
+// its data in t's temporary directory and a database of its own
+// (Database). It is killed in t.Cleanup; Kill, Start and Restart let a
 // test take it away under its clients.
+//
+// Clients connect as user default with no password, or as ClickHouseUser
+// with ClickHousePassword. But a failed authentication over the native
+// protocol takes the engine down some 3 s later (a quirk of libchdb's,
+// logged nowhere): test bad credentials over HTTP, which it survives.
+//
+// The engine's defaults are ClickHouse's, as a sink meets them: among
+// them async_insert = 1 (an insert with a deduplication token must set
+// async_insert = 0) and non_replicated_deduplication_window = 0 (a
+// MergeTree table deduplicates only with the setting). Its keep-alive
+// query (chKeepAlive) shows in system.processes.
 //
 // What an insert returned is kept across Kill: MergeTree parts are written
 // to files before the insert returns, and the process's death does not take
@@ -112,8 +119,9 @@ var chLaunchSource []byte
 //
 // An engine starts in about 0.2 s and is about 220 MiB resident, of which
 // some 160 MiB are the library's pages, shared between engines: each
-// engine's own memory is about 60 MiB (four at once: 400 MiB in all). Its memory is capped at chMemoryLimit: past it queries fail
-// rather than take the machine.
+// engine's own memory is about 60 MiB (four at once: 400 MiB in all). Its
+// memory is capped at chMemoryLimit: past it, queries fail rather than
+// take the machine.
 type ClickHouse struct {
 	t        testing.TB
 	lib      string
