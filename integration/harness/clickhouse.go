@@ -5,12 +5,14 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,10 +55,13 @@ const (
 // chMemoryLimit is the engine's max_server_memory_usage.
 const chMemoryLimit = 2 << 30
 
-// chConfig is the engine's configuration file (of max_server_memory_usage
-// and the path of the users' file, chUsers).
+// chConfig is the engine's configuration file: its name (what
+// displayName() returns: the harness checks it is its engine that answers
+// on the ports), max_server_memory_usage and the path of the users' file,
+// chUsers.
 const chConfig = `<clickhouse>
   <!-- written by the offsetkeeper test harness -->
+  <display_name>%s</display_name>
   <max_server_memory_usage>%d</max_server_memory_usage>
   <mark_cache_size>268435456</mark_cache_size>
   <user_directories><users_xml><path>%s</path></users_xml></user_directories>
@@ -129,6 +134,7 @@ type ClickHouse struct {
 	dir      string // the engine's working directory, and its log
 	data     string // --path
 	config   string // --config-file
+	name     string // display_name, unique to the engine
 	httpPort int
 	tcpPort  int
 
@@ -229,7 +235,8 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 	if err := os.WriteFile(users, fmt.Appendf(nil, chUsers, ClickHouseUser, ClickHousePassword), 0o600); err != nil {
 		t.Fatalf("clickhouse: %v", err)
 	}
-	if err := os.WriteFile(c.config, fmt.Appendf(nil, chConfig, chMemoryLimit, users), 0o600); err != nil {
+	c.name = "offsetkeeper-test-" + filepath.Base(base) + "-" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(c.config, fmt.Appendf(nil, chConfig, c.name, chMemoryLimit, users), 0o600); err != nil {
 		t.Fatalf("clickhouse: %v", err)
 	}
 	// Free ports are picked by binding :0 and closing, so another process
@@ -515,7 +522,7 @@ func (c *ClickHouse) start() error {
 func (c *ClickHouse) awaitReady(p *chProcess) error {
 	ctx, cancel := context.WithTimeout(context.Background(), chStartTimeout)
 	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for {
 		err := c.ping(ctx, hc)
 		if err == nil {
@@ -531,9 +538,12 @@ func (c *ClickHouse) awaitReady(p *chProcess) error {
 	}
 }
 
-// ping checks that both interfaces answer.
+// ping checks that both interfaces answer, and that it is this engine
+// that answers: while it has yet to bind its ports, or fails to, another
+// server may hold one.
 func (c *ClickHouse) ping(ctx context.Context, hc *http.Client) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr()+"/ping", nil)
+	const who = "SELECT displayName()"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr()+"/?query="+url.QueryEscape(who), nil)
 	if err != nil {
 		return err
 	}
@@ -541,25 +551,29 @@ func (c *ClickHouse) ping(ctx context.Context, hc *http.Client) error {
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("http: /ping: %s", resp.Status)
+	switch {
+	case err != nil:
+		return fmt.Errorf("http: %w", err)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("http: %s: %s", resp.Status, body)
+	case strings.TrimSpace(string(body)) != c.name:
+		return fmt.Errorf("http: %s answers on %s, not this engine", body, c.HTTPAddr())
 	}
-	// Dial first: clickhouse-go logs nothing, but retries its own dial.
-	nc, err := net.DialTimeout("tcp", c.NativeAddr(), time.Second)
-	if err != nil {
-		return fmt.Errorf("native: %w", err)
-	}
-	_ = nc.Close()
 	conn, err := clickhouse.Open(c.options("default"))
 	if err != nil {
 		return fmt.Errorf("native: %w", err)
 	}
 	defer conn.Close()
-	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-	defer pcancel()
-	if err := conn.Ping(pctx); err != nil {
+	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer qcancel()
+	var name string
+	if err := conn.QueryRow(qctx, who).Scan(&name); err != nil {
 		return fmt.Errorf("native: %w", err)
+	}
+	if name != c.name {
+		return fmt.Errorf("native: %s answers on %s, not this engine", name, c.NativeAddr())
 	}
 	return nil
 }
