@@ -246,6 +246,33 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
+	s, err := connect(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.setup(ctx); err != nil {
+		_ = s.conn.Close()
+		return nil, fmt.Errorf("clickhouse sink %s: %w", c.table, err)
+	}
+	return s, nil
+}
+
+// open is a sink of url's connection alone, without its setup: for
+// ReadAll. The password comes as for New, without options.
+func open(url string) (*Sink, error) {
+	c, err := parseURL(url)
+	if err == nil {
+		// A reader needs no group: the tokens are the writers'.
+		err = c.finish([]Option{WithGroup(cmpOr(c.group, "reader"))})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect(c)
+}
+
+// connect opens the connection pool of c (no round trip yet).
+func connect(c config) (*Sink, error) {
 	o := &ch.Options{
 		Addr:        c.addrs,
 		Auth:        ch.Auth{Database: c.database, Username: c.user, Password: c.password},
@@ -266,12 +293,7 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse sink: %w", err)
 	}
-	s := &Sink{cfg: c, conn: conn, tinyStart: time.Now()}
-	if err := s.setup(ctx); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("clickhouse sink %s: %w", c.table, err)
-	}
-	return s, nil
+	return &Sink{cfg: c, conn: conn, tinyStart: time.Now()}, nil
 }
 
 func (s *Sink) setup(ctx context.Context) error {
@@ -647,4 +669,11 @@ func (s *Sink) Close() error {
 		return fmt.Errorf("close clickhouse sink: %w", err)
 	}
 	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
