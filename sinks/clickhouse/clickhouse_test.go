@@ -277,3 +277,37 @@ func TestColumnsTableMissing(t *testing.T) {
 		t.Fatalf("New with no table: %v", err)
 	}
 }
+
+// An insert made while the server is down is retried, with its token, until
+// it is back; and the tokens outlive a crash of the server: blocks inserted
+// before it are dropped when inserted again after it.
+func TestInsertRetriedAcrossACrash(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	url, n := sinkURL(chs, "retry_timeout=1m")
+	s := open(t, url)
+	first := block("orders", 0, 0, 3, "a", "b", "c")
+	write(t, s, first)
+	chs.Kill()
+	second := block("orders", 0, 3, 5, "d", "e")
+	done := make(chan error, 1)
+	go func() { done <- s.Write(context.Background(), second) }()
+	chs.Start()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Write across the crash: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("Write did not return after the server came back")
+	}
+	if s.Retries() == 0 {
+		t.Error("no retry counted for an insert made while the server was down")
+	}
+	// A new owner replays both after the crash: nothing is added.
+	s2 := open(t, url)
+	write(t, s2, first)
+	write(t, s2, second)
+	if got := chs.QueryInt(t, fmt.Sprintf("SELECT count() FROM rows_%d", n)); got != 5 {
+		t.Fatalf("%d rows after replays across a crash of the server, want 5", got)
+	}
+}
