@@ -1,0 +1,68 @@
+/*
+ * chlaunch runs ClickHouse's clickhouse-local from libchdb.so as a server,
+ * for the tests: chlaunch LIBCHDB [ARG]... dlopens LIBCHDB and calls
+ * chdb_query_cmdline with "clickhouse" ARG... (clickhouse-local's command
+ * line). The test harness compiles it with gcc (see clickhouse.go).
+ *
+ * When fd 3 is open, chlaunch watches it: the harness holds the other end of
+ * a pipe, so when the test process dies, even by SIGKILL, the read returns
+ * EOF and chlaunch kills its process group. No engine outlives its test.
+ *
+ * The engine prints its errors on stderr; chdb_query_cmdline reports none
+ * in its result, so chlaunch exits 0 whenever the engine returns (the
+ * harness's keep-alive query never ends: for it any exit is a failure),
+ * 2 on bad usage and 3 when the library does not load.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+typedef void *(*query_cmdline_fn)(int, char **);
+
+static void *watch_parent(void *arg) {
+	char buf[64];
+	ssize_t n;
+	(void)arg;
+	do {
+		n = read(3, buf, sizeof buf);
+	} while (n > 0 || (n < 0 && errno == EINTR));
+	kill(0, SIGKILL);
+	_exit(1);
+	return NULL;
+}
+
+int main(int argc, char **argv) {
+	if (argc < 2) {
+		fprintf(stderr, "usage: chlaunch LIBCHDB [ARG]...\n");
+		return 2;
+	}
+	if (fcntl(3, F_GETFD) != -1) {
+		/* Signals go to the engine's threads, never to the watcher. */
+		sigset_t all, old;
+		pthread_t th;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		if (pthread_create(&th, NULL, watch_parent, NULL) != 0) {
+			fprintf(stderr, "chlaunch: cannot start the watcher thread\n");
+			return 3;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	void *lib = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
+	if (lib == NULL) {
+		fprintf(stderr, "chlaunch: %s\n", dlerror());
+		return 3;
+	}
+	query_cmdline_fn query = (query_cmdline_fn)dlsym(lib, "chdb_query_cmdline");
+	if (query == NULL) {
+		fprintf(stderr, "chlaunch: %s: no chdb_query_cmdline\n", argv[1]);
+		return 3;
+	}
+	argv[1] = "clickhouse";
+	query(argc - 1, argv + 1);
+	return 0;
+}

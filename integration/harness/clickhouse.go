@@ -1,0 +1,507 @@
+package harness
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// CHDBLibEnv names the environment variable holding the path of
+// libchdb.so, the ClickHouse engine the tests run (test.sh sets it). When
+// it is empty the harness looks in CHDBLibDefault under the module root.
+const CHDBLibEnv = "CHDB_LIB"
+
+// CHDBLibDefault is where test.sh unpacks libchdb.so, relative to the
+// module's root.
+const CHDBLibDefault = ".cache/chdb/libchdb.so"
+
+// ClickHouseDatabase is the database StartClickHouse creates in each
+// engine (ENGINE = Atomic): the engine's own default database is an
+// Overlay one that shows the files of its working directory.
+const ClickHouseDatabase = "offsetkeeper"
+
+// Timing of the private ClickHouse engine.
+const (
+	chStartTimeout = 60 * time.Second
+	chStartTries   = 5
+	chOpTimeout    = 30 * time.Second
+)
+
+// chKeepAlive is the last query of the engine's command line: it serves
+// while this runs, so it runs until the process is killed, asleep (one row
+// per block, a second per row, well under the engine's limit of 3 s of
+// sleep per block).
+const chKeepAlive = "SELECT sleepEachRow(1) FROM system.numbers SETTINGS max_block_size = 1 FORMAT Null"
+
+//go:embed chlaunch/chlaunch.c
+var chLaunchSource []byte
+
+// ClickHouse is a private ClickHouse engine for one test: clickhouse-local
+// of a current release (from libchdb.so, see CHDBLibEnv) started by a
+// small launcher as a server on free 127.0.0.1 ports, native TCP and HTTP,
+// with its data in t's temporary directory and a database of its own
+// (Database). It takes no authentication: any client is user default with
+// no password. It is killed in t.Cleanup; Kill, Start and Restart let a
+// test take it away under its clients.
+//
+// What an insert returned is kept across Kill: MergeTree parts are written
+// to files before the insert returns, and the process's death does not take
+// the OS's page cache with it.
+//
+// The engine is about 200 MiB resident, of which some 160 MiB are the
+// library's pages, shared between engines: each further engine costs about
+// 50 MiB.
+type ClickHouse struct {
+	t        testing.TB
+	lib      string
+	launcher string
+	dir      string // the engine's working directory, and its log
+	data     string // --path
+	httpPort int
+	tcpPort  int
+
+	mu   sync.Mutex
+	proc *chProcess // nil when not running
+}
+
+// chProcess is one run of the engine.
+type chProcess struct {
+	cmd   *exec.Cmd
+	alive *os.File // our end of the pipe the launcher watches
+	done  chan struct{}
+	err   error // of Wait, set before done is closed
+}
+
+// CHDBLib finds libchdb.so: the path in CHDB_LIB, else CHDBLibDefault
+// under the module root; or returns an error that says what is missing.
+func CHDBLib() (string, error) {
+	if p := os.Getenv(CHDBLibEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", CHDBLibEnv, p, err)
+		}
+		return p, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, CHDBLibDefault)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no libchdb.so: %s unset and %s missing (./test.sh installs it)", CHDBLibEnv, p)
+	}
+	return p, nil
+}
+
+// moduleRoot is the directory of the go.mod above the working directory
+// (a test runs in its package's directory).
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// RequireClickHouse returns the path of libchdb.so, or skips the test when
+// it or gcc (which builds the launcher) is missing, except in CI (CI set in
+// the environment), where that fails the test: there it must run.
+func RequireClickHouse(t testing.TB) string {
+	t.Helper()
+	lib, err := CHDBLib()
+	if err == nil {
+		if _, err = exec.LookPath("gcc"); err != nil {
+			err = fmt.Errorf("no gcc to build the engine's launcher: %w", err)
+		}
+	}
+	if err == nil {
+		return lib
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("clickhouse: %v; CI is set, so the ClickHouse tests must not be skipped", err)
+	}
+	t.Skipf("clickhouse: %v; skipping (in CI this fails)", err)
+	return ""
+}
+
+// StartClickHouse starts a private engine, creates its database and waits
+// until it answers on both ports; it fails the test if that takes more
+// than a minute. Methods that can fail report to t, so call them from t's
+// goroutine.
+func StartClickHouse(t testing.TB) *ClickHouse {
+	t.Helper()
+	lib := RequireClickHouse(t)
+	base := t.TempDir()
+	c := &ClickHouse{t: t, lib: lib, dir: filepath.Join(base, "run"), data: filepath.Join(base, "data")}
+	for _, d := range []string{c.dir, c.data} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatalf("clickhouse: %v", err)
+		}
+	}
+	// Registered after TempDir, so it runs before the directory goes.
+	t.Cleanup(c.cleanup)
+	c.launcher = filepath.Join(base, "chlaunch")
+	if err := buildLauncher(base, c.launcher); err != nil {
+		t.Fatalf("clickhouse: %v", err)
+	}
+	// Free ports are picked by binding :0 and closing, so another process
+	// can take one first: then start again on others.
+	for try := 0; ; try++ {
+		var err error
+		if c.httpPort, err = freePort(); err == nil {
+			c.tcpPort, err = freePort()
+		}
+		if err != nil {
+			t.Fatalf("clickhouse: %v", err)
+		}
+		err = c.start()
+		if err == nil {
+			break
+		}
+		if try+1 == chStartTries || !c.bindFailed() {
+			t.Fatalf("clickhouse: start: %v\n%s", err, c.log())
+		}
+	}
+	c.execIn(t, "default", "CREATE DATABASE IF NOT EXISTS "+ClickHouseDatabase+" ENGINE = Atomic")
+	return c
+}
+
+// buildLauncher compiles chlaunch.c into out.
+func buildLauncher(dir, out string) error {
+	src := filepath.Join(dir, "chlaunch.c")
+	if err := os.WriteFile(src, chLaunchSource, 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, "gcc", "-O2", "-o", out, src, "-ldl", "-lpthread").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("build the launcher: %w\n%s", err, b)
+	}
+	return nil
+}
+
+// Database is the engine's database for the test's tables.
+func (c *ClickHouse) Database() string { return ClickHouseDatabase }
+
+// NativeAddr is the host:port of the native protocol.
+func (c *ClickHouse) NativeAddr() string { return fmt.Sprintf("127.0.0.1:%d", c.tcpPort) }
+
+// HTTPAddr is the host:port of the HTTP interface.
+func (c *ClickHouse) HTTPAddr() string { return fmt.Sprintf("127.0.0.1:%d", c.httpPort) }
+
+// DSN is the clickhouse-go DSN of Database over the native protocol:
+// clickhouse://127.0.0.1:PORT/DB.
+func (c *ClickHouse) DSN() string { return "clickhouse://" + c.NativeAddr() + "/" + ClickHouseDatabase }
+
+// HTTPDSN is the clickhouse-go DSN of Database over HTTP:
+// http://127.0.0.1:PORT/DB.
+func (c *ClickHouse) HTTPDSN() string { return "http://" + c.HTTPAddr() + "/" + ClickHouseDatabase }
+
+// PID is the launcher's process ID (the engine runs in it), or 0 when the
+// engine is not running.
+func (c *ClickHouse) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}
+
+// Exec runs one SQL statement in Database over the native protocol, with
+// clickhouse-go's positional binding of args.
+func (c *ClickHouse) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	c.execIn(t, ClickHouseDatabase, sql, args...)
+}
+
+func (c *ClickHouse) execIn(t testing.TB, db, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), chOpTimeout)
+	defer cancel()
+	conn, err := clickhouse.Open(c.options(db))
+	if err != nil {
+		t.Fatalf("clickhouse: connect: %v", err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("clickhouse: %s: %v", sql, err)
+	}
+}
+
+// Query runs a query in Database over the native protocol and returns its
+// rows, each value of the Go type clickhouse-go scans the column's type
+// into (uint64 for UInt64, string for String, time.Time for DateTime, ...).
+func (c *ClickHouse) Query(t testing.TB, sql string, args ...any) [][]any {
+	t.Helper()
+	rows, err := c.query(t, sql, args...)
+	if err != nil {
+		t.Fatalf("clickhouse: %s: %v", sql, err)
+	}
+	return rows
+}
+
+// QueryInt runs a query of one row and one column of an integer type in
+// Database, and returns its value.
+func (c *ClickHouse) QueryInt(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	rows := c.Query(t, sql, args...)
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		t.Fatalf("clickhouse: %s: %d rows, want 1 row of 1 column", sql, len(rows))
+	}
+	v := reflect.ValueOf(rows[0][0])
+	switch {
+	case v.CanInt():
+		return v.Int()
+	case v.CanUint():
+		return int64(v.Uint())
+	}
+	t.Fatalf("clickhouse: %s: a %T, want an integer", sql, rows[0][0])
+	return 0
+}
+
+func (c *ClickHouse) query(t testing.TB, sql string, args ...any) ([][]any, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), chOpTimeout)
+	defer cancel()
+	conn := c.open(t)
+	defer conn.Close()
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	types := rows.ColumnTypes()
+	var out [][]any
+	for rows.Next() {
+		ptrs := make([]any, len(types))
+		for i, ct := range types {
+			ptrs[i] = reflect.New(ct.ScanType()).Interface()
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		row := make([]any, len(ptrs))
+		for i, p := range ptrs {
+			row[i] = reflect.ValueOf(p).Elem().Interface()
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+// open connects to Database over the native protocol.
+func (c *ClickHouse) open(t testing.TB) driver.Conn {
+	t.Helper()
+	conn, err := clickhouse.Open(c.options(ClickHouseDatabase))
+	if err != nil {
+		t.Fatalf("clickhouse: connect: %v", err)
+	}
+	return conn
+}
+
+func (c *ClickHouse) options(db string) *clickhouse.Options {
+	return &clickhouse.Options{
+		Addr:        []string{c.NativeAddr()},
+		Auth:        clickhouse.Auth{Database: db},
+		DialTimeout: 5 * time.Second,
+	}
+}
+
+// Kill kills the engine (SIGKILL to its process group), as a crash of the
+// server: connections are cut at once. No-op when not running.
+func (c *ClickHouse) Kill() {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kill()
+}
+
+// kill kills the engine and waits for it; c.mu is held.
+func (c *ClickHouse) kill() {
+	if c.proc == nil {
+		return
+	}
+	p := c.proc
+	c.proc = nil
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.alive.Close()
+	<-p.done
+}
+
+// Start starts the killed engine again on the same data and ports, and
+// waits until it answers. No-op when running.
+func (c *ClickHouse) Start() {
+	c.t.Helper()
+	// The ports are free again, but an outgoing connection may have been
+	// given one as its local port meanwhile: retry for a while.
+	var err error
+	for try := 0; try < chStartTries; try++ {
+		if err = c.start(); err == nil || !c.bindFailed() {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("clickhouse: start: %v\n%s", err, c.log())
+	}
+}
+
+// Restart is Kill then Start.
+func (c *ClickHouse) Restart() {
+	c.t.Helper()
+	c.Kill()
+	c.Start()
+}
+
+// start starts the engine and waits until it answers on both ports; on
+// failure the engine is killed.
+func (c *ClickHouse) start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		return nil
+	}
+	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(c.launcher, c.lib,
+		"--path="+c.data+"/",
+		"--listen_host=127.0.0.1",
+		fmt.Sprintf("--http_port=%d", c.httpPort),
+		fmt.Sprintf("--tcp_port=%d", c.tcpPort),
+		"--multiquery",
+		"--query", "SYSTEM START LISTEN HTTP; SYSTEM START LISTEN TCP; "+chKeepAlive,
+	)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{r} // fd 3, watched by the launcher
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("run the launcher: %w", err)
+	}
+	p := &chProcess{cmd: cmd, alive: w, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	c.proc = p
+	if err := c.awaitReady(p); err != nil {
+		c.kill()
+		return err
+	}
+	return nil
+}
+
+// awaitReady polls both ports until the engine answers, it exits, or
+// chStartTimeout passes.
+func (c *ClickHouse) awaitReady(p *chProcess) error {
+	ctx, cancel := context.WithTimeout(context.Background(), chStartTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		err := c.ping(ctx, hc)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("the engine exited (%v) before it answered: %w", p.err, err)
+		case <-ctx.Done():
+			return fmt.Errorf("the engine did not answer in %s: %w", chStartTimeout, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ping checks that both interfaces answer.
+func (c *ClickHouse) ping(ctx context.Context, hc *http.Client) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr()+"/ping", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("http: /ping: %s", resp.Status)
+	}
+	// Dial first: clickhouse-go logs nothing, but retries its own dial.
+	nc, err := net.DialTimeout("tcp", c.NativeAddr(), time.Second)
+	if err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	_ = nc.Close()
+	conn, err := clickhouse.Open(c.options("default"))
+	if err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	defer conn.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	if err := conn.Ping(pctx); err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	return nil
+}
+
+// bindFailed tells whether the last start failed on a port in use.
+func (c *ClickHouse) bindFailed() bool {
+	return strings.Contains(c.log(), "Address already in use")
+}
+
+func (c *ClickHouse) logPath() string { return filepath.Join(c.dir, "engine.log") }
+
+// log is the tail of the engine's output.
+func (c *ClickHouse) log() string {
+	b, _ := os.ReadFile(c.logPath())
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func (c *ClickHouse) cleanup() {
+	c.mu.Lock()
+	c.kill()
+	c.mu.Unlock()
+	if c.t.Failed() {
+		c.t.Logf("clickhouse output (tail):\n%s", c.log())
+	}
+}
