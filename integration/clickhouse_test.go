@@ -37,7 +37,7 @@ func chSinkURL(ch *harness.ClickHouse, addr string, http bool) string {
 	default:
 		addr = ch.NativeAddr()
 	}
-	u := fmt.Sprintf("clickhouse://%s/%s?table=events", addr, ch.Database())
+	u := fmt.Sprintf("clickhouse://%s/%s?table=events&mode=columns", addr, ch.Database())
 	if http {
 		u += "&protocol=http"
 	}
