@@ -4,6 +4,11 @@
 # tests start private PostgreSQL clusters from Debian's server binaries, which
 # this script installs (package postgresql) when they are missing and it runs
 # as root. Without them those tests skip, except with CI set, where they fail.
+# The ClickHouse tests run a current engine, clickhouse-local from libchdb.so
+# (npm package @chdb/lib-linux-x64-gnu, 178 MB), which this script fetches
+# with npm into .cache/chdb when it is missing, and passes to the tests in
+# CHDB_LIB; without it (or without gcc, which builds its launcher) they skip,
+# except with CI set, where they fail.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,6 +26,36 @@ if ! have_postgres; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 	else
 		echo "test.sh: PostgreSQL's server binaries are missing (apt-get install postgresql); its tests will skip" >&2
+	fi
+fi
+
+# The engine's package; integration/harness/clickhouse.go finds the library
+# in CHDB_LIB, else at .cache/chdb/libchdb.so.
+chdb_pkg=@chdb/lib-linux-x64-gnu@26.7.3-stable.1
+chdb_dir=.cache/chdb
+install_chdb() {
+	local tmp
+	tmp=$(mktemp -d "$chdb_dir/fetch.XXXXXX")
+	echo "test.sh: fetching ClickHouse for its tests ($chdb_pkg)" >&2
+	if (cd "$tmp" && npm pack --silent "$chdb_pkg" >/dev/null && tar -xzf ./*.tgz package/libchdb.so); then
+		mv "$tmp/package/libchdb.so" "$chdb_dir/libchdb.so"
+		echo "$chdb_pkg" >"$chdb_dir/VERSION"
+	else
+		echo "test.sh: fetching $chdb_pkg failed; the ClickHouse tests will skip" >&2
+	fi
+	rm -rf "$tmp"
+}
+if [ -z "${CHDB_LIB:-}" ]; then
+	if [ ! -f "$chdb_dir/libchdb.so" ] || [ "$(cat "$chdb_dir/VERSION" 2>/dev/null)" != "$chdb_pkg" ]; then
+		mkdir -p "$chdb_dir"
+		if command -v npm >/dev/null; then
+			install_chdb
+		else
+			echo "test.sh: no npm to fetch ClickHouse ($chdb_pkg); its tests will skip" >&2
+		fi
+	fi
+	if [ -f "$chdb_dir/libchdb.so" ]; then
+		export CHDB_LIB="$PWD/$chdb_dir/libchdb.so"
 	fi
 fi
 

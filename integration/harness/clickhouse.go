@@ -35,12 +35,56 @@ const CHDBLibDefault = ".cache/chdb/libchdb.so"
 // Overlay one that shows the files of its working directory.
 const ClickHouseDatabase = "offsetkeeper"
 
+// ClickHouseUser is a user of every engine that needs its password,
+// ClickHousePassword, for tests of credentials; DSN and HTTPDSN connect as
+// user default, which has none.
+const (
+	ClickHouseUser     = "offsetkeeper"
+	ClickHousePassword = "offsetkeeper-secret"
+)
+
 // Timing of the private ClickHouse engine.
 const (
 	chStartTimeout = 60 * time.Second
 	chStartTries   = 5
 	chOpTimeout    = 30 * time.Second
 )
+
+// chMemoryLimit is the engine's max_server_memory_usage.
+const chMemoryLimit = 2 << 30
+
+// chConfig is the engine's configuration file (of max_server_memory_usage
+// and the path of the users' file, chUsers).
+const chConfig = `<clickhouse>
+  <!-- written by the offsetkeeper test harness -->
+  <max_server_memory_usage>%d</max_server_memory_usage>
+  <mark_cache_size>268435456</mark_cache_size>
+  <user_directories><users_xml><path>%s</path></users_xml></user_directories>
+</clickhouse>
+`
+
+// chUsers is the users' file: user default with no password, and
+// ClickHouseUser with ClickHousePassword.
+const chUsers = `<clickhouse>
+  <!-- written by the offsetkeeper test harness -->
+  <users>
+    <default>
+      <password></password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </default>
+    <%[1]s>
+      <password>%[2]s</password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </%[1]s>
+  </users>
+  <profiles><default/></profiles>
+  <quotas><default/></quotas>
+</clickhouse>
+`
 
 // chKeepAlive is the last query of the engine's command line: it serves
 // while this runs, so it runs until the process is killed, asleep (one row
@@ -55,8 +99,11 @@ var chLaunchSource []byte
 // of a current release (from libchdb.so, see CHDBLibEnv) started by a
 // small launcher as a server on free 127.0.0.1 ports, native TCP and HTTP,
 // with its data in t's temporary directory and a database of its own
-// (Database). It takes no authentication: any client is user default with
-// no password. It is killed in t.Cleanup; Kill, Start and Restart let a
+// (Database). Clients connect as user default with no password, or as
+// ClickHouseUser with ClickHousePassword: but a failed authentication over
+// the native protocol takes the engine down some 3 s later (a quirk of
+// libchdb's, which it logs nowhere), so test bad credentials over HTTP,
+// where the engine survives them. It is killed in t.Cleanup; Kill, Start and Restart let a
 // test take it away under its clients.
 //
 // What an insert returned is kept across Kill: MergeTree parts are written
@@ -65,13 +112,15 @@ var chLaunchSource []byte
 //
 // The engine is about 200 MiB resident, of which some 160 MiB are the
 // library's pages, shared between engines: each further engine costs about
-// 50 MiB.
+// 50 MiB. Its memory is capped at chMemoryLimit: past it queries fail
+// rather than take the machine.
 type ClickHouse struct {
 	t        testing.TB
 	lib      string
 	launcher string
 	dir      string // the engine's working directory, and its log
 	data     string // --path
+	config   string // --config-file
 	httpPort int
 	tcpPort  int
 
@@ -167,6 +216,14 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 	if err := buildLauncher(base, c.launcher); err != nil {
 		t.Fatalf("clickhouse: %v", err)
 	}
+	c.config = filepath.Join(base, "config.xml")
+	users := filepath.Join(base, "users.xml")
+	if err := os.WriteFile(users, fmt.Appendf(nil, chUsers, ClickHouseUser, ClickHousePassword), 0o600); err != nil {
+		t.Fatalf("clickhouse: %v", err)
+	}
+	if err := os.WriteFile(c.config, fmt.Appendf(nil, chConfig, chMemoryLimit, users), 0o600); err != nil {
+		t.Fatalf("clickhouse: %v", err)
+	}
 	// Free ports are picked by binding :0 and closing, so another process
 	// can take one first: then start again on others.
 	for try := 0; ; try++ {
@@ -226,10 +283,24 @@ func (c *ClickHouse) HTTPDSN() string { return "http://" + c.HTTPAddr() + "/" + 
 func (c *ClickHouse) PID() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc == nil {
+	if !c.running() {
 		return 0
 	}
 	return c.proc.cmd.Process.Pid
+}
+
+// running tells whether the engine runs: started, not killed, and not
+// exited on its own; c.mu is held.
+func (c *ClickHouse) running() bool {
+	if c.proc == nil {
+		return false
+	}
+	select {
+	case <-c.proc.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Exec runs one SQL statement in Database over the native protocol, with
@@ -348,13 +419,15 @@ func (c *ClickHouse) kill() {
 	}
 	p := c.proc
 	c.proc = nil
+	// The group outlives its leader if the engine forked; the leader's
+	// PID is not reused before it is reaped, so not before done.
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	_ = p.alive.Close()
 	<-p.done
 }
 
-// Start starts the killed engine again on the same data and ports, and
-// waits until it answers. No-op when running.
+// Start starts the killed (or exited) engine again on the same data and
+// ports, and waits until it answers. No-op when running.
 func (c *ClickHouse) Start() {
 	c.t.Helper()
 	// The ports are free again, but an outgoing connection may have been
@@ -383,9 +456,10 @@ func (c *ClickHouse) Restart() {
 func (c *ClickHouse) start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc != nil {
+	if c.running() {
 		return nil
 	}
+	c.kill() // of one that exited on its own
 	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -397,6 +471,7 @@ func (c *ClickHouse) start() error {
 	}
 	defer r.Close()
 	cmd := exec.Command(c.launcher, c.lib,
+		"--config-file="+c.config,
 		"--path="+c.data+"/",
 		"--listen_host=127.0.0.1",
 		fmt.Sprintf("--http_port=%d", c.httpPort),
@@ -499,8 +574,16 @@ func (c *ClickHouse) log() string {
 
 func (c *ClickHouse) cleanup() {
 	c.mu.Lock()
+	exited := c.proc != nil && !c.running()
+	var err error
+	if exited {
+		err = c.proc.err
+	}
 	c.kill()
 	c.mu.Unlock()
+	if exited {
+		c.t.Logf("clickhouse: the engine had exited on its own (%v)", err)
+	}
 	if c.t.Failed() {
 		c.t.Logf("clickhouse output (tail):\n%s", c.log())
 	}

@@ -1,9 +1,13 @@
 package harness_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,6 +75,17 @@ func TestClickHouseLifecycle(t *testing.T) {
 	if rows := ch.Query(t, `SELECT n, toString(n) FROM kept ORDER BY n`); fmt.Sprint(rows) != "[[1 1] [2 2]]" {
 		t.Fatalf("after Restart: %v, want [[1 1] [2 2]]", rows)
 	}
+
+	// Killed from outside (say, by the OOM killer), it is no longer
+	// running, and Start brings it back.
+	if err := syscall.Kill(ch.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	harness.Await(t, 10*time.Second, "the engine to be seen dead", func() bool { return ch.PID() == 0 })
+	ch.Start()
+	if n := ch.QueryInt(t, `SELECT count() FROM kept`); n != 2 {
+		t.Fatalf("after a kill from outside: %d rows, want 2", n)
+	}
 }
 
 // TestClickHouseDeduplication checks what the ClickHouse sink builds on:
@@ -133,4 +148,102 @@ func TestClickHouseDeduplication(t *testing.T) {
 	if n := ch.QueryInt(t, `SELECT count() FROM dedup`); n != 9 {
 		t.Errorf("after an insert with a new token: %d rows, want 9", n)
 	}
+}
+
+// TestClickHouseCredentials connects as ClickHouseUser over both
+// protocols, and with a wrong password over HTTP, which the engine
+// survives (over the native protocol it does not: see ClickHouse).
+func TestClickHouseCredentials(t *testing.T) {
+	ch := harness.StartClickHouse(t)
+	ctx := harness.Context(t, time.Minute)
+	as := func(dsn, password string) (string, error) {
+		scheme, rest, _ := strings.Cut(dsn, "://")
+		conn := chOpen(t, scheme+"://"+harness.ClickHouseUser+":"+password+"@"+rest)
+		defer conn.Close()
+		var user string
+		err := conn.QueryRow(ctx, `SELECT currentUser()`).Scan(&user)
+		return user, err
+	}
+	for _, dsn := range []string{ch.DSN(), ch.HTTPDSN()} {
+		if user, err := as(dsn, harness.ClickHousePassword); err != nil || user != harness.ClickHouseUser {
+			t.Errorf("%s as %s: user %q, %v", dsn, harness.ClickHouseUser, user, err)
+		}
+	}
+	if _, err := as(ch.HTTPDSN(), "wrong"); err == nil || !strings.Contains(err.Error(), "AUTHENTICATION_FAILED") {
+		t.Errorf("http with a wrong password: %v, want AUTHENTICATION_FAILED", err)
+	}
+	if n := ch.QueryInt(t, `SELECT 1`); n != 1 || ch.PID() == 0 {
+		t.Errorf("after a wrong password over http: SELECT 1 = %d, PID %d", n, ch.PID())
+	}
+}
+
+// TestClickHouseNoOrphan kills a test process that runs an engine, by
+// SIGKILL, so that no cleanup runs: the engine must go with it.
+func TestClickHouseNoOrphan(t *testing.T) {
+	if os.Getenv("CHHARNESS_CHILD") != "" {
+		ch := harness.StartClickHouse(t)
+		fmt.Printf("engine %d\n", ch.PID())
+		select {} // until killed
+	}
+	harness.RequireClickHouse(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestClickHouseNoOrphan$", "-test.v")
+	cmd.Env = append(os.Environ(), "CHHARNESS_CHILD=1", "TMPDIR="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var engine int
+	sc := bufio.NewScanner(out)
+	for engine == 0 && sc.Scan() {
+		fmt.Sscanf(sc.Text(), "engine %d", &engine)
+	}
+	if engine == 0 {
+		t.Fatalf("the child printed no engine's PID: %v", sc.Err())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	harness.Await(t, 30*time.Second, fmt.Sprintf("engine %d to go with its test", engine), func() bool {
+		return !processLives(engine)
+	})
+}
+
+// processLives tells whether pid is a process that is not a zombie.
+func processLives(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(after, "Z")
+}
+
+// TestClickHouseFootprint reports what an engine costs: the time to start
+// one and its resident memory once it has served some inserts.
+func TestClickHouseFootprint(t *testing.T) {
+	begin := time.Now()
+	ch := harness.StartClickHouse(t)
+	started := time.Since(begin)
+	ch.Exec(t, `CREATE TABLE f (n UInt64, s String) ENGINE = MergeTree ORDER BY n`)
+	for range 10 {
+		ch.Exec(t, `INSERT INTO f SELECT number, toString(number) FROM numbers(10000)`)
+	}
+	if n := ch.QueryInt(t, `SELECT count() FROM f`); n != 100000 {
+		t.Fatalf("%d rows, want 100000", n)
+	}
+	begin = time.Now()
+	ch.Restart()
+	restarted := time.Since(begin)
+	ch.QueryInt(t, `SELECT count() FROM f`)
+	rss, peak, err := harness.ProcMemory(ch.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("start %s (with building the launcher), restart %s; resident %d MiB (peak %d MiB)",
+		started.Round(time.Millisecond), restarted.Round(time.Millisecond), rss>>20, peak>>20)
 }

@@ -8,10 +8,12 @@
  * a pipe, so when the test process dies, even by SIGKILL, the read returns
  * EOF and chlaunch kills its process group. No engine outlives its test.
  *
- * The engine prints its errors on stderr; chdb_query_cmdline reports none
- * in its result, so chlaunch exits 0 whenever the engine returns (the
- * harness's keep-alive query never ends: for it any exit is a failure),
- * 2 on bad usage and 3 when the library does not load.
+ * The engine prints the errors of its queries on stderr and keeps their
+ * output in its result, which chlaunch drops; an error of the command line
+ * (say, an unknown option) is in the result only, and chlaunch prints it.
+ * Exit status: 1 on such an error, else 0 when the engine returns (the
+ * harness's keep-alive query never ends: for it any exit is a failure);
+ * 2 on bad usage, 3 when the library does not load.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 typedef void *(*query_cmdline_fn)(int, char **);
+typedef const char *(*result_error_fn)(void *);
 
 static void *watch_parent(void *arg) {
 	char buf[64];
@@ -58,11 +61,17 @@ int main(int argc, char **argv) {
 		return 3;
 	}
 	query_cmdline_fn query = (query_cmdline_fn)dlsym(lib, "chdb_query_cmdline");
-	if (query == NULL) {
-		fprintf(stderr, "chlaunch: %s: no chdb_query_cmdline\n", argv[1]);
+	result_error_fn result_error = (result_error_fn)dlsym(lib, "chdb_result_error");
+	if (query == NULL || result_error == NULL) {
+		fprintf(stderr, "chlaunch: %s: no chdb_query_cmdline or chdb_result_error\n", argv[1]);
 		return 3;
 	}
 	argv[1] = "clickhouse";
-	query(argc - 1, argv + 1);
+	void *res = query(argc - 1, argv + 1);
+	const char *err = res != NULL ? result_error(res) : NULL;
+	if (err != NULL && err[0] != '\0') {
+		fprintf(stderr, "chlaunch: %s\n", err);
+		return 1;
+	}
 	return 0;
 }
