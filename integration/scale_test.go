@@ -364,8 +364,15 @@ func (resumingSink) Resume(context.Context, string, int) (int64, int64, bool, er
 // Unwrap returns the counting sink.
 func (s resumingSink) Unwrap() sinks.Sink { return s.countingSink }
 
+// intentKeepingSink is a resuming sink that asks for intents all the same
+// (a sinks.IntentKeeper), as one that deduplicates by range does.
+type intentKeepingSink struct{ resumingSink }
+
+// NeedsIntents asks for intents.
+func (intentKeepingSink) NeedsIntents() bool { return true }
+
 // Intents are written for a sink that keys by range, and skipped for one
-// that stores its own offsets, which needs none.
+// that stores its own offsets, which needs none, unless it asks for them.
 func TestIntentsOnlyForSinksWithoutOwnOffsets(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -374,6 +381,7 @@ func TestIntentsOnlyForSinksWithoutOwnOffsets(t *testing.T) {
 	}{
 		{"plain sink", newCountingSink(), true},
 		{"resuming sink", resumingSink{newCountingSink()}, false},
+		{"resuming sink keeping intents", intentKeepingSink{resumingSink{newCountingSink()}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "intents", 2)

@@ -62,11 +62,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	}
 
 	if len(b.records) > 0 {
-		if _, resumes := sinks.As[sinks.Resumer](pt.r.sink); !resumes {
-			// A sink that stores its own offsets with the rows needs no
-			// intent: a new owner resumes from what it holds, and it
-			// refuses a lower epoch, so the intent would only cost an etcd
-			// write per block.
+		if needsIntent(pt.r.sink) {
 			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
 				return err
 			}
@@ -112,4 +108,19 @@ type committer struct {
 
 func (c committer) Commit(ctx context.Context, next int64) error {
 	return c.claim.Commit(ctx, next, c.rows, c.opts...)
+}
+
+// needsIntent reports whether the replica writes an intent before each of
+// the sink's blocks: for any sink but a Resumer, and for a Resumer that
+// asks for them (a sinks.IntentKeeper). A sink that stores its own offsets
+// with the rows and refuses a lower epoch needs no intent: a new owner
+// resumes from what it holds, so the intent would only cost an etcd write
+// per block. One that deduplicates only a block of the same range needs
+// the new owner to replay exactly the range the previous owner wrote.
+func needsIntent(s sinks.Sink) bool {
+	if _, resumes := sinks.As[sinks.Resumer](s); !resumes {
+		return true
+	}
+	ik, ok := sinks.As[sinks.IntentKeeper](s)
+	return ok && ik.NeedsIntents()
 }

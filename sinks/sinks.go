@@ -14,6 +14,8 @@
 //   - Resumer: the sink stores its own offsets with its rows. Without it, a
 //     partition resumes at etcd's offset alone, and the replica writes
 //     intents.
+//   - IntentKeeper: a Resumer that needs intents all the same. Without it,
+//     the replica writes no intents for a Resumer.
 //   - Pinger: the store answers a health check. Without it, readiness
 //     counts the store reachable.
 //   - DeadLetterCounter: records set aside by the sink's own policy. Without
@@ -22,7 +24,7 @@
 //     sink are hidden behind the wrapper.
 //
 // Two functions serve the callers and the wrappers: As finds a side upgrade
-// (Resumer, Pinger, DeadLetterCounter) through a chain of Wrappers, and
+// (Resumer, IntentKeeper, Pinger, DeadLetterCounter) through a chain of Wrappers, and
 // WriteBlocks writes blocks through BatchWriter when a sink has it, else
 // one Write per block.
 package sinks
@@ -152,6 +154,24 @@ type BatchWriter interface {
 // The replica finds a Resumer with As, through wrappers.
 type Resumer interface {
 	Resume(ctx context.Context, topic string, partition int) (next, generation int64, ok bool, err error)
+}
+
+// IntentKeeper is implemented by a Resumer whose rows say where it stands
+// but that cannot refuse a lower epoch, and deduplicates a block written
+// again only when it comes with the same range: a store that drops a
+// repeated insert by a token made of the range (ClickHouse's
+// insert_deduplication_token). For it the intent is what makes a new owner
+// write the previous owner's block again with exactly its range, so that a
+// zombie's late write of that block and the new owner's are one.
+//
+// If NeedsIntents returns true, the replica writes an intent before every
+// block of the sink although it is a Resumer, and a new owner resumes at
+// the larger of etcd's offset and the sink's as for any Resumer, replaying
+// the intent's range when it starts there. If a Sink does not implement
+// IntentKeeper, or NeedsIntents returns false, a Resumer gets no intents.
+// The replica finds an IntentKeeper with As, through wrappers.
+type IntentKeeper interface {
+	NeedsIntents() bool
 }
 
 // Pinger is implemented by sinks that can tell whether their store answers.

@@ -19,6 +19,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
@@ -98,15 +99,17 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	return cmd
 }
 
-// complete parses --sink. A postgres sink with the default group gets a
-// group of its own: the sink's offsets table outlives this run's etcd, and
-// an earlier run's epochs would fence this one.
+// complete parses --sink. A postgres or clickhouse sink with the default
+// group gets a group of its own: the sink's tables outlive this run's etcd,
+// and an earlier run's epochs would fence this one (postgres), or its
+// deduplication tokens drop this run's blocks of the same ranges
+// (clickhouse).
 func (o *devOptions) complete(*cobra.Command) error {
 	var err error
 	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
 	}
-	if o.target.scheme == "postgres" && o.group == "dev" {
+	if (o.target.scheme == "postgres" || o.target.scheme == "clickhouse") && o.group == "dev" {
 		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())
 	}
 	o.target.group = o.group
@@ -321,13 +324,15 @@ func (o *devOptions) readBack(ctx context.Context, produced map[int]int64, rec *
 		read = func(p int) ([]sinks.Record, error) { return file.ReadAll(o.target.dir, o.topic, p) }
 	case o.target.scheme == "postgres":
 		read = func(p int) ([]sinks.Record, error) { return postgres.ReadAll(ctx, o.target.url, o.topic, p) }
+	case o.target.scheme == "clickhouse":
+		read = func(p int) ([]sinks.Record, error) { return clickhouse.ReadAll(ctx, o.target.url, o.topic, p) }
 	default:
 		d, l, dups := rec.tally(produced)
 		return d, l, dups, nil
 	}
 	for p, n := range produced {
 		records, err := read(p)
-		if errors.Is(err, postgres.ErrURL) {
+		if errors.Is(err, postgres.ErrURL) || errors.Is(err, clickhouse.ErrURL) {
 			// A columns-mode table keeps no offsets to read back.
 			d, l, dups := rec.tally(produced)
 			return d, l, dups, nil

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
@@ -17,20 +20,30 @@ import (
 )
 
 const sinkURLHelp = `file:///DIR (JSON lines, one file per block), ` +
-	`postgres://USER@HOST/DB[?table=T&mode=raw|columns|upsert] (exactly-once), stdout: (JSON lines) or discard: (count only)`
+	`postgres://USER@HOST/DB[?table=T&mode=raw|columns|upsert] (exactly-once), ` +
+	`clickhouse://[USER@]HOST:PORT/DB[?table=T&mode=raw|columns&protocol=native|http] (exactly-once by deduplication tokens; ` +
+	`password in $` + clickhouse.PasswordEnv + ` or password_file=), stdout: (JSON lines) or discard: (count only)`
 
 // postgresOpenTimeout bounds connecting to PostgreSQL and creating the
-// sink's tables when a command starts.
-const postgresOpenTimeout = 30 * time.Second
+// sink's tables when a command starts; clickhouseOpenTimeout the same for
+// ClickHouse.
+const (
+	postgresOpenTimeout   = 30 * time.Second
+	clickhouseOpenTimeout = 30 * time.Second
+)
 
 // sinkTarget is a parsed --sink URL; open makes the sink.
 type sinkTarget struct {
 	scheme string
 	dir    string
-	url    string // postgres: the whole URL, which may hold a password
-	// group keys the postgres sink's offsets table; the commands set it
-	// from --group (a group= in the URL must then agree).
+	url    string // postgres, clickhouse: the whole URL, which may hold a password
+	// group keys the postgres sink's offsets table and is part of the
+	// clickhouse sink's deduplication tokens; the commands set it from
+	// --group (a group= in the URL must then agree).
 	group string
+	// log is the sink's logger where it takes one (clickhouse: its setup,
+	// dead letters, retries and small-insert warnings); nil for none.
+	log *zap.Logger
 }
 
 // parseSink checks a sink URL without touching anything.
@@ -60,6 +73,11 @@ func parseSink(raw string) (sinkTarget, error) {
 			return sinkTarget{}, usagef("--sink: %v", err)
 		}
 		return sinkTarget{scheme: "postgres", url: raw}, nil
+	case "clickhouse":
+		if err := clickhouse.ValidateURL(raw, false); err != nil {
+			return sinkTarget{}, usagef("--sink: %v", err)
+		}
+		return sinkTarget{scheme: "clickhouse", url: raw}, nil
 	default:
 		return sinkTarget{}, usagef("--sink %q: unknown scheme %q; want %s", shownSink(raw), u.Scheme, sinkURLHelp)
 	}
@@ -73,8 +91,8 @@ func parseSinkFlag(raw string) (sinkTarget, error) {
 	return parseSink(raw)
 }
 
-// shownSink is a --sink value fit for a message: a postgres:// URL may hold
-// a password, even one that does not parse.
+// shownSink is a --sink value fit for a message: a postgres:// or
+// clickhouse:// URL may hold a password, even one that does not parse.
 func shownSink(raw string) string {
 	shown := redactURL(raw)
 	if i, j := strings.Index(shown, "://"), strings.LastIndex(shown, "@"); shown == raw && i >= 0 && j > i {
@@ -104,6 +122,21 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 		s, err := postgres.New(ctx, t.url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open sink postgres: %w", err)
+		}
+		return s, nil
+	case "clickhouse":
+		ctx, cancel := context.WithTimeout(context.Background(), clickhouseOpenTimeout)
+		defer cancel()
+		var opts []clickhouse.Option
+		if t.group != "" {
+			opts = append(opts, clickhouse.WithGroup(t.group))
+		}
+		if t.log != nil {
+			opts = append(opts, clickhouse.WithLogger(t.log))
+		}
+		s, err := clickhouse.New(ctx, t.url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("open sink clickhouse: %w", err)
 		}
 		return s, nil
 	default:

@@ -1,0 +1,486 @@
+package clickhouse
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+)
+
+// Defaults of the sink options. Every one can be changed by a query
+// parameter of the URL (see the package documentation).
+const (
+	// DefaultTable is the table rows go to (table=). In raw mode it is
+	// created if missing; in columns mode it must exist.
+	DefaultTable = "offsetkeeper_records"
+	// DefaultDeadLetterTable holds the records the table refused
+	// (dead_letter_table=). Created if missing.
+	DefaultDeadLetterTable = "offsetkeeper_dead_letters"
+	// DefaultDatabase is the database when the URL's path names none.
+	DefaultDatabase = "default"
+	// DefaultDialTimeout bounds opening one connection (dial_timeout=).
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultRetryTimeout is how long a Write keeps retrying an insert that
+	// failed on the connection or the server's side (retry_timeout=). Each
+	// attempt carries the same deduplication token, so a retry after a lost
+	// answer is dropped by ClickHouse if the first went in. Longer rides out
+	// a slower restart; shorter hands the failure to the replica sooner,
+	// which rolls the block back and writes it again after its own backoff.
+	DefaultRetryTimeout = 30 * time.Second
+	// MaxRetryTimeout bounds retry_timeout.
+	MaxRetryTimeout = 10 * time.Minute
+	// DefaultWindow is the non_replicated_deduplication_window a raw table
+	// is created with: the number of most recent inserts into the table
+	// (all partitions together) whose tokens ClickHouse remembers.
+	DefaultWindow = 10000
+	// PasswordEnv is the environment variable the password is read from
+	// when neither the URL nor password_file= gives one.
+	PasswordEnv = "OFFSETKEEPER_CLICKHOUSE_PASSWORD"
+)
+
+// Mode is how records become rows.
+type Mode int
+
+const (
+	// Raw stores each record whole in a table of the sink's own layout,
+	// ordered by (kafka_topic, kafka_partition, kafka_offset). The default.
+	Raw Mode = iota
+	// Columns fills the columns of an existing table from the fields of
+	// the record's JSON value.
+	Columns
+)
+
+var modeNames = enum.New[Mode]("mode", "raw", "columns")
+
+// String returns the mode's name in the URL: raw or columns.
+func (m Mode) String() string { return modeNames.String(m) }
+
+// MarshalText implements encoding.TextMarshaler with the mode's name.
+func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: raw or columns, case
+// folded.
+func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }
+
+// Protocol is the interface the sink speaks to ClickHouse (protocol=).
+type Protocol int
+
+const (
+	// Native is ClickHouse's TCP protocol (port 9000, 9440 with TLS). The
+	// default.
+	Native Protocol = iota
+	// HTTP is the HTTP interface (port 8123, 8443 with TLS).
+	HTTP
+)
+
+var protocolNames = enum.New[Protocol]("protocol", "native", "http")
+
+// String returns the protocol's name in the URL: native or http.
+func (p Protocol) String() string { return protocolNames.String(p) }
+
+// MarshalText implements encoding.TextMarshaler with the name.
+func (p Protocol) MarshalText() ([]byte, error) { return protocolNames.Marshal(p) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: native or http, case
+// folded.
+func (p *Protocol) UnmarshalText(b []byte) error { return protocolNames.Unmarshal(p, b) }
+
+// Compression is how native blocks are compressed on the wire
+// (compression=).
+type Compression int
+
+const (
+	// LZ4 compresses cheaply. The default.
+	LZ4 Compression = iota
+	// ZSTD compresses more, for more CPU.
+	ZSTD
+	// NoCompression sends blocks as they are.
+	NoCompression
+)
+
+var compressionNames = enum.New[Compression]("compression", "lz4", "zstd", "none")
+
+// String returns the name in the URL: lz4, zstd or none.
+func (c Compression) String() string { return compressionNames.String(c) }
+
+// The sink's URL parameters. The URL takes no others: a misspelt one is
+// refused rather than sent to ClickHouse as a setting.
+const (
+	paramGroup        = "group"
+	paramTable        = "table"
+	paramMode         = "mode"
+	paramDeadLetters  = "dead_letter_table"
+	paramProtocol     = "protocol"
+	paramSecure       = "secure"
+	paramSkipVerify   = "skip_verify"
+	paramServerName   = "tls_server_name"
+	paramCAFile       = "ca_file"
+	paramPasswordFile = "password_file"
+	paramAtLeastOnce  = "at_least_once"
+	paramDialTimeout  = "dial_timeout"
+	paramRetryTimeout = "retry_timeout"
+	paramCompression  = "compression"
+)
+
+var params = []string{paramGroup, paramTable, paramMode, paramDeadLetters, paramProtocol, paramSecure,
+	paramSkipVerify, paramServerName, paramCAFile, paramPasswordFile, paramAtLeastOnce, paramDialTimeout,
+	paramRetryTimeout, paramCompression}
+
+// ErrURL is wrapped by every error about the URL or an option.
+var ErrURL = errors.New("bad clickhouse sink URL")
+
+// Option changes the configuration New builds from the URL.
+type Option func(*config)
+
+// WithGroup sets the offsetkeeper group, part of every deduplication
+// token, for callers that know it already. A group= in the URL must then
+// be the same: two names for one thing is a mistake.
+func WithGroup(group string) Option { return func(c *config) { c.optGroup = group } }
+
+// WithLogger makes the sink log its setup, retries, dead letters and tiny
+// blocks (default: no logs).
+func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log } }
+
+// WithGetenv replaces os.Getenv for reading PasswordEnv (for tests).
+func WithGetenv(getenv func(string) string) Option { return func(c *config) { c.getenv = getenv } }
+
+// ident is a table: its database and name.
+type ident struct{ db, name string }
+
+// String is the table quoted for SQL: `db`.`name`.
+func (i ident) String() string { return quoteIdent(i.db) + "." + quoteIdent(i.name) }
+
+// quoteIdent quotes a ClickHouse identifier in backquotes.
+func quoteIdent(s string) string {
+	return "`" + strings.NewReplacer(`\`, `\\`, "`", "\\`").Replace(s) + "`"
+}
+
+// config is the parsed URL and options.
+type config struct {
+	addrs        []string
+	user         string
+	password     string
+	havePassword bool // the URL's user info holds a password
+	passwordFile string
+	database     string
+	group        string
+	optGroup     string
+	table        ident
+	deadLetters  ident
+	tableRaw     string // table= as given, before the database is applied
+	deadRaw      string
+	mode         Mode
+	protocol     Protocol
+	secure       bool
+	skipVerify   bool
+	serverName   string
+	caFile       string
+	atLeastOnce  bool
+	dialTimeout  time.Duration
+	retryTimeout time.Duration
+	compression  Compression
+	given        map[string]bool
+	log          *zap.Logger
+	getenv       func(string) string
+	tls          *tls.Config
+}
+
+// ValidateURL checks a sink URL without connecting or reading files. The
+// command line calls it so that a bad --sink is a usage error before
+// anything starts. A group is required unless it will be given with
+// WithGroup (needGroup false).
+func ValidateURL(raw string, needGroup bool) error {
+	c, err := parseURL(raw)
+	if err != nil {
+		return err
+	}
+	if needGroup && c.group == "" {
+		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, part of every deduplication token)", ErrURL, paramGroup)
+	}
+	return nil
+}
+
+// parseURL reads the URL: clickhouse://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/DB?...
+func parseURL(raw string) (config, error) {
+	c := config{
+		database:     DefaultDatabase,
+		tableRaw:     DefaultTable,
+		deadRaw:      DefaultDeadLetterTable,
+		dialTimeout:  DefaultDialTimeout,
+		retryTimeout: DefaultRetryTimeout,
+		given:        map[string]bool{},
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not url.Error's message: it quotes the URL, password and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return c, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	if u.Scheme != "clickhouse" {
+		return c, fmt.Errorf("%w: scheme %q: want clickhouse://", ErrURL, u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return c, fmt.Errorf("%w: no host: want clickhouse://[USER[:PASSWORD]@]HOST:PORT/DB", ErrURL)
+	}
+	if u.User != nil {
+		c.user = u.User.Username()
+		c.password, c.havePassword = u.User.Password()
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if strings.Contains(db, "/") {
+			return c, fmt.Errorf("%w: path %q: want /DB, one database name", ErrURL, u.Path)
+		}
+		c.database = db
+	}
+	if u.Fragment != "" {
+		return c, fmt.Errorf("%w: a fragment (#...) is not part of a sink URL; a password with # must be written %%23", ErrURL)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return c, fmt.Errorf("%w: query: %w", ErrURL, err)
+	}
+	for k, vs := range q {
+		if !isParam(k) {
+			return c, fmt.Errorf("%w: unknown parameter %q: want one of %s", ErrURL, k, strings.Join(params, ", "))
+		}
+		if len(vs) > 1 {
+			return c, fmt.Errorf("%w: %s= given twice", ErrURL, k)
+		}
+		c.given[k] = true
+		if err := c.set(k, vs[0]); err != nil {
+			return c, err
+		}
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		addr, err := c.hostPort(h)
+		if err != nil {
+			return c, err
+		}
+		c.addrs = append(c.addrs, addr)
+	}
+	c.table, err = c.parseTable(paramTable, c.tableRaw)
+	if err != nil {
+		return c, err
+	}
+	c.deadLetters, err = c.parseTable(paramDeadLetters, c.deadRaw)
+	if err != nil {
+		return c, err
+	}
+	if c.table == c.deadLetters {
+		return c, fmt.Errorf("%w: %s and %s must be two different tables", ErrURL, paramTable, paramDeadLetters)
+	}
+	if !c.secure {
+		for _, p := range []string{paramSkipVerify, paramServerName, paramCAFile} {
+			if c.given[p] {
+				return c, fmt.Errorf("%w: %s= is for TLS: it needs %s=true", ErrURL, p, paramSecure)
+			}
+		}
+	}
+	if c.havePassword && c.passwordFile != "" {
+		return c, fmt.Errorf("%w: the password given twice (in the URL and %s=): give one", ErrURL, paramPasswordFile)
+	}
+	if c.protocol == HTTP && c.given[paramCompression] && c.compression == ZSTD {
+		return c, fmt.Errorf("%w: %s=zstd with %s=http: want lz4 or none", ErrURL, paramCompression, paramProtocol)
+	}
+	return c, nil
+}
+
+// hostPort is h with the protocol's default port when it has none.
+func (c *config) hostPort(h string) (string, error) {
+	if h == "" {
+		return "", fmt.Errorf("%w: an empty host in the host list", ErrURL)
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		// No port: the default of the protocol and TLS.
+		if strings.Contains(err.Error(), "missing port") {
+			host, port = strings.Trim(h, "[]"), c.defaultPort()
+		} else {
+			return "", fmt.Errorf("%w: host %q: want HOST or HOST:PORT", ErrURL, h)
+		}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("%w: host %q: port %q: want 1 to 65535", ErrURL, h, port)
+	}
+	if host == "" {
+		return "", fmt.Errorf("%w: host %q: no host name", ErrURL, h)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func (c *config) defaultPort() string {
+	switch {
+	case c.protocol == HTTP && c.secure:
+		return "8443"
+	case c.protocol == HTTP:
+		return "8123"
+	case c.secure:
+		return "9440"
+	}
+	return "9000"
+}
+
+func isParam(k string) bool {
+	for _, p := range params {
+		if k == p {
+			return true
+		}
+	}
+	return false
+}
+
+func parseBool(key, val string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(val)) {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %s=%q: want true or false", ErrURL, key, val)
+}
+
+func (c *config) set(key, val string) error {
+	var err error
+	switch key {
+	case paramGroup:
+		if val == "" || strings.Contains(val, "/") {
+			return fmt.Errorf("%w: %s=%q: want the group's name (not empty, no /)", ErrURL, key, val)
+		}
+		c.group = val
+	case paramTable:
+		c.tableRaw = val
+	case paramDeadLetters:
+		c.deadRaw = val
+	case paramMode:
+		if c.mode, err = modeNames.Parse(val); err != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, modeNames.List())
+		}
+	case paramProtocol:
+		if c.protocol, err = protocolNames.Parse(val); err != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, protocolNames.List())
+		}
+	case paramCompression:
+		if c.compression, err = compressionNames.Parse(val); err != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, compressionNames.List())
+		}
+	case paramSecure:
+		c.secure, err = parseBool(key, val)
+	case paramSkipVerify:
+		c.skipVerify, err = parseBool(key, val)
+	case paramAtLeastOnce:
+		c.atLeastOnce, err = parseBool(key, val)
+	case paramServerName:
+		if strings.TrimSpace(val) == "" {
+			return fmt.Errorf("%w: %s= is empty: want the name the server's certificate holds", ErrURL, key)
+		}
+		c.serverName = val
+	case paramCAFile:
+		if val == "" {
+			return fmt.Errorf("%w: %s= is empty: want a PEM file of CA certificates", ErrURL, key)
+		}
+		c.caFile = val
+	case paramPasswordFile:
+		if val == "" {
+			return fmt.Errorf("%w: %s= is empty: want a file holding the password", ErrURL, key)
+		}
+		c.passwordFile = val
+	case paramDialTimeout:
+		d, perr := time.ParseDuration(val)
+		if perr != nil || d <= 0 || d > MaxRetryTimeout {
+			return fmt.Errorf("%w: %s=%q: want a duration above 0 and at most %s", ErrURL, key, val, MaxRetryTimeout)
+		}
+		c.dialTimeout = d
+	case paramRetryTimeout:
+		d, perr := time.ParseDuration(val)
+		if perr != nil || d < 0 || d > MaxRetryTimeout {
+			return fmt.Errorf("%w: %s=%q: want a duration from 0 (no retry) to %s", ErrURL, key, val, MaxRetryTimeout)
+		}
+		c.retryTimeout = d
+	}
+	return err
+}
+
+// parseTable reads NAME or DB.NAME; NAME alone is in the URL's database.
+// Names are used as written, case kept, and quoted in SQL; a name with a
+// dot cannot be given.
+func (c *config) parseTable(key, val string) (ident, error) {
+	parts := strings.Split(val, ".")
+	if len(parts) > 2 {
+		return ident{}, fmt.Errorf("%w: %s=%q: want NAME or DB.NAME", ErrURL, key, val)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 255 || strings.ContainsRune(p, 0) {
+			return ident{}, fmt.Errorf("%w: %s=%q: want NAME or DB.NAME, each 1 to 255 bytes", ErrURL, key, val)
+		}
+	}
+	if len(parts) == 1 {
+		return ident{c.database, parts[0]}, nil
+	}
+	return ident{parts[0], parts[1]}, nil
+}
+
+// finish applies the options, reads the password and CA files, and
+// checks what needs both.
+func (c *config) finish(opts []Option) error {
+	for _, o := range opts {
+		o(c)
+	}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	if c.getenv == nil {
+		c.getenv = os.Getenv
+	}
+	switch {
+	case c.optGroup != "" && c.group != "" && c.optGroup != c.group:
+		return fmt.Errorf("%w: %s=%q but the sink is opened for group %q", ErrURL, paramGroup, c.group, c.optGroup)
+	case c.optGroup != "":
+		c.group = c.optGroup
+	case c.group == "":
+		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, part of every deduplication token)", ErrURL, paramGroup)
+	}
+	env := c.getenv(PasswordEnv)
+	switch {
+	case env != "" && (c.havePassword || c.passwordFile != ""):
+		return fmt.Errorf("%w: the password given twice ($%s and the URL): give one", ErrURL, PasswordEnv)
+	case c.passwordFile != "":
+		b, err := os.ReadFile(c.passwordFile)
+		if err != nil {
+			return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramPasswordFile, c.passwordFile, err)
+		}
+		c.password = strings.TrimRight(string(b), "\r\n")
+	case env != "":
+		c.password = env
+	}
+	if c.password != "" && c.user == "" {
+		c.user = "default"
+	}
+	if c.secure {
+		c.tls = &tls.Config{InsecureSkipVerify: c.skipVerify, ServerName: c.serverName}
+		if c.caFile != "" {
+			pem, err := os.ReadFile(c.caFile)
+			if err != nil {
+				return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramCAFile, c.caFile, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("%w: %s=%q holds no PEM certificate", ErrURL, paramCAFile, c.caFile)
+			}
+			c.tls.RootCAs = pool
+		}
+	}
+	return nil
+}
