@@ -22,7 +22,7 @@ import (
 // MergeTree, which never folds rows together: a duplicate stays one.
 // Its deduplication window (which the sink requires) holds far more
 // blocks than a test writes, so every retried block is still in it.
-const chEvents = `CREATE TABLE events (i UInt64, kafka_topic String, kafka_partition Int32, kafka_offset Int64)
+const chEvents = `CREATE TABLE events (i UInt64, kafka_topic String, kafka_partition Int32, kafka_offset Int64, kafka_generation Int64)
 	ENGINE = MergeTree ORDER BY (kafka_partition, kafka_offset)
 	SETTINGS non_replicated_deduplication_window = 10000`
 
@@ -289,6 +289,9 @@ func TestClickHouseLostInsertAnswerDeduplicated(t *testing.T) {
 				t.Fatalf("the replica exited:\n%s", a.Output())
 			}
 			e.checkCHExactlyOnce(ch, map[int]int64{0: 1500, 1: 1000})
+			if !strings.Contains(a.Output(), "retrying with the same token") {
+				t.Errorf("the sink never said it retried the insert; the replica's output:\n%s", a.Output())
+			}
 		})
 	}
 }
