@@ -159,7 +159,7 @@ func (r *rangeRecorder) WriteBlocks(ctx context.Context, bs []*sinks.Block) []er
 	return errs
 }
 
-func (r *rangeRecorder) Close() error      { return r.inner.Close() }
+func (r *rangeRecorder) Close() error       { return r.inner.Close() }
 func (r *rangeRecorder) Unwrap() sinks.Sink { return r.inner }
 
 // written is the ranges of the blocks written, in the order written.
