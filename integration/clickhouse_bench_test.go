@@ -14,6 +14,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	chsink "github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
 // chBenchTable is the benchmark's table, for the sink's columns mode: the
@@ -23,20 +24,25 @@ const chBenchTable = `(id UInt64, name String, amount Int64, kafka_topic String,
 	SETTINGS non_replicated_deduplication_window = 1000`
 
 // BenchmarkClickHouseReplicaVsBatch loads 500,000 small JSON records (8
-// partitions, about 60 bytes each) into kfake once, then measures in the
-// same run, each into an empty table of chBenchTable's shape:
+// partitions, values of about 60 bytes, keys of 11) into kfake once, then
+// measures in the same run, each into an empty table:
 //   - replica: a replica delivering them from Kafka through the ClickHouse
-//     sink in columns mode (JSON decoded by field name, one INSERT per
-//     block with its deduplication token, an intent and an etcd commit
-//     per block);
-//   - batch: clickhouse-go's own batch insert of the same rows, decoded
+//     sink (one INSERT per block with its deduplication token, an intent
+//     and an etcd commit per block), in columns mode (JSON decoded into a
+//     table of chBenchTable's shape by field name), and in raw mode (the
+//     sink's own table, records whole);
+//   - batch: clickhouse-go's own batch insert of the same rows, built
 //     before the clock starts, in the blocks the replica wrote (the same
 //     partitions, ranges and sizes), one PrepareBatch, Append per row and
-//     Send per block, one after another from one connection.
+//     Send per block, one after another from one connection, into a table
+//     of the same shape and settings.
 //
-// Both tables are checked to hold every row once, outside the timing. It
-// reports rows/s of each, replica/batch (the goal is 0.8 or more), and
-// the replica's rows per block.
+// Every table is checked to hold every row once, outside the timing. It
+// reports rows/s of each side of each mode, replica/batch per mode (the
+// goal is 0.8 or more), the replica's rows per block, and, for scale, the
+// rows/s of the same replica delivering to discard: (reading kfake,
+// building blocks, committing to etcd: what the replica costs without a
+// sink).
 //
 //	go test -run '^$' -bench ClickHouseReplicaVsBatch -benchtime 3x ./integration/
 func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
@@ -45,19 +51,19 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 	ch := harness.StartClickHouse(b)
 	etcd := harness.StartEtcd(b, 1)
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
-	type row struct {
-		id     uint64
-		name   string
-		amount int64
-	}
-	rows := make([][]row, parts)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	// Each record's row in either mode, as the sink would build it.
+	colRows, rawRows := make([][][]any, parts), make([][][]any, parts)
 	for p := range parts {
 		recs := make([]*kgo.Record, perPart)
-		rows[p] = make([]row, perPart)
+		colRows[p], rawRows[p] = make([][]any, perPart), make([][]any, perPart)
 		for i := range recs {
-			r := row{id: uint64(p*perPart + i), name: fmt.Sprintf("customer-%07d", i), amount: int64(i % 1000)}
-			rows[p][i] = r
-			recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":%d,"name":%q,"amount":%d}`, r.id, r.name, r.amount)}
+			id, name, amount := uint64(p*perPart+i), fmt.Sprintf("customer-%07d", i), int64(i%1000)
+			key := fmt.Sprintf("key-%07d", i)
+			value := fmt.Sprintf(`{"id":%d,"name":%q,"amount":%d}`, id, name, amount)
+			recs[i] = &kgo.Record{Key: []byte(key), Value: []byte(value), Timestamp: at}
+			colRows[p][i] = []any{id, name, amount, "bench", int32(p), int64(i)}
+			rawRows[p][i] = []any{"bench", int32(p), int64(i), int64(0), &key, at, &value, []string{}, []*string{}}
 		}
 		k.Produce(b, "bench", p, recs...)
 	}
@@ -69,60 +75,82 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 	defer conn.Close()
 	check := func(table string) {
 		b.Helper()
-		got := ch.Query(b, fmt.Sprintf(`SELECT count(), uniqExact(kafka_partition, kafka_offset), uniqExact(id) FROM %s`, table))
-		want := []any{uint64(total), uint64(total), uint64(total)}
-		if fmt.Sprint(got[0]) != fmt.Sprint(want) {
-			b.Fatalf("table %s: rows, distinct offsets, distinct ids %v; want %v", table, got[0], want)
+		got := ch.Query(b, fmt.Sprintf(`SELECT count(), uniqExact(kafka_partition, kafka_offset) FROM %s`, table))
+		if want := []any{uint64(total), uint64(total)}; fmt.Sprint(got[0]) != fmt.Sprint(want) {
+			b.Fatalf("table %s: rows and distinct offsets %v; want %v", table, got[0], want)
 		}
 	}
 
-	var batchTime, replicaTime time.Duration
-	var blocks int64
+	modes := []*struct {
+		mode    string
+		rows    [][][]any
+		columns string
+		// create makes the replica's table, or leaves it to the sink.
+		create             func(table string)
+		batchTime, repTime time.Duration
+		blocks             int64
+	}{
+		{mode: "columns", rows: colRows, columns: "id, name, amount, kafka_topic, kafka_partition, kafka_offset",
+			create: func(table string) { ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, chBenchTable)) }},
+		{mode: "raw", rows: rawRows,
+			columns: "kafka_topic, kafka_partition, kafka_offset, kafka_generation, kafka_key, kafka_timestamp, value, header_keys, header_values",
+			create:  func(string) {}},
+	}
+	var discardTime time.Duration
 	round := 0
 	for b.Loop() {
 		round++
-		name := fmt.Sprintf("rep_%d", round)
-		ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, name, chBenchTable))
-		inner, err := chsink.New(ctx, fmt.Sprintf("clickhouse://%s/%s?table=%s", ch.NativeAddr(), ch.Database(), name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		sink := &rangeRecorder{inner: inner}
-		// A new group starts from the earliest offset. A Write that
-		// returned has its rows in ClickHouse.
-		replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= total })
-		_ = sink.Close()
-		check(name)
-		ranges := sink.written()
-		blocks += int64(len(ranges))
-
-		table := fmt.Sprintf("batch_%d", round)
-		ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, chBenchTable))
-		start := time.Now()
-		for _, r := range ranges {
-			batch, err := conn.PrepareBatch(ctx, fmt.Sprintf(`INSERT INTO %s (id, name, amount, kafka_topic, kafka_partition, kafka_offset)`, table))
+		// The floor: the same replica delivering to discard:, which is
+		// reading kfake, building blocks and committing to etcd.
+		discardTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("discard_%d", round), discard.New(),
+			func(s replica.Stats) bool { return s.Records >= total })
+		for _, m := range modes {
+			name := fmt.Sprintf("rep_%s_%d", m.mode, round)
+			m.create(name)
+			inner, err := chsink.New(ctx, fmt.Sprintf("clickhouse://%s/%s?table=%s&mode=%s&dead_letter_table=dead_%s",
+				ch.NativeAddr(), ch.Database(), name, m.mode, name), chsink.WithGroup(name))
 			if err != nil {
 				b.Fatal(err)
 			}
-			for off := r.From; off < r.Next; off++ {
-				v := rows[r.Partition][off]
-				if err := batch.Append(v.id, v.name, v.amount, "bench", int32(r.Partition), off); err != nil {
+			sink := &rangeRecorder{inner: inner}
+			// A new group starts from the earliest offset. A Write that
+			// returned has its rows in ClickHouse.
+			m.repTime += drainTimed(b, etcd.Client(b), k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= total })
+			_ = sink.Close()
+			check(name)
+			ranges := sink.written()
+			m.blocks += int64(len(ranges))
+
+			table := fmt.Sprintf("batch_%s_%d", m.mode, round)
+			ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s AS %s`, table, name))
+			start := time.Now()
+			for _, r := range ranges {
+				batch, err := conn.PrepareBatch(ctx, fmt.Sprintf(`INSERT INTO %s (%s)`, table, m.columns))
+				if err != nil {
 					b.Fatal(err)
 				}
+				for _, row := range m.rows[r.Partition][r.From:r.Next] {
+					if err := batch.Append(row...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := batch.Send(); err != nil {
+					b.Fatalf("batch of partition %d [%d, %d): %v", r.Partition, r.From, r.Next, err)
+				}
 			}
-			if err := batch.Send(); err != nil {
-				b.Fatalf("batch of partition %d [%d, %d): %v", r.Partition, r.From, r.Next, err)
-			}
+			m.batchTime += time.Since(start)
+			check(table)
 		}
-		batchTime += time.Since(start)
-		check(table)
 	}
-	bt := float64(total*round) / batchTime.Seconds()
-	rep := float64(total*round) / replicaTime.Seconds()
-	b.ReportMetric(bt, "batch-rows/s")
-	b.ReportMetric(rep, "replica-rows/s")
-	b.ReportMetric(rep/bt, "ratio")
-	b.ReportMetric(float64(total*round)/float64(blocks), "rows/block")
+	b.ReportMetric(float64(total*round)/discardTime.Seconds(), "discard-replica-rows/s")
+	for _, m := range modes {
+		bt := float64(total*round) / m.batchTime.Seconds()
+		rep := float64(total*round) / m.repTime.Seconds()
+		b.ReportMetric(bt, m.mode+"-batch-rows/s")
+		b.ReportMetric(rep, m.mode+"-replica-rows/s")
+		b.ReportMetric(rep/bt, m.mode+"-ratio")
+		b.ReportMetric(float64(total*round)/float64(m.blocks), m.mode+"-rows/block")
+	}
 }
 
 // rangeRecorder wraps a sink and records the range of every block it
