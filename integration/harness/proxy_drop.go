@@ -19,9 +19,10 @@ import (
 //   - LoseAnswer: the request is forwarded whole and the server answers
 //     it, but the answer is discarded and both sides of the connection are
 //     closed when its first byte arrives. The request took effect; its
-//     client never learns it. New connections are then refused until
-//     Allow, so that the test can look at the server before the client's
-//     retry reaches it.
+//     client never learns it. Every other connection is closed with it,
+//     and new ones are refused until Allow, so that the test can look at
+//     the server before the client's retry reaches it (a retry on another
+//     pooled connection included).
 //   - Hold: the request and all that its client sends after it on that
 //     connection are read and kept, not forwarded, until Release, which
 //     delivers them in order; the server's bytes pass. Every connection
@@ -90,7 +91,7 @@ func (ic *Interceptor) Addr() string { return ic.ln.Addr().String() }
 // between two sends of the client. An HTTP request has its answer in the
 // first reply (turn 1); a ClickHouse native INSERT in the second (turn 2:
 // the server first sends the table's structure, the client then its data).
-// New connections are refused from then on, until Allow.
+// Every connection is closed then, and new ones are refused until Allow.
 func (ic *Interceptor) LoseAnswer(request string, turn int) {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
@@ -316,7 +317,15 @@ func (ic *Interceptor) toClient(c *icConn) {
 			}
 			ic.mu.Unlock()
 			if lose {
-				ic.closeConn(c)
+				ic.mu.Lock()
+				all := make([]*icConn, 0, len(ic.conns))
+				for o := range ic.conns {
+					all = append(all, o)
+				}
+				ic.mu.Unlock()
+				for _, o := range all {
+					ic.closeConn(o)
+				}
 				return
 			}
 			if _, werr := c.client.Write(buf[:n]); werr != nil {

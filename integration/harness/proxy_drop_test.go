@@ -1,10 +1,12 @@
 package harness_test
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,11 +54,21 @@ func TestInterceptorLoseAnswer(t *testing.T) {
 	if err := post(client, url, "SELECT"); err != nil {
 		t.Fatalf("a request that does not match: %v", err)
 	}
+	// Another client's connection, open before the loss, is closed with it.
+	other, err := net.Dial("tcp", ic.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	if err := post(client, url, "INSERT"); err == nil {
 		t.Fatal("the INSERT got its answer")
 	}
 	if got := inserts.Load(); got != 1 || ic.Lost() != 1 {
 		t.Fatalf("the server handled %d INSERTs and %d answers were lost, want 1 and 1", got, ic.Lost())
+	}
+	_ = other.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := other.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection open at the loss: read %v, want it closed", err)
 	}
 	// Refused until Allow: the test looks at the server first.
 	if c, err := net.DialTimeout("tcp", ic.Addr(), time.Second); err == nil {
