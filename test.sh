@@ -37,13 +37,22 @@ install_chdb() {
 	local tmp
 	tmp=$(mktemp -d "$chdb_dir/fetch.XXXXXX")
 	echo "test.sh: fetching ClickHouse for its tests ($chdb_pkg)" >&2
-	if (cd "$tmp" && npm pack --silent "$chdb_pkg" >/dev/null && tar -xzf ./*.tgz package/libchdb.so); then
+	if (cd "$tmp" && npm pack --loglevel=error "$chdb_pkg" >/dev/null && tar -xzf ./*.tgz package/libchdb.so); then
 		mv "$tmp/package/libchdb.so" "$chdb_dir/libchdb.so"
 		echo "$chdb_pkg" >"$chdb_dir/VERSION"
+		rm -rf "$tmp"
 	else
-		echo "test.sh: fetching $chdb_pkg failed; the ClickHouse tests will skip" >&2
+		rm -rf "$tmp"
+		chdb_missing "fetching $chdb_pkg failed"
 	fi
-	rm -rf "$tmp"
+}
+# In CI the ClickHouse tests must run: fail now rather than after the others.
+chdb_missing() {
+	if [ -n "${CI:-}" ]; then
+		echo "test.sh: $1; CI is set, so the ClickHouse tests must not be skipped" >&2
+		exit 1
+	fi
+	echo "test.sh: $1; the ClickHouse tests will skip" >&2
 }
 if [ -z "${CHDB_LIB:-}" ]; then
 	if [ ! -f "$chdb_dir/libchdb.so" ] || [ "$(cat "$chdb_dir/VERSION" 2>/dev/null)" != "$chdb_pkg" ]; then
@@ -51,7 +60,7 @@ if [ -z "${CHDB_LIB:-}" ]; then
 		if command -v npm >/dev/null; then
 			install_chdb
 		else
-			echo "test.sh: no npm to fetch ClickHouse ($chdb_pkg); its tests will skip" >&2
+			chdb_missing "no npm to fetch ClickHouse ($chdb_pkg)"
 		fi
 	fi
 	if [ -f "$chdb_dir/libchdb.so" ]; then

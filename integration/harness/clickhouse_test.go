@@ -204,6 +204,11 @@ func TestClickHouseNoOrphan(t *testing.T) {
 	if engine == 0 {
 		t.Fatalf("the child printed no engine's PID: %v", sc.Err())
 	}
+	t.Cleanup(func() {
+		if processLives(engine) { // an orphan: the test failed
+			_ = syscall.Kill(engine, syscall.SIGKILL)
+		}
+	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
