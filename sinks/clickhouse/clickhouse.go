@@ -187,6 +187,9 @@ import (
 // ErrClosed is returned by Write and Resume after Close.
 var ErrClosed = errors.New("clickhouse sink is closed")
 
+// minWindow is the deduplication window below which New warns.
+const minWindow = 1000
+
 // Retry pacing of an insert.
 const (
 	retryFirst = 100 * time.Millisecond
@@ -334,6 +337,10 @@ func (s *Sink) setup(ctx context.Context) error {
 		}
 		log.Warn("the table does not deduplicate inserts: at-least-once only (at_least_once=true); a block written again after a crash is duplicated")
 	} else {
+		if s.dedup.window < minWindow {
+			log.Warn("the table's deduplication window is small: a block replayed after more inserts than it holds (all partitions together) is duplicated",
+				zap.Int64("advised", DefaultWindow))
+		}
 		log.Info("clickhouse sink ready: exactly-once by deduplication tokens")
 	}
 	return nil
