@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,9 +38,15 @@ const chBenchTable = `(id UInt64, name String, amount Int64, kafka_topic String,
 //     Send per block, one after another from one connection, into a table
 //     of the same shape and settings.
 //
+// Each mode runs with the replica's default blocks, and with blocks of at
+// most 8,192 rows (MaxBlockRows; the batch side then has the same).
+//
 // Every table is checked to hold every row once, outside the timing. It
 // reports rows/s of each side of each mode, replica/batch per mode (the
-// goal is 0.8 or more), the replica's rows per block, and, for scale, the
+// goal is 0.8 or more), the replica's rows per block, the CPU seconds per
+// run of this process (the replica with kfake and etcd, which run
+// in-process, or the batch side's client) and of the ClickHouse engine,
+// and, for scale, the
 // rows/s of the same replica delivering to discard: (reading kfake,
 // building blocks, committing to etcd: what the replica costs without a
 // sink).
@@ -81,20 +88,32 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		}
 	}
 
-	modes := []*struct {
-		mode    string
-		rows    [][][]any
-		columns string
+	type variant struct {
+		name, mode string
+		rows       [][][]any
+		columns    string
 		// create makes the replica's table, or leaves it to the sink.
 		create             func(table string)
+		config             func(*replica.Config)
 		batchTime, repTime time.Duration
-		blocks             int64
-	}{
-		{mode: "columns", rows: colRows, columns: "id, name, amount, kafka_topic, kafka_partition, kafka_offset",
-			create: func(table string) { ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, chBenchTable)) }},
-		{mode: "raw", rows: rawRows,
-			columns: "kafka_topic, kafka_partition, kafka_offset, kafka_generation, kafka_key, kafka_timestamp, value, header_keys, header_values",
-			create:  func(string) {}},
+		// CPU of this process (the replica, kfake and etcd, or the batch
+		// side's client) and of the ClickHouse engine, per side.
+		batchCPU, batchCH, repCPU, repCH time.Duration
+		blocks                           int64
+	}
+	createColumns := func(table string) { ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, chBenchTable)) }
+	const colColumns = "id, name, amount, kafka_topic, kafka_partition, kafka_offset"
+	const rawColumns = "kafka_topic, kafka_partition, kafka_offset, kafka_generation, kafka_key, kafka_timestamp, value, header_keys, header_values"
+	// By default a block takes a partition's whole backlog here (62,500
+	// rows), so nothing is written before every partition is read; with
+	// blocks of 8,192 rows the writes overlap the reads.
+	defaults := func(*replica.Config) {}
+	small := func(c *replica.Config) { c.MaxBlockRows = 8192 }
+	modes := []*variant{
+		{name: "columns", mode: "columns", rows: colRows, columns: colColumns, create: createColumns, config: defaults},
+		{name: "raw", mode: "raw", rows: rawRows, columns: rawColumns, create: func(string) {}, config: defaults},
+		{name: "columns-8k", mode: "columns", rows: colRows, columns: colColumns, create: createColumns, config: small},
+		{name: "raw-8k", mode: "raw", rows: rawRows, columns: rawColumns, create: func(string) {}, config: small},
 	}
 	var discardTime time.Duration
 	round := 0
@@ -105,7 +124,7 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		discardTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("discard_%d", round), discard.New(),
 			func(s replica.Stats) bool { return s.Records >= total })
 		for _, m := range modes {
-			name := fmt.Sprintf("rep_%s_%d", m.mode, round)
+			name := fmt.Sprintf("rep_%s_%d", strings.ReplaceAll(m.name, "-", "_"), round)
 			m.create(name)
 			inner, err := chsink.New(ctx, fmt.Sprintf("clickhouse://%s/%s?table=%s&mode=%s&dead_letter_table=dead_%s",
 				ch.NativeAddr(), ch.Database(), name, m.mode, name), chsink.WithGroup(name))
@@ -113,16 +132,20 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 				b.Fatal(err)
 			}
 			sink := &rangeRecorder{inner: inner}
+			cpu0, ch0 := processCPU(b), chCPU(b, ch)
 			// A new group starts from the earliest offset. A Write that
 			// returned has its rows in ClickHouse.
-			m.repTime += drainTimed(b, etcd.Client(b), k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= total })
+			m.repTime += drainTimed(b, etcd.Client(b), k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= total }, m.config)
+			m.repCPU += processCPU(b) - cpu0
+			m.repCH += chCPU(b, ch) - ch0
 			_ = sink.Close()
 			check(name)
 			ranges := sink.written()
 			m.blocks += int64(len(ranges))
 
-			table := fmt.Sprintf("batch_%s_%d", m.mode, round)
+			table := "batch" + strings.TrimPrefix(name, "rep")
 			ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s AS %s`, table, name))
+			cpu0, ch0 = processCPU(b), chCPU(b, ch)
 			start := time.Now()
 			for _, r := range ranges {
 				batch, err := conn.PrepareBatch(ctx, fmt.Sprintf(`INSERT INTO %s (%s)`, table, m.columns))
@@ -139,6 +162,8 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 				}
 			}
 			m.batchTime += time.Since(start)
+			m.batchCPU += processCPU(b) - cpu0
+			m.batchCH += chCPU(b, ch) - ch0
 			check(table)
 		}
 	}
@@ -146,11 +171,25 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 	for _, m := range modes {
 		bt := float64(total*round) / m.batchTime.Seconds()
 		rep := float64(total*round) / m.repTime.Seconds()
-		b.ReportMetric(bt, m.mode+"-batch-rows/s")
-		b.ReportMetric(rep, m.mode+"-replica-rows/s")
-		b.ReportMetric(rep/bt, m.mode+"-ratio")
-		b.ReportMetric(float64(total*round)/float64(m.blocks), m.mode+"-rows/block")
+		b.ReportMetric(bt, m.name+"-batch-rows/s")
+		b.ReportMetric(rep, m.name+"-replica-rows/s")
+		b.ReportMetric(rep/bt, m.name+"-ratio")
+		b.ReportMetric(float64(total*round)/float64(m.blocks), m.name+"-rows/block")
+		n := float64(round)
+		b.ReportMetric(m.repCPU.Seconds()/n, m.name+"-replica-cpu-s")
+		b.ReportMetric(m.repCH.Seconds()/n, m.name+"-replica-ch-cpu-s")
+		b.ReportMetric(m.batchCPU.Seconds()/n, m.name+"-batch-cpu-s")
+		b.ReportMetric(m.batchCH.Seconds()/n, m.name+"-batch-ch-cpu-s")
 	}
+}
+
+// chCPU is the CPU time the ClickHouse engine has used.
+func chCPU(b *testing.B, ch *harness.ClickHouse) time.Duration {
+	d, err := harness.ProcCPU(ch.PID())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // rangeRecorder wraps a sink and records the range of every block it
