@@ -257,9 +257,6 @@ func TestClickHouseExactlyOnceUnderSIGKILLAndSIGSTOP(t *testing.T) {
 // (an Interceptor between the replica and the server); the retry, with the
 // same token, is dropped by the server. Over the native protocol and HTTP.
 func TestClickHouseLostInsertAnswerDeduplicated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a replica process")
-	}
 	for _, tc := range []struct {
 		name    string
 		http    bool
@@ -336,9 +333,6 @@ func httpRequestComplete(b []byte) bool {
 // resume: the server answers it 200, and drops it as the block it
 // already has. One copy.
 func TestClickHouseZombieInsertAfterReplayDeduplicated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("replica processes and lease expiry")
-	}
 	ch := harness.StartClickHouse(t)
 	ch.Exec(t, chEvents)
 	e := newEnv(t, "orders", 2)
