@@ -1,172 +1,7 @@
-// Package clickhouse is the sink for URLs clickhouse://...: each block
-// becomes one INSERT into a ClickHouse table, carrying a deduplication
-// token made of the block's exact range, so that ClickHouse itself drops a
-// block inserted again: after a crash between the insert and the etcd
-// commit, after a lost answer, or a zombie's late insert of a block a new
-// owner replayed. That closes the hole ClickHouse's own Kafka engine
-// leaves open ("Last block was already written to target table(s), but
-// was not committed to Kafka"), without a transaction around the insert.
-//
-// # URL
-//
-//	clickhouse://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/DB?table=T&group=G
-//
-// The URL takes only these parameters; any other is refused (never passed
-// to ClickHouse as a setting):
-//
-//	group=NAME                 the offsetkeeper group, part of every token; required
-//	                           unless the caller passes WithGroup (offsetkeeper run does)
-//	table=[DB.]NAME            the rows' table (default offsetkeeper_records, in DB)
-//	mode=raw|columns           how records become rows (default raw)
-//	dead_letter_table=[DB.]NAME (default offsetkeeper_dead_letters; created if missing)
-//	protocol=native|http       native TCP (default; port 9000, 9440 with TLS) or the
-//	                           HTTP interface (port 8123, 8443 with TLS)
-//	secure=true|false          TLS (default false)
-//	ca_file=PATH               PEM CA certificates to verify the server by (secure only)
-//	tls_server_name=NAME       the name the certificate must hold (secure only)
-//	skip_verify=true|false     do not verify the certificate (secure only; tests only)
-//	password_file=PATH         the password, read at start (one trailing newline dropped)
-//	at_least_once=true|false   accept a table that does not deduplicate (default false)
-//	dial_timeout=DURATION      opening a connection (default 10s)
-//	retry_timeout=DURATION     how long an insert is retried (default 30s; 0 never)
-//	compression=lz4|zstd|none  on the wire (default lz4; http: lz4 or none)
-//
-// The password is the URL's, or password_file's, or else the environment
-// variable OFFSETKEEPER_CLICKHOUSE_PASSWORD; two of them at once is an
-// error. DB is "default" when the path names none.
-//
-// # Exactly-once
-//
-// Each block of a partition is one INSERT with the settings
-//
-//	insert_deduplicate = 1, async_insert = 0,
-//	insert_deduplication_token = 'offsetkeeper/GROUP/TOPIC/PARTITION/GENERATION/FROM-NEXT'
-//
-// (set explicitly: the defaults differ between versions, and an async
-// insert is deduplicated otherwise). An insert is atomic, one part (or one
-// part per partition of the table's PARTITION BY, each deduplicated by the
-// token and its index), and ClickHouse drops an insert whose token it has
-// seen among the table's last N inserts. So exactly-once rests on three
-// things:
-//
-//   - The replica's intent: before each block, the replica puts the
-//     block's range in etcd, fenced by its claim, and a new owner replays
-//     exactly that range first. The sink asks for intents (it is a
-//     sinks.IntentKeeper) although it is a Resumer. A replayed block has the
-//     previous owner's range, hence its token, and is dropped if it went
-//     in; a zombie (a replica that lost its claim) can only write a block
-//     whose intent it put while it owned the partition, and that is the
-//     block the new owner replays, so whichever insert comes second is
-//     dropped. A retry after a lost answer carries the same token.
-//   - Resume (sinks.Resumer): where the table has kafka_topic,
-//     kafka_partition, kafka_offset and kafka_generation (the raw table
-//     does), the new owner starts after the highest offset of the highest
-//     generation the table holds, when that is ahead of etcd: a crash
-//     between the insert and the etcd commit then replays nothing, however
-//     old the block is. This is safe beside the intent because a
-//     partition's blocks are inserted one at a time, in order, each
-//     atomically: if the intent's block is in the table, the new owner
-//     starts past it (a zombie's retry of it is still dropped by its
-//     token); if not, it starts at etcd's offset and replays the intent.
-//     A replica of the table that lags only makes Resume lower, which is
-//     the intent's case.
-//   - The table deduplicates: New checks that it is a MergeTree with
-//     non_replicated_deduplication_window > 0, or a Replicated (or Shared)
-//     MergeTree with replicated_deduplication_window > 0, and refuses any
-//     other (ErrNoDeduplication, with what to set), unless at_least_once=true
-//     is given; then the sink logs a warning and a crash may duplicate a
-//     block.
-//
-// What is not exactly-once:
-//
-//   - An operator's reset backwards re-inserts: the new generation is a new
-//     token, as the reset asks. A zombie's block of the old generation that
-//     arrives after a reset is inserted too.
-//   - A block inserted again after more than the window's inserts into the
-//     table (all partitions of all groups together): ClickHouse has
-//     forgotten its token. Size the window for the inserts made while a
-//     replica fails over (its lease TTL plus a claim and a replay): raw
-//     tables are created with 10,000. ReplicatedMergeTree also forgets by
-//     age (replicated_deduplication_window_seconds).
-//   - Zombies beyond that: ClickHouse checks no epoch, so the fence is the
-//     replica's (it stops writing when it cannot show its lease alive for
-//     TTL/2, and every block needs its intent, fenced by the claim). A
-//     zombie's insert that was already sent when its claim was lost is
-//     dropped only while its token is in the window.
-//   - Materialized views on the table deduplicate their own inserts only
-//     with deduplicate_blocks_in_dependent_materialized_views=1 (a server
-//     or user setting).
-//
-// # Raw mode
-//
-// The table (created if missing, with the window above) holds each record
-// whole:
-//
-//	kafka_topic LowCardinality(String), kafka_partition Int32, kafka_offset Int64,
-//	kafka_generation Int64, kafka_key Nullable(String) (NULL for a null key),
-//	kafka_timestamp DateTime64(3, 'UTC'), value Nullable(String) (NULL for a tombstone),
-//	header_keys Array(String), header_values Array(Nullable(String))
-//	ENGINE = MergeTree ORDER BY (kafka_topic, kafka_partition, kafka_offset)
-//
-// A String holds any bytes, so no record is refused or altered. ReadAll
-// reads the table back as records.
-//
-// # Columns mode
-//
-// An existing table is filled from the JSON object that is each record's
-// value: a column takes the field of the same name, converted in Go to the
-// column's type (integers from JSON numbers or strings of digits, floats,
-// Bool, String (a JSON string's contents, any other value's JSON text),
-// FixedString, Date, Date32, DateTime and DateTime64 (RFC 3339,
-// "YYYY-MM-DD hh:mm:ss[.fff]", "YYYY-MM-DD" or seconds since 1970), Decimal,
-// Enum, UUID, IPv4/6, Array, Map, Tuple, Nullable and LowCardinality of
-// those; JSON and other types from the value's JSON text). A field the
-// object lacks, or a null, is the column's NULL, or for a column that is not
-// Nullable its type's zero: DEFAULT expressions are not applied, since the
-// insert names every column. MATERIALIZED and ALIAS columns are left to
-// ClickHouse. Columns named kafka_topic, kafka_partition, kafka_offset,
-// kafka_generation, kafka_key and kafka_timestamp are filled from the record
-// instead; with the first four, Resume works (order the table by them, or
-// by a prefix, so that it reads little).
-//
-// # Dead letters
-//
-// In columns mode a record whose value is not a JSON object (a tombstone
-// included), or whose field a column's type refuses, goes to the
-// dead-letter table instead (created if missing):
-//
-//	kafka_topic, kafka_partition, kafka_offset, kafka_generation, kafka_key,
-//	kafka_timestamp, value (Nullable(String), the raw value), error String (why),
-//	failed_at DateTime64(3, 'UTC'); ENGINE = ReplacingMergeTree ORDER BY (kafka_topic,
-//	kafka_partition, kafka_offset)
-//
-// The conversion is done in Go and is a pure function of the record and the
-// column types, so the same block always splits into the same rows and the
-// same dead letters, and a replay is dropped by its tokens as a whole. A
-// block's dead letters are inserted first, with the token and "/dead", then
-// its rows: a crash between the two leaves the rows out, so Resume starts
-// before the block and the replay completes it. A refusal by the server
-// itself (a CONSTRAINT) fails the block whole, and the replica writes it
-// again: the sink does not split inserts, which would multiply parts and
-// tokens. DeadLetters counts the dead letters.
-//
-// # Block sizes
-//
-// ClickHouse wants few, large inserts: every insert is a part, and a table
-// with too many parts slows down and then refuses inserts ("Too many
-// parts"). Each block is one insert, and blocks of different partitions are
-// inserted side by side, never merged (a token covers one insert). Let
-// blocks grow: the replica's max-block-rows (65,536) and flush-interval
-// (1s) suit a busy topic; for many quiet partitions raise flush-interval
-// (5s to 30s) and max-empty-polls, so that a block is not cut at every
-// poll. The sink logs a warning when, over a minute, it made more than one
-// insert a second of fewer than 1,000 rows on average.
 package clickhouse
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -329,6 +164,13 @@ func (s *Sink) setup(ctx context.Context) error {
 	if s.dedup, err = checkDedup(ctx, s.conn, s.cfg.table); err != nil {
 		return err
 	}
+	// Resume trusts the highest offset in the table because a block is one
+	// part, inserted whole or not at all. In a table with a partition key a
+	// block spanning several of its partitions is several parts: a crash
+	// between them would leave rows below that offset missing. Such a table
+	// resumes from etcd alone, and the intent's replay, with its token,
+	// completes the block instead.
+	s.resumes = s.resumes && !s.dedup.partitioned
 	log := s.cfg.log.With(zap.String("table", s.cfg.table.String()), zap.String("engine", s.dedup.engine),
 		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes))
 	if s.dedup.window <= 0 {
@@ -450,11 +292,16 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 	}
 }
 
+// defaultMaxInsertBlockSize is ClickHouse's default max_insert_block_size.
+const defaultMaxInsertBlockSize = 1 << 20
+
 func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows [][]any, token string) error {
 	ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
 		"async_insert":               0,
+		// One block, so one part: the server splits a larger insert.
+		"max_insert_block_size": max(len(rows), defaultMaxInsertBlockSize),
 	}))
 	batch, err := s.conn.PrepareBatch(ctx, insertSQL(t, cols))
 	if err != nil {
@@ -499,120 +346,6 @@ func (s *Sink) observe(n int) {
 				zap.Int64("inserts", s.tinyCount), zap.Int64("rows_per_insert", s.tinyRowsSum/s.tinyCount), zap.Duration("over", since))
 		}
 		s.tinyStart, s.tinyCount, s.tinyRowsSum = time.Now(), 0, 0
-	}
-}
-
-// rawRows are the rows of a raw table for b.
-func rawRows(b *sinks.Block) [][]any {
-	rows := make([][]any, len(b.Records))
-	for i, r := range b.Records {
-		keys := make([]string, len(r.Headers))
-		vals := make([]*string, len(r.Headers))
-		for j, h := range r.Headers {
-			keys[j] = h.Key
-			if h.Value != nil {
-				v := string(h.Value)
-				vals[j] = &v
-			}
-		}
-		rows[i] = []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), keys, vals}
-	}
-	return rows
-}
-
-// nullable is a Nullable(String)'s value: nil for nil bytes.
-func nullable(b []byte) *string {
-	if b == nil {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
-// columnRows converts b's records to the table's columns: the rows, and
-// the dead letters of the records that do not convert.
-func (s *Sink) columnRows(b *sinks.Block) (rows, dead [][]any) {
-	// Each value is also appended to a scratch column of its type, so that
-	// a value clickhouse-go would refuse is found before the batch, which
-	// one refused row would spoil whole.
-	scratch := make([]column.Interface, len(s.cols))
-	for i, c := range s.cols {
-		col, err := column.Type(c.typ).Column(c.name, &column.ServerContext{Timezone: time.UTC})
-		if err == nil {
-			scratch[i] = col
-		}
-	}
-	for _, r := range b.Records {
-		row, reason := s.columnRow(b, &r, scratch)
-		if reason != "" {
-			dead = append(dead, []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), reason})
-			continue
-		}
-		rows = append(rows, row)
-	}
-	return rows, dead
-}
-
-// columnRow is one record's row, or why it cannot be one.
-func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, scratch []column.Interface) ([]any, string) {
-	if reason := objectReason(r.Value); reason != "" {
-		return nil, reason
-	}
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(r.Value))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return nil, "value is not a JSON object: " + err.Error()
-	}
-	row := make([]any, len(s.cols))
-	for i, c := range s.cols {
-		var v any
-		var err error
-		switch c.name {
-		case "kafka_topic":
-			v, err = c.conv(b.Topic)
-		case "kafka_partition":
-			v, err = c.conv(json.Number(strconv.Itoa(b.Partition)))
-		case "kafka_offset":
-			v, err = c.conv(json.Number(strconv.FormatInt(r.Offset, 10)))
-		case "kafka_generation":
-			v, err = c.conv(json.Number(strconv.FormatInt(b.Generation, 10)))
-		case "kafka_key":
-			if r.Key != nil {
-				v, err = c.conv(string(r.Key))
-			}
-		case "kafka_timestamp":
-			v, err = c.conv(r.Time.UTC())
-		default:
-			v, err = c.conv(obj[c.name])
-		}
-		if err == nil && scratch[i] != nil {
-			err = scratch[i].AppendRow(v)
-		}
-		if err != nil {
-			return nil, fmt.Sprintf("column %s (%s): %v", c.name, c.typ, err)
-		}
-		row[i] = v
-	}
-	return row, ""
-}
-
-// objectReason says why a value cannot fill columns, or "" when it is a
-// JSON object.
-func objectReason(v []byte) string {
-	if v == nil {
-		return "value is null (a tombstone): columns mode needs a JSON object"
-	}
-	if !json.Valid(v) {
-		return "value is not JSON"
-	}
-	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
-	case '{':
-		return ""
-	case '[':
-		return "value is a JSON array: a row needs a JSON object"
-	default:
-		return "value is a JSON scalar: a row needs a JSON object"
 	}
 }
 

@@ -63,6 +63,9 @@ type dedupInfo struct {
 	engine     string
 	replicated bool
 	window     int64 // the number of inserts whose tokens are remembered
+	// partitioned: the table has a partition key, so that an insert of rows
+	// of several table partitions is several parts, not atomic as a whole.
+	partitioned bool
 }
 
 var (
@@ -73,13 +76,14 @@ var (
 // checkDedup reads the table's engine and deduplication window.
 func checkDedup(ctx context.Context, conn driver.Conn, t ident) (dedupInfo, error) {
 	var d dedupInfo
-	var create string
-	err := conn.QueryRow(ctx, `SELECT engine, create_table_query FROM system.tables WHERE database = ? AND name = ?`,
-		t.db, t.name).Scan(&d.engine, &create)
+	var create, partitionKey string
+	err := conn.QueryRow(ctx, `SELECT engine, create_table_query, partition_key FROM system.tables WHERE database = ? AND name = ?`,
+		t.db, t.name).Scan(&d.engine, &create, &partitionKey)
 	if err != nil {
 		return d, fmt.Errorf("read the engine of %s: %w", t, err)
 	}
 	d.replicated = strings.HasPrefix(d.engine, "Replicated") || strings.HasPrefix(d.engine, "Shared")
+	d.partitioned = partitionKey != ""
 	if !strings.HasSuffix(d.engine, "MergeTree") {
 		return d, nil
 	}
