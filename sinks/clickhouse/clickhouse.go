@@ -232,7 +232,8 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	if len(b.Records) == 0 {
 		return nil
 	}
-	var rows, dead [][]any
+	var rows *columns
+	var dead rowList
 	var cols []string
 	if s.cfg.mode == Raw {
 		rows, cols = rawRows(b), rawColumns
@@ -251,19 +252,26 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		s.cfg.log.Warn("records set aside in the dead-letter table", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
 			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("rows", len(dead)), zap.String("table", s.cfg.deadLetters.String()))
 	}
-	if len(rows) > 0 {
+	if rows.count() > 0 {
 		if err := s.insert(ctx, b, s.cfg.table, cols, rows, token); err != nil {
 			return fmt.Errorf("write %s: %w", b, err)
 		}
-		s.observe(len(rows))
+		s.observe(rows.count())
 	}
 	s.deadLetters.Add(int64(len(dead)))
 	return nil
 }
 
+// insertRows are an INSERT's rows.
+type insertRows interface {
+	count() int
+	// fill appends the rows to a batch.
+	fill(batch driver.Batch) error
+}
+
 // insert sends one INSERT of rows with the token, retrying with backoff
 // for up to retry_timeout while the failure is not the rows' own.
-func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows [][]any, token string) error {
+func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) error {
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
@@ -295,23 +303,21 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 // defaultMaxInsertBlockSize is ClickHouse's default max_insert_block_size.
 const defaultMaxInsertBlockSize = 1 << 20
 
-func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows [][]any, token string) error {
+func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) error {
 	ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
 		"async_insert":               0,
 		// One block, so one part: the server splits a larger insert.
-		"max_insert_block_size": max(len(rows), defaultMaxInsertBlockSize),
+		"max_insert_block_size": max(rows.count(), defaultMaxInsertBlockSize),
 	}))
 	batch, err := s.conn.PrepareBatch(ctx, insertSQL(t, cols))
 	if err != nil {
 		return err
 	}
-	for _, r := range rows {
-		if err := batch.Append(r...); err != nil {
-			_ = batch.Abort()
-			return fmt.Errorf("append a row: %w", err)
-		}
+	if err := rows.fill(batch); err != nil {
+		_ = batch.Abort()
+		return err
 	}
 	return batch.Send()
 }

@@ -1,33 +1,179 @@
 package clickhouse
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// rawRows are the rows of a raw table for b.
-func rawRows(b *sinks.Block) [][]any {
-	rows := make([][]any, len(b.Records))
-	for i, r := range b.Records {
-		keys := make([]string, len(r.Headers))
-		vals := make([]*string, len(r.Headers))
-		for j, h := range r.Headers {
-			keys[j] = h.Key
-			if h.Value != nil {
-				v := string(h.Value)
-				vals[j] = &v
-			}
+// columns are a block's values column by column, each appended to its
+// batch column at once (clickhouse-go's columnar Append).
+type columns struct {
+	n    int // rows
+	cols []colBuilder
+}
+
+func (c *columns) count() int { return c.n }
+
+// fill appends the columns to batch.
+func (c *columns) fill(batch driver.Batch) error {
+	for i, col := range c.cols {
+		if err := col.appendTo(batch.Column(i)); err != nil {
+			return fmt.Errorf("append column %d: %w", i, err)
 		}
-		rows[i] = []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), keys, vals}
 	}
-	return rows
+	return nil
+}
+
+// rowList is rows appended one by one: the dead letters'.
+type rowList [][]any
+
+func (l rowList) count() int { return len(l) }
+
+func (l rowList) fill(batch driver.Batch) error {
+	for _, r := range l {
+		if err := batch.Append(r...); err != nil {
+			return fmt.Errorf("append a row: %w", err)
+		}
+	}
+	return nil
+}
+
+// A colBuilder gathers one column's values.
+type colBuilder interface {
+	// add appends a converter's value (nil for the column's zero or NULL).
+	add(v any)
+	// fits says whether add takes v: a converter's value is of the
+	// column's Go type, or nil.
+	fits(v any) bool
+	appendTo(c driver.BatchColumn) error
+}
+
+// sliceOf is a column of Go type T, nil adding T's zero.
+type sliceOf[T any] []T
+
+func (s *sliceOf[T]) add(v any) {
+	x, _ := v.(T)
+	*s = append(*s, x)
+}
+
+func (s *sliceOf[T]) fits(v any) bool {
+	_, ok := v.(T)
+	return ok || v == nil
+}
+
+func (s *sliceOf[T]) appendTo(c driver.BatchColumn) error { return c.Append([]T(*s)) }
+
+// ptrsOf is a Nullable column of Go type T.
+type ptrsOf[T any] []*T
+
+func (s *ptrsOf[T]) add(v any) {
+	x, ok := v.(T)
+	if !ok {
+		*s = append(*s, nil)
+		return
+	}
+	*s = append(*s, &x)
+}
+
+func (s *ptrsOf[T]) fits(v any) bool {
+	_, ok := v.(T)
+	return ok || v == nil
+}
+
+func (s *ptrsOf[T]) appendTo(c driver.BatchColumn) error { return c.Append([]*T(*s)) }
+
+// anyOf is a column of another type, appended value by value.
+type anyOf []any
+
+func (s *anyOf) add(v any)     { *s = append(*s, v) }
+func (s *anyOf) fits(any) bool { return true }
+
+func (s *anyOf) appendTo(c driver.BatchColumn) error {
+	for _, v := range *s {
+		if err := c.AppendRow(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newBuilder is the builder of a column of type t, with room for n
+// values; typed is true when the column takes every value its converter
+// returns (a Go type of its own: String, the integers and floats, Bool,
+// each maybe Nullable or LowCardinality). The values of another column
+// are tried on a scratch column of the type first.
+func newBuilder(t string, n int) (b colBuilder, typed bool) {
+	name, args := typeArgs(t)
+	if name == "LowCardinality" {
+		return newBuilder(args[0], n)
+	}
+	null := name == "Nullable"
+	if null {
+		name, _ = typeArgs(args[0])
+	}
+	switch name {
+	case "String":
+		return pick[string](null, n), true
+	case "Int8":
+		return pick[int8](null, n), true
+	case "Int16":
+		return pick[int16](null, n), true
+	case "Int32":
+		return pick[int32](null, n), true
+	case "Int64":
+		return pick[int64](null, n), true
+	case "UInt8":
+		return pick[uint8](null, n), true
+	case "UInt16":
+		return pick[uint16](null, n), true
+	case "UInt32":
+		return pick[uint32](null, n), true
+	case "UInt64":
+		return pick[uint64](null, n), true
+	case "Float32":
+		return pick[float32](null, n), true
+	case "Float64":
+		return pick[float64](null, n), true
+	case "Bool", "Boolean":
+		return pick[bool](null, n), true
+	}
+	s := make(anyOf, 0, n)
+	return &s, false
+}
+
+func pick[T any](null bool, n int) colBuilder {
+	if null {
+		s := make(ptrsOf[T], 0, n)
+		return &s
+	}
+	s := make(sliceOf[T], 0, n)
+	return &s
+}
+
+// rawRows are the columns of a raw table for b.
+func rawRows(b *sinks.Block) *columns {
+	n := len(b.Records)
+	topics, parts, offs, gens := make(sliceOf[string], n), make(sliceOf[int32], n), make(sliceOf[int64], n), make(sliceOf[int64], n)
+	keys, times, vals := make(ptrsOf[string], n), make(sliceOf[time.Time], n), make(ptrsOf[string], n)
+	hkeys, hvals := make(sliceOf[[]string], n), make(sliceOf[[]*string], n)
+	for i := range b.Records {
+		r := &b.Records[i]
+		topics[i], parts[i], offs[i], gens[i] = b.Topic, int32(b.Partition), r.Offset, b.Generation
+		keys[i], times[i], vals[i] = nullable(r.Key), r.Time.UTC(), nullable(r.Value)
+		hk, hv := make([]string, len(r.Headers)), make([]*string, len(r.Headers))
+		for j, h := range r.Headers {
+			hk[j] = h.Key
+			hv[j] = nullable(h.Value)
+		}
+		hkeys[i], hvals[i] = hk, hv
+	}
+	return &columns{n: n, cols: []colBuilder{&topics, &parts, &offs, &gens, &keys, &times, &vals, &hkeys, &hvals}}
 }
 
 // nullable is a Nullable(String)'s value: nil for nil bytes.
@@ -41,87 +187,36 @@ func nullable(b []byte) *string {
 
 // columnRows converts b's records to the table's columns: the rows, and
 // the dead letters of the records that do not convert.
-func (s *Sink) columnRows(b *sinks.Block) (rows, dead [][]any) {
-	// Each value is also appended to a scratch column of its type, so that
-	// a value clickhouse-go would refuse is found before the batch, which
-	// one refused row would spoil whole.
+func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
+	rows = &columns{cols: make([]colBuilder, len(s.cols))}
+	// The values of a column whose type may refuse what its converter
+	// returns are also appended to a scratch column of its type, so that a
+	// value clickhouse-go would refuse is found before the batch, which one
+	// refused row would spoil whole.
 	scratch := make([]column.Interface, len(s.cols))
 	for i, c := range s.cols {
+		var typed bool
+		rows.cols[i], typed = newBuilder(c.typ, len(b.Records))
+		if typed {
+			continue
+		}
 		col, err := column.Type(c.typ).Column(c.name, &column.ServerContext{Timezone: time.UTC})
 		if err == nil {
 			scratch[i] = col
 		}
 	}
-	for _, r := range b.Records {
-		row, reason := s.columnRow(b, &r, scratch)
-		if reason != "" {
+	row := make([]any, len(s.cols))
+	var obj map[string]json.RawMessage
+	for i := range b.Records {
+		r := &b.Records[i]
+		if reason := s.columnRow(b, r, rows.cols, scratch, &obj, row); reason != "" {
 			dead = append(dead, []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), reason})
 			continue
 		}
-		rows = append(rows, row)
+		for j, v := range row {
+			rows.cols[j].add(v)
+		}
+		rows.n++
 	}
 	return rows, dead
-}
-
-// columnRow is one record's row, or why it cannot be one.
-func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, scratch []column.Interface) ([]any, string) {
-	if reason := objectReason(r.Value); reason != "" {
-		return nil, reason
-	}
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(r.Value))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return nil, "value is not a JSON object: " + err.Error()
-	}
-	row := make([]any, len(s.cols))
-	for i, c := range s.cols {
-		var v any
-		var err error
-		switch c.name {
-		case "kafka_topic":
-			v, err = c.conv(b.Topic)
-		case "kafka_partition":
-			v, err = c.conv(json.Number(strconv.Itoa(b.Partition)))
-		case "kafka_offset":
-			v, err = c.conv(json.Number(strconv.FormatInt(r.Offset, 10)))
-		case "kafka_generation":
-			v, err = c.conv(json.Number(strconv.FormatInt(b.Generation, 10)))
-		case "kafka_key":
-			if r.Key != nil {
-				v, err = c.conv(string(r.Key))
-			}
-		case "kafka_timestamp":
-			v, err = c.conv(r.Time.UTC())
-		default:
-			v, err = c.conv(obj[c.name])
-		}
-		if err == nil && scratch[i] != nil {
-			err = scratch[i].AppendRow(v)
-		}
-		if err != nil {
-			return nil, fmt.Sprintf("column %s (%s): %v", c.name, c.typ, err)
-		}
-		row[i] = v
-	}
-	return row, ""
-}
-
-// objectReason says why a value cannot fill columns, or "" when it is a
-// JSON object.
-func objectReason(v []byte) string {
-	if v == nil {
-		return "value is null (a tombstone): columns mode needs a JSON object"
-	}
-	if !json.Valid(v) {
-		return "value is not JSON"
-	}
-	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
-	case '{':
-		return ""
-	case '[':
-		return "value is a JSON array: a row needs a JSON object"
-	default:
-		return "value is a JSON scalar: a row needs a JSON object"
-	}
 }

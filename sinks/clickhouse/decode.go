@@ -1,0 +1,145 @@
+package clickhouse
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// columnRow fills row with one record's values, or says why it cannot be
+// a row. The value's JSON is decoded once, into its top-level fields
+// (*obj, reused), and each field as its column needs it.
+func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, builders []colBuilder, scratch []column.Interface,
+	obj *map[string]json.RawMessage, row []any) string {
+	if r.Value == nil {
+		return objectReason(r.Value)
+	}
+	clear(*obj)
+	if err := json.Unmarshal(r.Value, obj); err != nil || *obj == nil {
+		if reason := objectReason(r.Value); reason != "" {
+			return reason
+		}
+		return "value is not a JSON object: " + err.Error()
+	}
+	for i, c := range s.cols {
+		var v any
+		var err error
+		switch c.name {
+		case "kafka_topic":
+			v, err = c.conv(b.Topic)
+		case "kafka_partition":
+			v, err = kafkaInt(c, int64(b.Partition))
+		case "kafka_offset":
+			v, err = kafkaInt(c, r.Offset)
+		case "kafka_generation":
+			v, err = kafkaInt(c, b.Generation)
+		case "kafka_key":
+			if r.Key != nil {
+				v, err = c.conv(string(r.Key))
+			}
+		case "kafka_timestamp":
+			v, err = c.conv(r.Time.UTC())
+		default:
+			if raw, ok := (*obj)[c.name]; ok {
+				var f any
+				if f, err = decodeField(raw); err == nil {
+					v, err = c.conv(f)
+				}
+			} else {
+				v, err = c.conv(nil)
+			}
+		}
+		if err == nil && !builders[i].fits(v) {
+			err = fmt.Errorf("a %T for this column", v)
+		}
+		if err == nil && scratch[i] != nil {
+			err = scratch[i].AppendRow(v)
+		}
+		if err != nil {
+			return fmt.Sprintf("column %s (%s): %v", c.name, c.typ, err)
+		}
+		row[i] = v
+	}
+	return ""
+}
+
+// kafkaInt is a kafka_partition, kafka_offset or kafka_generation value
+// for column c: n itself for an Int64 or Int32 column, else as a JSON
+// number converts.
+func kafkaInt(c tableColumn, n int64) (any, error) {
+	switch c.typ {
+	case "Int64":
+		return n, nil
+	case "Int32":
+		if int64(int32(n)) == n {
+			return int32(n), nil
+		}
+	}
+	return c.conv(json.Number(strconv.FormatInt(n, 10)))
+}
+
+// decodeField is a field's value as encoding/json decodes it with
+// UseNumber: nil, bool, json.Number, string, []any or map[string]any.
+func decodeField(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	switch raw[0] {
+	case 'n':
+		return nil, nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	case '"':
+		if plain(raw) {
+			return string(raw[1 : len(raw)-1]), nil
+		}
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	case '{', '[':
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		err := dec.Decode(&v)
+		return v, err
+	}
+	return json.Number(raw), nil
+}
+
+// plain reports whether a JSON string's text is its contents between the
+// quotes: no escapes, and ASCII.
+func plain(raw []byte) bool {
+	for _, c := range raw[1 : len(raw)-1] {
+		if c == '\\' || c >= utf8.RuneSelf || c < ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+// objectReason says why a value cannot fill columns, or "" when it is a
+// JSON object.
+func objectReason(v []byte) string {
+	if v == nil {
+		return "value is null (a tombstone): columns mode needs a JSON object"
+	}
+	if !json.Valid(v) {
+		return "value is not JSON"
+	}
+	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
+	case '{':
+		return ""
+	case '[':
+		return "value is a JSON array: a row needs a JSON object"
+	default:
+		return "value is a JSON scalar: a row needs a JSON object"
+	}
+}
