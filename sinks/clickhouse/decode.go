@@ -12,20 +12,39 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// columnRow fills row with one record's values, or says why it cannot be
-// a row. The value's JSON is decoded once, into its top-level fields
-// (*obj, reused), and each field as its column needs it.
-func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, builders []colBuilder, scratch []column.Interface,
-	obj *map[string]json.RawMessage, row []any) string {
+// rowState is columnRow's scratch space, reused from record to record.
+type rowState struct {
+	builders []colBuilder
+	scratch  []column.Interface
+	names    map[string]int // the index of each column filled from the JSON
+	fields   [][]byte       // each column's field's JSON text; nil when missing
+	obj      map[string]json.RawMessage
+	row      []any
+}
+
+// columnRow fills st.row with one record's values, or says why it cannot
+// be a row. The value's JSON is read once, into its top-level fields (by
+// scanFlat, or encoding/json for a value it does not take), then each
+// field as its column needs it.
+func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState) string {
 	if r.Value == nil {
 		return objectReason(r.Value)
 	}
-	clear(*obj)
-	if err := json.Unmarshal(r.Value, obj); err != nil || *obj == nil {
-		if reason := objectReason(r.Value); reason != "" {
-			return reason
+	clear(st.fields)
+	if !scanFlat(r.Value, st.names, st.fields) {
+		clear(st.fields)
+		clear(st.obj)
+		if err := json.Unmarshal(r.Value, &st.obj); err != nil || st.obj == nil {
+			if reason := objectReason(r.Value); reason != "" {
+				return reason
+			}
+			return "value is not a JSON object: " + err.Error()
 		}
-		return "value is not a JSON object: " + err.Error()
+		for name, raw := range st.obj {
+			if j, ok := st.names[name]; ok {
+				st.fields[j] = raw
+			}
+		}
 	}
 	for i, c := range s.cols {
 		var v any
@@ -46,7 +65,7 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, builders []colBuilder,
 		case "kafka_timestamp":
 			v, err = c.conv(r.Time.UTC())
 		default:
-			if raw, ok := (*obj)[c.name]; ok {
+			if raw := st.fields[i]; raw != nil {
 				var f any
 				if f, err = decodeField(raw); err == nil {
 					v, err = c.conv(f)
@@ -55,16 +74,16 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, builders []colBuilder,
 				v, err = c.conv(nil)
 			}
 		}
-		if err == nil && !builders[i].fits(v) {
+		if err == nil && !st.builders[i].fits(v) {
 			err = fmt.Errorf("a %T for this column", v)
 		}
-		if err == nil && scratch[i] != nil {
-			err = scratch[i].AppendRow(v)
+		if err == nil && st.scratch[i] != nil {
+			err = st.scratch[i].AppendRow(v)
 		}
 		if err != nil {
 			return fmt.Sprintf("column %s (%s): %v", c.name, c.typ, err)
 		}
-		row[i] = v
+		st.row[i] = v
 	}
 	return ""
 }
@@ -86,7 +105,7 @@ func kafkaInt(c tableColumn, n int64) (any, error) {
 
 // decodeField is a field's value as encoding/json decodes it with
 // UseNumber: nil, bool, json.Number, string, []any or map[string]any.
-func decodeField(raw json.RawMessage) (any, error) {
+func decodeField(raw []byte) (any, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}

@@ -1,7 +1,6 @@
 package clickhouse
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -176,6 +175,10 @@ func rawRows(b *sinks.Block) *columns {
 	return &columns{n: n, cols: []colBuilder{&topics, &parts, &offs, &gens, &keys, &times, &vals, &hkeys, &hvals}}
 }
 
+// kafkaColumns are the columns filled from the record, not its value.
+var kafkaColumns = map[string]bool{"kafka_topic": true, "kafka_partition": true, "kafka_offset": true,
+	"kafka_generation": true, "kafka_key": true, "kafka_timestamp": true}
+
 // nullable is a Nullable(String)'s value: nil for nil bytes.
 func nullable(b []byte) *string {
 	if b == nil {
@@ -189,11 +192,17 @@ func nullable(b []byte) *string {
 // the dead letters of the records that do not convert.
 func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 	rows = &columns{cols: make([]colBuilder, len(s.cols))}
+	st := &rowState{builders: rows.cols, scratch: make([]column.Interface, len(s.cols)), names: map[string]int{},
+		fields: make([][]byte, len(s.cols)), row: make([]any, len(s.cols))}
+	for i, c := range s.cols {
+		if !kafkaColumns[c.name] {
+			st.names[c.name] = i
+		}
+	}
 	// The values of a column whose type may refuse what its converter
 	// returns are also appended to a scratch column of its type, so that a
 	// value clickhouse-go would refuse is found before the batch, which one
 	// refused row would spoil whole.
-	scratch := make([]column.Interface, len(s.cols))
 	for i, c := range s.cols {
 		var typed bool
 		rows.cols[i], typed = newBuilder(c.typ, len(b.Records))
@@ -202,18 +211,16 @@ func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 		}
 		col, err := column.Type(c.typ).Column(c.name, &column.ServerContext{Timezone: time.UTC})
 		if err == nil {
-			scratch[i] = col
+			st.scratch[i] = col
 		}
 	}
-	row := make([]any, len(s.cols))
-	var obj map[string]json.RawMessage
 	for i := range b.Records {
 		r := &b.Records[i]
-		if reason := s.columnRow(b, r, rows.cols, scratch, &obj, row); reason != "" {
+		if reason := s.columnRow(b, r, st); reason != "" {
 			dead = append(dead, []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), reason})
 			continue
 		}
-		for j, v := range row {
+		for j, v := range st.row {
 			rows.cols[j].add(v)
 		}
 		rows.n++
