@@ -19,14 +19,13 @@ type rowState struct {
 	names    map[string]int // the index of each column filled from the JSON
 	fields   [][]byte       // each column's field's JSON text; nil when missing
 	obj      map[string]json.RawMessage
-	row      []any
 }
 
-// columnRow fills st.row with one record's values, or says why it cannot
-// be a row. The value's JSON is read once, into its top-level fields (by
+// columnRow appends one record's values to st.builders, which hold n
+// rows, or says why it cannot be a row (the builders left at n rows). The value's JSON is read once, into its top-level fields (by
 // scanFlat, or encoding/json for a value it does not take), then each
 // field as its column needs it.
-func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState) string {
+func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) string {
 	if r.Value == nil {
 		return objectReason(r.Value)
 	}
@@ -47,17 +46,20 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState) string {
 		}
 	}
 	for i, c := range s.cols {
+		if s.direct(b, r, c, st.builders[i], st.fields[i]) {
+			continue
+		}
 		var v any
 		var err error
 		switch c.name {
 		case "kafka_topic":
 			v, err = c.conv(b.Topic)
 		case "kafka_partition":
-			v, err = kafkaInt(c, int64(b.Partition))
+			v, err = c.conv(json.Number(strconv.Itoa(b.Partition)))
 		case "kafka_offset":
-			v, err = kafkaInt(c, r.Offset)
+			v, err = c.conv(json.Number(strconv.FormatInt(r.Offset, 10)))
 		case "kafka_generation":
-			v, err = kafkaInt(c, b.Generation)
+			v, err = c.conv(json.Number(strconv.FormatInt(b.Generation, 10)))
 		case "kafka_key":
 			if r.Key != nil {
 				v, err = c.conv(string(r.Key))
@@ -81,26 +83,14 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState) string {
 			err = st.scratch[i].AppendRow(v)
 		}
 		if err != nil {
+			for _, bl := range st.builders[:i] {
+				bl.truncate(n)
+			}
 			return fmt.Sprintf("column %s (%s): %v", c.name, c.typ, err)
 		}
-		st.row[i] = v
+		st.builders[i].add(v)
 	}
 	return ""
-}
-
-// kafkaInt is a kafka_partition, kafka_offset or kafka_generation value
-// for column c: n itself for an Int64 or Int32 column, else as a JSON
-// number converts.
-func kafkaInt(c tableColumn, n int64) (any, error) {
-	switch c.typ {
-	case "Int64":
-		return n, nil
-	case "Int32":
-		if int64(int32(n)) == n {
-			return int32(n), nil
-		}
-	}
-	return c.conv(json.Number(strconv.FormatInt(n, 10)))
 }
 
 // decodeField is a field's value as encoding/json decodes it with

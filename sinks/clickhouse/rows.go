@@ -50,6 +50,8 @@ type colBuilder interface {
 	// fits says whether add takes v: a converter's value is of the
 	// column's Go type, or nil.
 	fits(v any) bool
+	// truncate drops the values after the first n.
+	truncate(n int)
 	appendTo(c driver.BatchColumn) error
 }
 
@@ -65,6 +67,8 @@ func (s *sliceOf[T]) fits(v any) bool {
 	_, ok := v.(T)
 	return ok || v == nil
 }
+
+func (s *sliceOf[T]) truncate(n int) { *s = (*s)[:n] }
 
 func (s *sliceOf[T]) appendTo(c driver.BatchColumn) error { return c.Append([]T(*s)) }
 
@@ -85,13 +89,16 @@ func (s *ptrsOf[T]) fits(v any) bool {
 	return ok || v == nil
 }
 
+func (s *ptrsOf[T]) truncate(n int) { *s = (*s)[:n] }
+
 func (s *ptrsOf[T]) appendTo(c driver.BatchColumn) error { return c.Append([]*T(*s)) }
 
 // anyOf is a column of another type, appended value by value.
 type anyOf []any
 
-func (s *anyOf) add(v any)     { *s = append(*s, v) }
-func (s *anyOf) fits(any) bool { return true }
+func (s *anyOf) add(v any)      { *s = append(*s, v) }
+func (s *anyOf) fits(any) bool  { return true }
+func (s *anyOf) truncate(n int) { *s = (*s)[:n] }
 
 func (s *anyOf) appendTo(c driver.BatchColumn) error {
 	for _, v := range *s {
@@ -193,7 +200,7 @@ func nullable(b []byte) *string {
 func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 	rows = &columns{cols: make([]colBuilder, len(s.cols))}
 	st := &rowState{builders: rows.cols, scratch: make([]column.Interface, len(s.cols)), names: map[string]int{},
-		fields: make([][]byte, len(s.cols)), row: make([]any, len(s.cols))}
+		fields: make([][]byte, len(s.cols))}
 	for i, c := range s.cols {
 		if !kafkaColumns[c.name] {
 			st.names[c.name] = i
@@ -216,12 +223,9 @@ func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 	}
 	for i := range b.Records {
 		r := &b.Records[i]
-		if reason := s.columnRow(b, r, st); reason != "" {
+		if reason := s.columnRow(b, r, st, rows.n); reason != "" {
 			dead = append(dead, []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), reason})
 			continue
-		}
-		for j, v := range st.row {
-			rows.cols[j].add(v)
 		}
 		rows.n++
 	}
