@@ -36,7 +36,12 @@ func (s *Sink) direct(b *sinks.Block, r *sinks.Record, c tableColumn, bl colBuil
 		}
 	case "kafka_key":
 		if bl, ok := bl.(*ptrsOf[string]); ok {
-			*bl = append(*bl, nullable(r.Key))
+			var k *string
+			if r.Key != nil {
+				v := view(r.Key)
+				k = &v
+			}
+			*bl = append(*bl, k)
 			return true
 		}
 	case "kafka_timestamp":
@@ -47,17 +52,18 @@ func (s *Sink) direct(b *sinks.Block, r *sinks.Record, c tableColumn, bl colBuil
 	return false
 }
 
-// directField appends a field's plain value to bl.
+// directField appends a field's plain value to bl (strings as views of
+// the record's bytes: see view).
 func directField(bl colBuilder, raw []byte) bool {
 	switch bl := bl.(type) {
 	case *sliceOf[string]:
 		if raw[0] == '"' && plain(raw) {
-			*bl = append(*bl, string(raw[1:len(raw)-1]))
+			*bl = append(*bl, view(raw[1:len(raw)-1]))
 			return true
 		}
 	case *ptrsOf[string]:
 		if raw[0] == '"' && plain(raw) {
-			v := string(raw[1 : len(raw)-1])
+			v := view(raw[1 : len(raw)-1])
 			*bl = append(*bl, &v)
 			return true
 		}

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -168,14 +169,25 @@ func rawRows(b *sinks.Block) *columns {
 	topics, parts, offs, gens := make(sliceOf[string], n), make(sliceOf[int32], n), make(sliceOf[int64], n), make(sliceOf[int64], n)
 	keys, times, vals := make(ptrsOf[string], n), make(sliceOf[time.Time], n), make(ptrsOf[string], n)
 	hkeys, hvals := make(sliceOf[[]string], n), make(sliceOf[[]*string], n)
+	strs := make([]string, 2*n) // what keys and vals point to
 	for i := range b.Records {
 		r := &b.Records[i]
-		topics[i], parts[i], offs[i], gens[i] = b.Topic, int32(b.Partition), r.Offset, b.Generation
-		keys[i], times[i], vals[i] = nullable(r.Key), r.Time.UTC(), nullable(r.Value)
+		topics[i], parts[i], offs[i], gens[i], times[i] = b.Topic, int32(b.Partition), r.Offset, b.Generation, r.Time.UTC()
+		if r.Key != nil {
+			strs[2*i] = view(r.Key)
+			keys[i] = &strs[2*i]
+		}
+		if r.Value != nil {
+			strs[2*i+1] = view(r.Value)
+			vals[i] = &strs[2*i+1]
+		}
 		hk, hv := make([]string, len(r.Headers)), make([]*string, len(r.Headers))
 		for j, h := range r.Headers {
 			hk[j] = h.Key
-			hv[j] = nullable(h.Value)
+			if h.Value != nil {
+				v := view(h.Value)
+				hv[j] = &v
+			}
 		}
 		hkeys[i], hvals[i] = hk, hv
 	}
@@ -185,6 +197,11 @@ func rawRows(b *sinks.Block) *columns {
 // kafkaColumns are the columns filled from the record, not its value.
 var kafkaColumns = map[string]bool{"kafka_topic": true, "kafka_partition": true, "kafka_offset": true,
 	"kafka_generation": true, "kafka_key": true, "kafka_timestamp": true}
+
+// view is b's bytes as a string, without a copy: for a block's columns,
+// which live only until its insert is sent (clickhouse-go copies them into
+// its buffers), while Write holds the block, whose bytes nothing changes.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // nullable is a Nullable(String)'s value: nil for nil bytes.
 func nullable(b []byte) *string {
