@@ -15,7 +15,7 @@ import (
 // batch column at once (clickhouse-go's columnar Append).
 type columns struct {
 	n    int // rows
-	cols []colBuilder
+	cols []appender
 }
 
 func (c *columns) count() int { return c.n }
@@ -44,6 +44,11 @@ func (l rowList) fill(batch driver.Batch) error {
 	return nil
 }
 
+// An appender appends a column's values to a batch column.
+type appender interface {
+	appendTo(c driver.BatchColumn) error
+}
+
 // A colBuilder gathers one column's values.
 type colBuilder interface {
 	// add appends a converter's value (nil for the column's zero or NULL).
@@ -53,7 +58,7 @@ type colBuilder interface {
 	fits(v any) bool
 	// truncate drops the values after the first n.
 	truncate(n int)
-	appendTo(c driver.BatchColumn) error
+	appender
 }
 
 // sliceOf is a column of Go type T, nil adding T's zero.
@@ -93,6 +98,20 @@ func (s *ptrsOf[T]) fits(v any) bool {
 func (s *ptrsOf[T]) truncate(n int) { *s = (*s)[:n] }
 
 func (s *ptrsOf[T]) appendTo(c driver.BatchColumn) error { return c.Append([]*T(*s)) }
+
+// eachOf is a column of Go type T appended value by value: for the types
+// whose slices clickhouse-go takes by reflection, value by value, but
+// their values without (an Array's plain arrays, a LowCardinality's).
+type eachOf[T any] []T
+
+func (s *eachOf[T]) appendTo(c driver.BatchColumn) error {
+	for _, v := range *s {
+		if err := c.AppendRow(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // anyOf is a column of another type, appended value by value.
 type anyOf []any
@@ -166,9 +185,9 @@ func pick[T any](null bool, n int) colBuilder {
 // rawRows are the columns of a raw table for b.
 func rawRows(b *sinks.Block) *columns {
 	n := len(b.Records)
-	topics, parts, offs, gens := make(sliceOf[string], n), make(sliceOf[int32], n), make(sliceOf[int64], n), make(sliceOf[int64], n)
+	topics, parts, offs, gens := make(eachOf[string], n), make(sliceOf[int32], n), make(sliceOf[int64], n), make(sliceOf[int64], n)
 	keys, times, vals := make(ptrsOf[string], n), make(sliceOf[time.Time], n), make(ptrsOf[string], n)
-	hkeys, hvals := make(sliceOf[[]string], n), make(sliceOf[[]*string], n)
+	hkeys, hvals := make(eachOf[[]string], n), make(eachOf[[]*string], n)
 	strs := make([]string, 2*n) // what keys and vals point to
 	for i := range b.Records {
 		r := &b.Records[i]
@@ -191,7 +210,7 @@ func rawRows(b *sinks.Block) *columns {
 		}
 		hkeys[i], hvals[i] = hk, hv
 	}
-	return &columns{n: n, cols: []colBuilder{&topics, &parts, &offs, &gens, &keys, &times, &vals, &hkeys, &hvals}}
+	return &columns{n: n, cols: []appender{&topics, &parts, &offs, &gens, &keys, &times, &vals, &hkeys, &hvals}}
 }
 
 // kafkaColumns are the columns filled from the record, not its value.
@@ -215,8 +234,8 @@ func nullable(b []byte) *string {
 // columnRows converts b's records to the table's columns: the rows, and
 // the dead letters of the records that do not convert.
 func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
-	rows = &columns{cols: make([]colBuilder, len(s.cols))}
-	st := &rowState{builders: rows.cols, scratch: make([]column.Interface, len(s.cols)), names: map[string]int{},
+	rows = &columns{cols: make([]appender, len(s.cols))}
+	st := &rowState{builders: make([]colBuilder, len(s.cols)), scratch: make([]column.Interface, len(s.cols)), names: map[string]int{},
 		fields: make([][]byte, len(s.cols))}
 	for i, c := range s.cols {
 		if !kafkaColumns[c.name] {
@@ -229,7 +248,8 @@ func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 	// refused row would spoil whole.
 	for i, c := range s.cols {
 		var typed bool
-		rows.cols[i], typed = newBuilder(c.typ, len(b.Records))
+		st.builders[i], typed = newBuilder(c.typ, len(b.Records))
+		rows.cols[i] = st.builders[i]
 		if typed {
 			continue
 		}
