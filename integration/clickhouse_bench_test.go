@@ -75,7 +75,10 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		k.Produce(b, "bench", p, recs...)
 	}
 	ctx := context.Background()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.NativeAddr()}, Auth: clickhouse.Auth{Database: ch.Database()}})
+	// The batch side's connection compresses as the sink's does by default
+	// (lz4), so that the two send the same bytes.
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.NativeAddr()}, Auth: clickhouse.Auth{Database: ch.Database()},
+		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4}})
 	if err != nil {
 		b.Fatal(err)
 	}
