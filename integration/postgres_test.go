@@ -86,20 +86,7 @@ func (e *env) checkExactlyOnce(conn *pgx.Conn, table, partCol, offCol string, wa
 	if err := rows.Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	for p, n := range want {
-		c := got[p]
-		if n == 0 && c == ([4]int64{}) {
-			continue
-		}
-		if c != [4]int64{n, n, 0, n - 1} {
-			e.t.Errorf("partition %d: %d rows, %d distinct offsets from %d to %d; want each of 0..%d once", p, c[0], c[1], c[2], c[3], n-1)
-		}
-	}
-	for p := range got {
-		if _, ok := want[p]; !ok {
-			e.t.Errorf("rows of partition %d, which got no records", p)
-		}
-	}
+	checkEachOffsetOnce(e.t, got, want)
 }
 
 // TestPostgresExactlyOnceUnderSIGKILL: replica processes are SIGKILLed at
@@ -378,4 +365,26 @@ func TestPostgresRestartDuringRun(t *testing.T) {
 		n += c
 	}
 	t.Logf("%d records across 3 restarts of PostgreSQL; %d write attempts retried", n, retries)
+}
+
+// checkEachOffsetOnce checks what a table holds per partition, got[p] =
+// {rows, distinct offsets, lowest, highest}, against want[p] records
+// produced: each of the offsets 0..want[p]-1 exactly once, and no rows of
+// another partition.
+func checkEachOffsetOnce(t testing.TB, got map[int][4]int64, want map[int]int64) {
+	t.Helper()
+	for p, n := range want {
+		c := got[p]
+		if n == 0 && c == ([4]int64{}) {
+			continue
+		}
+		if c != [4]int64{n, n, 0, n - 1} {
+			t.Errorf("partition %d: %d rows, %d distinct offsets from %d to %d; want each of 0..%d once", p, c[0], c[1], c[2], c[3], n-1)
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("rows of partition %d, which got no records", p)
+		}
+	}
 }
