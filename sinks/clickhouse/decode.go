@@ -9,6 +9,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -27,14 +28,14 @@ type rowState struct {
 // field as its column needs it.
 func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) string {
 	if r.Value == nil {
-		return objectReason(r.Value)
+		return jsonrow.Reason(r.Value)
 	}
 	clear(st.fields)
 	if !scanFlat(r.Value, st.names, st.fields) {
 		clear(st.fields)
 		clear(st.obj)
 		if err := json.Unmarshal(r.Value, &st.obj); err != nil || st.obj == nil {
-			if reason := objectReason(r.Value); reason != "" {
+			if reason := jsonrow.Reason(r.Value); reason != "" {
 				return reason
 			}
 			return "value is not a JSON object: " + err.Error()
@@ -132,23 +133,4 @@ func plain(raw []byte) bool {
 		}
 	}
 	return true
-}
-
-// objectReason says why a value cannot fill columns, or "" when it is a
-// JSON object.
-func objectReason(v []byte) string {
-	if v == nil {
-		return "value is null (a tombstone): columns mode needs a JSON object"
-	}
-	if !json.Valid(v) {
-		return "value is not JSON"
-	}
-	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
-	case '{':
-		return ""
-	case '[':
-		return "value is a JSON array: a row needs a JSON object"
-	default:
-		return "value is a JSON scalar: a row needs a JSON object"
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 )
 
 // event is the part of a Debezium change event upsert mode reads.
@@ -16,7 +18,7 @@ type event struct {
 // debeziumEvent reads a Debezium change event, with or without the
 // JsonConverter's schema/payload wrapper, or says why it is none.
 func debeziumEvent(value []byte) (event, string) {
-	if why := objectReason(value); why != "" {
+	if why := jsonrow.Reason(value); why != "" {
 		return event{}, "debezium event: " + why
 	}
 	if inner, ok := unwrapSchema(value); ok {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -70,35 +69,6 @@ func hex4(b []byte) rune {
 		}
 	}
 	return r
-}
-
-// objectReason says why a value cannot fill columns, or "" when it is a
-// JSON object jsonb may take. The checks done here save a round trip to
-// the server per bad record; the server has the last word.
-func objectReason(v []byte) string {
-	if v == nil {
-		return "value is null (a tombstone): columns mode needs a JSON object"
-	}
-	if !utf8.Valid(v) {
-		return "value is not JSON: invalid UTF-8"
-	}
-	// json.Valid checks without copying; Unmarshal only to say why not.
-	if !json.Valid(v) {
-		err := json.Unmarshal(v, new(json.RawMessage))
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			return fmt.Sprintf("value is not JSON: %v at byte %d", syn, syn.Offset)
-		}
-		return "value is not JSON: " + err.Error()
-	}
-	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
-	case '{':
-		return ""
-	case '[':
-		return "value is a JSON array: a row needs a JSON object"
-	default:
-		return "value is a JSON scalar: a row needs a JSON object"
-	}
 }
 
 // header is one element of the raw table's headers column. A name or value

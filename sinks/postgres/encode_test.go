@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -56,9 +57,9 @@ func TestObjectReason(t *testing.T) {
 		{[]byte(`"s"`), "scalar"},
 		{[]byte(`12`), "scalar"},
 	} {
-		got := objectReason(tc.in)
+		got := jsonrow.Reason(tc.in)
 		if (tc.says == "") != (got == "") || !strings.Contains(got, tc.says) {
-			t.Errorf("objectReason(%q) = %q, want %q", tc.in, got, tc.says)
+			t.Errorf("jsonrow.Reason(%q) = %q, want %q", tc.in, got, tc.says)
 		}
 	}
 }

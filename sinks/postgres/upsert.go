@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -221,7 +222,7 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 		return change{}, ignore, ""
 	}
 	if !del {
-		if why := objectReason(value); why != "" {
+		if why := jsonrow.Reason(value); why != "" {
 			return change{}, refuse, rowReason(c.envelope, value)
 		}
 		idFrom = value
@@ -234,7 +235,7 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 	case del && idFrom == nil:
 		why = "debezium delete without before: key_from=value finds the row by before's key columns"
 	case del:
-		if objectReason(idFrom) != "" {
+		if jsonrow.Reason(idFrom) != "" {
 			why = "debezium before is not a JSON object"
 			break
 		}
@@ -253,7 +254,7 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 
 // rowReason says why value cannot be a row.
 func rowReason(e Envelope, value []byte) string {
-	why := objectReason(value)
+	why := jsonrow.Reason(value)
 	if why == "" {
 		why = "value is not a JSON object"
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -330,7 +331,7 @@ func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 	for _, w := range live {
 		var keep []sinks.Record // w.recs without the dead, once there is one
 		for i := range w.recs {
-			why := objectReason(w.recs[i].Value)
+			why := jsonrow.Reason(w.recs[i].Value)
 			if why == "" {
 				if keep != nil {
 					keep = append(keep, w.recs[i])

@@ -1,0 +1,40 @@
+// Package jsonrow says whether a record's value can be a table row: a JSON
+// object, as the PostgreSQL and ClickHouse sinks' columns modes need.
+package jsonrow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Reason says why v cannot be a row, or "" when it is a JSON object. The
+// reason is a pure function of v: a sink that sets the record aside by it
+// sets it aside again when the block is written again.
+func Reason(v []byte) string {
+	if v == nil {
+		return "value is null (a tombstone): columns mode needs a JSON object"
+	}
+	if !utf8.Valid(v) {
+		return "value is not JSON: invalid UTF-8"
+	}
+	// json.Valid checks without copying; Unmarshal only to say why not.
+	if !json.Valid(v) {
+		err := json.Unmarshal(v, new(json.RawMessage))
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return fmt.Sprintf("value is not JSON: %v at byte %d", syn, syn.Offset)
+		}
+		return "value is not JSON: " + err.Error()
+	}
+	switch t := bytes.TrimLeft(v, " \t\r\n"); t[0] {
+	case '{':
+		return ""
+	case '[':
+		return "value is a JSON array: a row needs a JSON object"
+	default:
+		return "value is a JSON scalar: a row needs a JSON object"
+	}
+}
