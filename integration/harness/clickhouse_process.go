@@ -1,0 +1,211 @@
+package harness
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+)
+
+// Kill kills the engine (SIGKILL to its process group), as a crash of the
+// server: connections are cut at once. No-op when not running.
+func (c *ClickHouse) Kill() {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kill()
+}
+
+// kill kills the engine and waits for it; c.mu is held.
+func (c *ClickHouse) kill() {
+	if c.proc == nil {
+		return
+	}
+	p := c.proc
+	c.proc = nil
+	// The group outlives its leader if the engine forked; the leader's
+	// PID is not reused before it is reaped, so not before done.
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.alive.Close()
+	<-p.done
+}
+
+// Start starts the killed (or exited) engine again on the same data and
+// ports, and waits until it answers. No-op when running.
+func (c *ClickHouse) Start() {
+	c.t.Helper()
+	// The ports are free again, but an outgoing connection may have been
+	// given one as its local port meanwhile: retry for a while.
+	var err error
+	for try := 0; try < chStartTries; try++ {
+		if err = c.start(); err == nil || !c.bindFailed() {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("clickhouse: start: %v\n%s", err, c.log())
+	}
+}
+
+// Restart is Kill then Start.
+func (c *ClickHouse) Restart() {
+	c.t.Helper()
+	c.Kill()
+	c.Start()
+}
+
+// start starts the engine and waits until it answers on both ports; on
+// failure the engine is killed.
+func (c *ClickHouse) start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running() {
+		return nil
+	}
+	c.kill() // of one that exited on its own
+	logf, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(c.launcher, c.lib,
+		"--config-file="+c.config,
+		"--path="+c.data+"/",
+		"--listen_host=127.0.0.1",
+		fmt.Sprintf("--http_port=%d", c.httpPort),
+		fmt.Sprintf("--tcp_port=%d", c.tcpPort),
+		"--multiquery",
+		"--query", "SYSTEM START LISTEN HTTP; SYSTEM START LISTEN TCP; "+chKeepAlive,
+	)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{r} // fd 3, watched by the launcher
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("run the launcher: %w", err)
+	}
+	p := &chProcess{cmd: cmd, alive: w, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	c.proc = p
+	if err := c.awaitReady(p); err != nil {
+		c.kill()
+		return err
+	}
+	return nil
+}
+
+// awaitReady polls both ports until the engine answers, it exits, or
+// chStartTimeout passes.
+func (c *ClickHouse) awaitReady(p *chProcess) error {
+	ctx, cancel := context.WithTimeout(context.Background(), chStartTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for {
+		err := c.ping(ctx, hc)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("the engine exited (%v) before it answered: %w", p.err, err)
+		case <-ctx.Done():
+			return fmt.Errorf("the engine did not answer in %s: %w", chStartTimeout, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ping checks that both interfaces answer, and that it is this engine
+// that answers: while it has yet to bind its ports, or fails to, another
+// server may hold one.
+func (c *ClickHouse) ping(ctx context.Context, hc *http.Client) error {
+	const who = "SELECT displayName()"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr()+"/?query="+url.QueryEscape(who), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	switch {
+	case err != nil:
+		return fmt.Errorf("http: %w", err)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("http: %s: %s", resp.Status, body)
+	case strings.TrimSpace(string(body)) != c.name:
+		return fmt.Errorf("http: %s answers on %s, not this engine", body, c.HTTPAddr())
+	}
+	conn, err := clickhouse.Open(c.options("default"))
+	if err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	defer conn.Close()
+	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer qcancel()
+	var name string
+	if err := conn.QueryRow(qctx, who).Scan(&name); err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	if name != c.name {
+		return fmt.Errorf("native: %s answers on %s, not this engine", name, c.NativeAddr())
+	}
+	return nil
+}
+
+// bindFailed tells whether the last start failed on a port in use.
+func (c *ClickHouse) bindFailed() bool {
+	return strings.Contains(c.log(), "Address already in use")
+}
+
+func (c *ClickHouse) logPath() string { return filepath.Join(c.dir, "engine.log") }
+
+// log is the tail of the engine's output.
+func (c *ClickHouse) log() string {
+	b, _ := os.ReadFile(c.logPath())
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func (c *ClickHouse) cleanup() {
+	c.mu.Lock()
+	exited := c.proc != nil && !c.running()
+	var err error
+	if exited {
+		err = c.proc.err
+	}
+	c.kill()
+	c.mu.Unlock()
+	if exited {
+		c.t.Logf("clickhouse: the engine had exited on its own (%v)", err)
+	}
+	if c.t.Failed() {
+		c.t.Logf("clickhouse output (tail):\n%s", c.log())
+	}
+}
