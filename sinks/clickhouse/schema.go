@@ -17,20 +17,24 @@ import (
 // deduplicate at all. at_least_once=true accepts such a table.
 var ErrNoDeduplication = errors.New("the table does not deduplicate inserts")
 
-// rawColumns are the columns of a raw table, in the order of an insert.
-var rawColumns = []string{"kafka_topic", "kafka_partition", "kafka_offset", "kafka_generation",
-	"kafka_key", "kafka_timestamp", "value", "header_keys", "header_values"}
-
-func createRaw(t ident) string {
-	return `CREATE TABLE IF NOT EXISTS ` + t.String() + ` (
-	kafka_topic      LowCardinality(String),
+// recordColumnsDDL are the columns the raw and dead-letter tables both
+// keep of a record.
+const recordColumnsDDL = `	kafka_topic      LowCardinality(String),
 	kafka_partition  Int32,
 	kafka_offset     Int64,
 	kafka_generation Int64,
 	kafka_key        Nullable(String),
 	kafka_timestamp  DateTime64(3, 'UTC'),
 	value            Nullable(String),
-	header_keys      Array(String),
+`
+
+// rawColumns are the columns of a raw table, in the order of an insert.
+var rawColumns = []string{"kafka_topic", "kafka_partition", "kafka_offset", "kafka_generation",
+	"kafka_key", "kafka_timestamp", "value", "header_keys", "header_values"}
+
+func createRaw(t ident) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.String() + ` (
+` + recordColumnsDDL + `	header_keys      Array(String),
 	header_values    Array(Nullable(String))
 ) ENGINE = MergeTree
 ORDER BY (kafka_topic, kafka_partition, kafka_offset)
@@ -44,14 +48,7 @@ var deadColumns = []string{"kafka_topic", "kafka_partition", "kafka_offset", "ka
 
 func createDead(t ident) string {
 	return `CREATE TABLE IF NOT EXISTS ` + t.String() + ` (
-	kafka_topic      LowCardinality(String),
-	kafka_partition  Int32,
-	kafka_offset     Int64,
-	kafka_generation Int64,
-	kafka_key        Nullable(String),
-	kafka_timestamp  DateTime64(3, 'UTC'),
-	value            Nullable(String),
-	error            String,
+` + recordColumnsDDL + `	error            String,
 	failed_at        DateTime64(3, 'UTC') DEFAULT now64(3)
 ) ENGINE = ReplacingMergeTree
 ORDER BY (kafka_topic, kafka_partition, kafka_offset)
