@@ -147,11 +147,7 @@ func TestClickHouseExactlyOnceUnderSIGKILLAndSIGSTOP(t *testing.T) {
 	}
 
 	// Produce 100,000 records at about 10,000/s, round-robin.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := e.producer()
 	defer cl.Close()
 	prodErr := make(chan error, 1)
 	go func() {

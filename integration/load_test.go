@@ -29,11 +29,7 @@ type load struct {
 
 func (e *env) startLoad(perSecond int) *load {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cl := e.producer()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel, done: make(chan struct{}), counts: map[int]int64{}}
 	go func() {
@@ -252,4 +248,16 @@ func (c *countingSink) exactlyOnce(t *testing.T, want map[int]int64) {
 			}
 		}
 	}
+}
+
+// producer is a client that writes each record to the partition it names,
+// lingering a millisecond to batch; the caller closes it.
+func (e *env) producer() *kgo.Client {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cl
 }

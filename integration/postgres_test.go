@@ -115,11 +115,7 @@ func TestPostgresExactlyOnceUnderSIGKILL(t *testing.T) {
 	}
 
 	// Produce 200,000 records at about 10,000/s, round-robin.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := e.producer()
 	defer cl.Close()
 	produced := map[int]int64{}
 	prodErr := make(chan error, 1)
