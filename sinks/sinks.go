@@ -20,6 +20,10 @@
 //     counts the store reachable.
 //   - DeadLetterCounter: records set aside by the sink's own policy. Without
 //     it, that count is zero.
+//   - DeadLetterer: the sink sets aside records that cannot be decoded.
+//     Without it, such a record stops its partition (or is skipped).
+//   - IgnoredFieldCounter: decoded fields the sink had no column for.
+//     Without it, that count is zero.
 //   - Wrapper: the sink wraps another. Without it, the upgrades of a wrapped
 //     sink are hidden behind the wrapper.
 //
@@ -50,12 +54,20 @@ type Header struct {
 }
 
 // Record is one Kafka record as delivered to a sink.
+//
+// Key and Value are what the record stands for: the bytes as they were in
+// Kafka, or, when the replica decoded them through a Schema Registry
+// (--key-format, --value-format), the JSON they decode to; Decoded then
+// has the bytes as they were, and the schemas.
 type Record struct {
 	Offset  int64
 	Key     []byte
 	Value   []byte
 	Time    time.Time
 	Headers []Header
+	// Decoded is set for a record whose key or value the replica decoded,
+	// or tried to; nil otherwise. See Decoded.
+	Decoded *Decoded
 }
 
 // Block is the unit a sink writes: the records of one partition from From
