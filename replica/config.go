@@ -104,6 +104,10 @@ type Config struct {
 	// sizes, isolation level and the group's start policy
 	// (Kafka.StartPolicy, auto.offset.reset). Kafka.Brokers is required.
 	Kafka Kafka
+	// Formats says how keys and values are encoded: JSON or any bytes
+	// (the default), or Avro, Protobuf and JSON Schema through a Schema
+	// Registry, which the replica decodes into JSON for the sink.
+	Formats Formats
 
 	// LeaseTTL is the TTL of the replica's etcd lease, the counterpart of
 	// session.timeout.ms: a replica that dies is replaced after it, and a
@@ -190,6 +194,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MetadataInterval, DefaultMetadataInterval)
 	orDefault(&c.RebalanceDelay, DefaultRebalanceDelay)
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.Formats = c.Formats.withDefaults()
 	return c
 }
 
@@ -250,6 +255,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))
 	}
 	if err := commitModeNames.Check(c.CommitMode); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Formats.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

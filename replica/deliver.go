@@ -36,8 +36,14 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Records:    b.records,
 	}
 	opts := pt.writeOptions(b)
-	g := guard.New(committer{pt.claim, int64(len(b.records)), opts}, pt, b.from, b.next)
+	g := guard.New(committer{pt.claim, b, opts}, pt, b.from, b.next)
 	defer g.Release()
+	// Under the guard: a block that cannot be decoded yet (the registry
+	// away) rolls back to be read again.
+	if err := pt.decode(ctx, b); err != nil {
+		return err
+	}
+	blk.Records = b.records
 
 	if pt.r.cfg.CommitMode == EveryBatch {
 		// At-most-once: the offset moves before the write.
@@ -102,12 +108,12 @@ func (pt *partition) Rewind(from int64) {
 // committer adapts a claim to guard.Committer.
 type committer struct {
 	claim *coordinator.Claim
-	rows  int64
+	b     *block // its records, as decoding left them, are the rows
 	opts  []coordinator.WriteOption
 }
 
 func (c committer) Commit(ctx context.Context, next int64) error {
-	return c.claim.Commit(ctx, next, c.rows, c.opts...)
+	return c.claim.Commit(ctx, next, int64(len(c.b.records)), c.opts...)
 }
 
 // needsIntent reports whether the replica writes an intent before each of

@@ -34,6 +34,10 @@ type partition struct {
 	// spare is the records slice of the last finished block, for the
 	// next one to fill.
 	spare []sinks.Record
+	// decodeBuf and decodedSpare hold the last block's decoded keys and
+	// values, for the next block to reuse (see decode).
+	decodeBuf    []byte
+	decodedSpare []sinks.Decoded
 
 	// Progress, read by Lag from other goroutines.
 	next    atomic.Int64 // committed offset
@@ -227,6 +231,9 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
 	case errors.Is(err, coordinator.ErrOffsetsChanged):
 		pt.seekReset(pt.claim.Offsets())
+		return nil
+	case errors.As(err, new(*decodeStop)):
+		pt.log.Error("partition stopped at a record that cannot be decoded; retrying (see --on-decode-error)", zap.Error(err))
 		return nil
 	case errors.As(err, &ce):
 		// Counted by the coordinator: see Stats.CommitFailures.

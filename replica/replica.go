@@ -41,6 +41,7 @@ type Replica struct {
 	kafka kafka.Config // cfg.Kafka, converted
 	coord *coordinator.Coordinator
 	sink  sinks.Sink
+	codec *codec // nil: keys and values pass through
 	// writer is how partitions write blocks: in rounds when the sink is a
 	// sinks.BatchWriter, else one Write each. Set by Run.
 	writer blockWriter
@@ -88,7 +89,11 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	return &Replica{cfg: cfg, kafka: cfg.Kafka.config(), coord: coord, sink: sink, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
+	c, err := newCodec(cfg.Formats, sink)
+	if err != nil {
+		return nil, err
+	}
+	return &Replica{cfg: cfg, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
 		hist: newTimings()}, nil
 }
 

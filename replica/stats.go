@@ -33,6 +33,21 @@ type Stats struct {
 	// releases) they carried.
 	EtcdRounds      int64
 	EtcdRoundWrites int64
+
+	// DecodeErrors counts records whose key or value could not be
+	// decoded (each time it was tried: a partition stopped at one counts
+	// it at every retry), DecodeSkipped those of them left out by the
+	// Skip policy, and RegistryWaits the blocks rolled back because the
+	// Schema Registry did not answer.
+	DecodeErrors, DecodeSkipped, RegistryWaits int64
+	// RegistryRequests and RegistryErrors count the requests sent to the
+	// Schema Registry and those that failed; SchemaCacheHits and
+	// SchemaCacheMisses the lookups of a compiled schema by id.
+	RegistryRequests, RegistryErrors    int64
+	SchemaCacheHits, SchemaCacheMisses int64
+	// IgnoredFields counts decoded fields the sink had no column for
+	// (sinks.IgnoredFieldCounter); 0 for a sink without one.
+	IgnoredFields int64
 }
 
 // counters are what Stats snapshots of the replica's own, updated by the
@@ -43,6 +58,7 @@ type counters struct {
 	offsetsChanged, offsetResets                atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches     atomic.Int64
 	claims, rebalances, sessions                atomic.Int64
+	decodeErrors, decodeSkipped, registryWaits  atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -60,5 +76,8 @@ func (c *counters) snapshot() Stats {
 		Claims:           c.claims.Load(),
 		Rebalances:       c.rebalances.Load(),
 		Sessions:         c.sessions.Load(),
+		DecodeErrors:     c.decodeErrors.Load(),
+		DecodeSkipped:    c.decodeSkipped.Load(),
+		RegistryWaits:    c.registryWaits.Load(),
 	}
 }

@@ -29,6 +29,20 @@ func (r *Replica) Stats() Stats {
 	if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {
 		s.DeadLetters = dl.DeadLetters()
 	}
+	if ig, ok := sinks.As[sinks.IgnoredFieldCounter](r.sink); ok {
+		s.IgnoredFields = ig.IgnoredFields()
+	}
+	if c := r.codec; c != nil {
+		if c.registry != nil {
+			rs := c.registry.Stats()
+			s.RegistryRequests, s.RegistryErrors = rs.Requests, rs.Errors
+		}
+		for _, d := range c.decoders {
+			ds := d.Stats()
+			s.SchemaCacheHits += ds.CacheHits
+			s.SchemaCacheMisses += ds.CacheMisses
+		}
+	}
 	return s
 }
 

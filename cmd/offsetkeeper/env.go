@@ -65,7 +65,7 @@ func envName(flag string) string {
 }
 
 // knownEnv are the variables read other than as a flag's.
-var knownEnv = []string{envEtcdPassword, envKafkaPassword, clickhouse.PasswordEnv, envName("help"), envName("version")}
+var knownEnv = []string{envEtcdPassword, envKafkaPassword, envRegistryPassword, clickhouse.PasswordEnv, envName("help"), envName("version")}
 
 // serviceLink matches the variables Kubernetes puts into every pod for a
 // Service whose name starts offsetkeeper: OFFSETKEEPER_SERVICE_HOST,

@@ -18,6 +18,7 @@ type runOptions struct {
 	cluster clusterFlags
 	logs    logFlags
 	ops     runOpsFlags
+	formats formatFlags
 
 	topics         []string
 	sink           string
@@ -99,6 +100,7 @@ once. Exit status 0.`,
 	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
+	o.formats.register(fs)
 	o.logs.register(fs, logInfo, logJSON)
 	o.ops.register(fs)
 	return cmd
@@ -182,6 +184,10 @@ func (o *runOptions) validate() error {
 	}
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
 		return usage(fmt.Errorf("--lease-ttl: %w", err))
+	}
+	var err error
+	if o.cfg.Formats, err = o.formats.build(); err != nil {
+		return err
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return usage(err)

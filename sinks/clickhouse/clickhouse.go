@@ -201,6 +201,36 @@ func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
 // Retries counts the inserts made again after a failure.
 func (s *Sink) Retries() int64 { return s.retries.Load() }
 
+// TakesUndecodable implements sinks.DeadLetterer: records the replica
+// could not decode go to the dead-letter table, in either mode.
+func (s *Sink) TakesUndecodable() bool { return true }
+
+// undecodable returns b without the records the replica could not decode
+// (b itself when there are none), and their dead letters.
+func undecodable(b *sinks.Block) (*sinks.Block, rowList) {
+	var dead rowList
+	var kept []sinks.Record
+	for i := range b.Records {
+		r := &b.Records[i]
+		if r.Decoded == nil || r.Decoded.Err == "" {
+			if dead != nil {
+				kept = append(kept, *r)
+			}
+			continue
+		}
+		if dead == nil {
+			kept = append(make([]sinks.Record, 0, len(b.Records)-1), b.Records[:i]...)
+		}
+		dead = append(dead, []any{b.Topic, int32(b.Partition), r.Offset, b.Generation, nullable(r.Key), r.Time.UTC(), nullable(r.Value), r.Decoded.Err})
+	}
+	if dead == nil {
+		return b, nil
+	}
+	c := *b
+	c.Records = kept
+	return &c, dead
+}
+
 // NeedsIntents implements sinks.IntentKeeper: always true, since a
 // replayed block is dropped only when it comes with the same range.
 func (s *Sink) NeedsIntents() bool { return true }
@@ -233,12 +263,14 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 		return nil
 	}
 	var rows *columns
-	var dead rowList
+	b, dead := undecodable(b)
 	var cols []string
 	if s.cfg.mode == Raw {
 		rows, cols = rawRows(b), rawColumns
 	} else {
-		rows, dead = s.columnRows(b)
+		var more rowList
+		rows, more = s.columnRows(b)
+		dead = append(dead, more...)
 		cols = make([]string, len(s.cols))
 		for i, c := range s.cols {
 			cols[i] = c.name

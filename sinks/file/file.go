@@ -58,8 +58,14 @@
 //     the empty, non-nil value "";
 //   - "value_base64":"...": any other bytes, in standard base64 with padding.
 //
-// The record key uses the same forms named key, key_spacing, key_string and
-// key_base64. A
+// A value decoded through a Schema Registry (run --value-format avro,
+// protobuf or json-schema) is the JSON it stands for, in the JSON form, and
+// is followed by "value_schema_id":<id>, the schema it was written with;
+// the bytes as they were in Kafka are not kept. With --value-format bytes
+// a value is never written in the JSON form, only as text or base64.
+//
+// The record key uses the same forms named key, key_spacing, key_string,
+// key_base64 and key_schema_id. A
 // header is {"key":"...", <value field>}, with "key_base64" instead of "key"
 // for a header key that is not valid UTF-8; headers keep their order and
 // duplicates, and are [] when there are none. The timestamp is Kafka's:

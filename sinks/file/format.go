@@ -37,9 +37,13 @@ func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte
 	dst = append(dst, `,"offset":`...)
 	dst = strconv.AppendInt(dst, r.Offset, 10)
 	dst = append(dst, ',')
-	dst = appendBytes(dst, "key", r.Key)
+	var keySchema, valueSchema *sinks.Schema
+	if d := r.Decoded; d != nil {
+		keySchema, valueSchema = d.KeySchema, d.ValueSchema
+	}
+	dst = appendField(dst, "key", r.Key, keySchema)
 	dst = append(dst, ',')
-	dst = appendBytes(dst, "value", r.Value)
+	dst = appendField(dst, "value", r.Value, valueSchema)
 	dst = append(dst, `,"timestamp":`...)
 	dst = strconv.AppendInt(dst, r.Time.UnixMilli(), 10)
 	dst = append(dst, `,"headers":[`...)
@@ -60,6 +64,26 @@ func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte
 		dst = append(dst, '}')
 	}
 	return append(dst, "]}\n"...)
+}
+
+// appendField writes a record's key or value: in the form that fits its
+// bytes, but never the JSON form for the bytes format; followed, for a
+// key or value decoded through a Schema Registry, by name_schema_id.
+func appendField(dst []byte, name string, b []byte, s *sinks.Schema) []byte {
+	switch {
+	case s == nil:
+		return appendBytes(dst, name, b)
+	case s.Format == sinks.Bytes && b != nil:
+		return appendText(dst, name, b)
+	}
+	dst = appendBytes(dst, name, b)
+	if s.ID > 0 {
+		dst = append(dst, `,"`...)
+		dst = append(dst, name...)
+		dst = append(dst, `_schema_id":`...)
+		dst = strconv.AppendInt(dst, int64(s.ID), 10)
+	}
+	return dst
 }
 
 // appendBytes writes the field name, or name_string or name_base64, and the
@@ -94,6 +118,12 @@ func appendBytes(dst []byte, name string, b []byte) []byte {
 		}
 		return append(dst, ']')
 	}
+	return appendText(dst, name, b)
+}
+
+// appendText writes b in the string form, or the base64 form when it is
+// not valid UTF-8.
+func appendText(dst []byte, name string, b []byte) []byte {
 	switch {
 	case utf8.Valid(b):
 		dst = append(dst, '"')
@@ -229,19 +259,21 @@ func appendString(dst, s []byte) []byte {
 // wireRecord and wireHeader are the decoding side. Every byte field is read
 // in its three forms so that ParseLine can insist on exactly one.
 type wireRecord struct {
-	Topic        *string         `json:"topic"`
-	Partition    *int            `json:"partition"`
-	Offset       *int64          `json:"offset"`
-	Key          json.RawMessage `json:"key"`
-	KeySpacing   []spacing       `json:"key_spacing"`
-	KeyString    *string         `json:"key_string"`
-	KeyBase64    *string         `json:"key_base64"`
-	Value        json.RawMessage `json:"value"`
-	ValueSpacing []spacing       `json:"value_spacing"`
-	ValueString  *string         `json:"value_string"`
-	ValueBase64  *string         `json:"value_base64"`
-	Timestamp    *int64          `json:"timestamp"`
-	Headers      []wireHeader    `json:"headers"`
+	Topic         *string         `json:"topic"`
+	Partition     *int            `json:"partition"`
+	Offset        *int64          `json:"offset"`
+	Key           json.RawMessage `json:"key"`
+	KeySpacing    []spacing       `json:"key_spacing"`
+	KeyString     *string         `json:"key_string"`
+	KeyBase64     *string         `json:"key_base64"`
+	Value         json.RawMessage `json:"value"`
+	ValueSpacing  []spacing       `json:"value_spacing"`
+	ValueString   *string         `json:"value_string"`
+	ValueBase64   *string         `json:"value_base64"`
+	KeySchemaID   *int            `json:"key_schema_id"`
+	ValueSchemaID *int            `json:"value_schema_id"`
+	Timestamp     *int64          `json:"timestamp"`
+	Headers       []wireHeader    `json:"headers"`
 }
 
 type wireHeader struct {
@@ -320,8 +352,25 @@ func ParseLine(line []byte) (Line, error) {
 			Value:   value,
 			Time:    time.UnixMilli(*w.Timestamp).UTC(),
 			Headers: headers,
+			Decoded: schemaIDs(w.KeySchemaID, w.ValueSchemaID),
 		},
 	}, nil
+}
+
+// schemaIDs is what a line says of the schemas its key and value were
+// decoded with: their ids alone, nil when it names none.
+func schemaIDs(key, value *int) *sinks.Decoded {
+	if key == nil && value == nil {
+		return nil
+	}
+	d := &sinks.Decoded{}
+	if key != nil {
+		d.KeySchema = &sinks.Schema{ID: *key}
+	}
+	if value != nil {
+		d.ValueSchema = &sinks.Schema{ID: *value}
+	}
+	return d
 }
 
 // decodeBytes turns the one form present of a byte field back into bytes,

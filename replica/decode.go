@@ -1,0 +1,190 @@
+package replica
+
+// The decode step: a block's keys and values read by their formats before
+// the block's intent and write, so that a record the sink cannot have is
+// found before anything of its block is stored.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/format"
+	"github.com/offsetkeeper/offsetkeeper/internal/registry"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// decoder turns a key or value into the JSON it stands for
+// (format.Decoder).
+type decoder interface {
+	Decode(ctx context.Context, dst, b []byte) ([]byte, *sinks.Schema, error)
+}
+
+// codec decodes the records of every partition of a replica by its
+// Formats; nil when both formats pass the bytes through (json).
+type codec struct {
+	key, value decoder // nil: not decoded
+	// opaqueKey, opaqueValue: the bytes format, marked for the sinks.
+	opaqueKey, opaqueValue bool
+	policy                 DecodeErrorPolicy
+	// deadLetters: the sink takes undecodable records (sinks.DeadLetterer).
+	deadLetters bool
+
+	registry *registry.Client
+	decoders []*format.Decoder // for their cache counts
+}
+
+// opaque is the schema the bytes format marks a key or value with.
+var opaque = &sinks.Schema{Format: sinks.Bytes}
+
+// newCodec builds the decoders f asks for; nil, nil when there is nothing
+// to decode.
+func newCodec(f Formats, sink sinks.Sink) (*codec, error) {
+	if f.Key == sinks.JSON && f.Value == sinks.JSON {
+		return nil, nil
+	}
+	c := &codec{opaqueKey: f.Key == sinks.Bytes, opaqueValue: f.Value == sinks.Bytes, policy: f.OnDecodeError}
+	if dl, ok := sinks.As[sinks.DeadLetterer](sink); ok && dl.TakesUndecodable() {
+		c.deadLetters = true
+	}
+	if registryFormat(f.Key) || registryFormat(f.Value) {
+		reg, err := registry.New(registry.Config{URL: f.Registry.URL, TLS: f.Registry.TLS,
+			Username: f.Registry.Username, Password: f.Registry.Password, Timeout: f.Registry.Timeout})
+		if err != nil {
+			return nil, err
+		}
+		c.registry = reg
+	}
+	// One decoder per format, shared by key and value when they agree.
+	made := map[sinks.Format]*format.Decoder{}
+	get := func(ff sinks.Format) (decoder, error) {
+		if !registryFormat(ff) {
+			return nil, nil
+		}
+		if d := made[ff]; d != nil {
+			return d, nil
+		}
+		d, err := format.New(ff, c.registry, format.Options{CacheSize: f.Registry.CacheSize})
+		if err != nil {
+			return nil, err
+		}
+		made[ff] = d
+		c.decoders = append(c.decoders, d)
+		return d, nil
+	}
+	var err error
+	if c.key, err = get(f.Key); err != nil {
+		return nil, err
+	}
+	if c.value, err = get(f.Value); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeStop is the error of a record that cannot be decoded under the
+// Stop policy (or DeadLetter with a sink without dead letters): the
+// partition goes no further until it can.
+type decodeStop struct {
+	p      string
+	offset int64
+	cause  error
+}
+
+func (e *decodeStop) Error() string {
+	return fmt.Sprintf("%s offset %d cannot be decoded, so the partition stops there: %v", e.p, e.offset, e.cause)
+}
+
+func (e *decodeStop) Unwrap() error { return e.cause }
+
+// decode reads the keys and values of b's records by the formats, in
+// place. An error other than a *decodeStop is the registry's (unreachable,
+// refusing): the block rolls back and is read again, so nothing is lost
+// or set aside for it.
+func (pt *partition) decode(ctx context.Context, b *block) error {
+	c := pt.r.codec
+	if c == nil || len(b.records) == 0 {
+		return nil
+	}
+	buf := pt.decodeBuf[:0]
+	if cap(pt.decodedSpare) < len(b.records) {
+		pt.decodedSpare = make([]sinks.Decoded, len(b.records))
+	}
+	ds := pt.decodedSpare[:len(b.records)]
+	clear(ds)
+	kept := b.records[:0]
+	for i := range b.records {
+		r := b.records[i]
+		d := &ds[i]
+		var err error
+		buf, err = c.record(ctx, buf, &r, d)
+		if err != nil {
+			var re *format.RecordError
+			if !errors.As(err, &re) {
+				pt.r.stats.registryWaits.Add(1)
+				return fmt.Errorf("decode %s offset %d: %w", pt.p, r.Offset, err)
+			}
+			pt.r.stats.decodeErrors.Add(1)
+			r = b.records[i] // the bytes as they were in Kafka
+			switch {
+			case c.policy == Skip:
+				pt.r.stats.decodeSkipped.Add(1)
+				pt.log.Warn("record skipped: it cannot be decoded (--on-decode-error skip)", zap.Int64("offset", r.Offset), zap.Error(err))
+				continue
+			case c.policy == DeadLetter && c.deadLetters:
+				*d = sinks.Decoded{Err: err.Error()}
+				r.Decoded = d
+			default:
+				return &decodeStop{p: pt.p.String(), offset: r.Offset, cause: err}
+			}
+		}
+		kept = append(kept, r)
+	}
+	// Records left out leave no stale copies behind the kept ones.
+	clear(b.records[len(kept):])
+	b.records = kept
+	pt.decodeBuf = buf
+	return nil
+}
+
+// record decodes r's key and value into buf, setting r.Key and r.Value to
+// their JSON and r.Decoded to d; r is unchanged when it fails.
+func (c *codec) record(ctx context.Context, buf []byte, r *sinks.Record, d *sinks.Decoded) ([]byte, error) {
+	key, value := r.Key, r.Value
+	var err error
+	if c.key != nil && r.Key != nil {
+		if buf, key, d.KeySchema, err = decodeInto(ctx, c.key, buf, r.Key); err != nil {
+			return buf, fmt.Errorf("key: %w", err)
+		}
+		d.KeyBytes = r.Key
+	}
+	if c.value != nil && r.Value != nil {
+		if buf, value, d.ValueSchema, err = decodeInto(ctx, c.value, buf, r.Value); err != nil {
+			return buf, fmt.Errorf("value: %w", err)
+		}
+		d.ValueBytes = r.Value
+	}
+	if c.opaqueKey && r.Key != nil {
+		d.KeySchema = opaque
+	}
+	if c.opaqueValue && r.Value != nil {
+		d.ValueSchema = opaque
+	}
+	if d.KeySchema != nil || d.ValueSchema != nil {
+		r.Key, r.Value, r.Decoded = key, value, d
+	}
+	return buf, nil
+}
+
+// decodeInto appends the JSON of b to buf and returns it, and the JSON
+// alone, capped so that a sink appending to it cannot reach the next.
+func decodeInto(ctx context.Context, d decoder, buf, b []byte) ([]byte, []byte, *sinks.Schema, error) {
+	start := len(buf)
+	out, s, err := d.Decode(ctx, buf, b)
+	if err != nil {
+		return buf[:start], nil, nil, err
+	}
+	return out, out[start:len(out):len(out)], s, nil
+}
