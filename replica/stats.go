@@ -43,7 +43,7 @@ type Stats struct {
 	// RegistryRequests and RegistryErrors count the requests sent to the
 	// Schema Registry and those that failed; SchemaCacheHits and
 	// SchemaCacheMisses the lookups of a compiled schema by id.
-	RegistryRequests, RegistryErrors    int64
+	RegistryRequests, RegistryErrors   int64
 	SchemaCacheHits, SchemaCacheMisses int64
 	// IgnoredFields counts decoded fields the sink had no column for
 	// (sinks.IgnoredFieldCounter); 0 for a sink without one.

@@ -24,13 +24,13 @@ type formatFlags struct {
 	key, value    sinks.Format
 	onDecodeError replica.DecodeErrorPolicy
 
-	registry     string
-	user         string
-	passwordFile string
-	caCert       string
+	registry      string
+	user          string
+	passwordFile  string
+	caCert        string
 	cert, certKey string
-	timeout      time.Duration
-	cacheSize    int
+	timeout       time.Duration
+	cacheSize     int
 }
 
 func (f *formatFlags) register(fs *pflag.FlagSet) {
