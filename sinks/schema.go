@@ -28,6 +28,9 @@ type Decoded struct {
 // Format names how a key or value is encoded in Kafka.
 type Format string
 
+// String returns the format's name.
+func (f Format) String() string { return string(f) }
+
 // The formats a replica reads (--key-format, --value-format).
 const (
 	JSON       Format = "json"        // JSON, or any bytes, passed through: the default
