@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -360,25 +362,76 @@ func (r *SchemaRegistry) PID() int {
 	return r.proc.cmd.Process.Pid
 }
 
-// Pause stops the process (SIGSTOP): the registry stops answering, but the
-// kernel still accepts connections on its port, as with a registry that
-// hangs. Requests wait until Resume.
-func (r *SchemaRegistry) Pause() { r.signal(syscall.SIGSTOP) }
+// Pause stops the process (SIGSTOP) and waits until each of its threads
+// has stopped: from then on the registry does not answer, but the kernel
+// still accepts connections on its port, as with a registry that hangs.
+// Requests wait until Resume.
+func (r *SchemaRegistry) Pause() { r.signal(syscall.SIGSTOP, true) }
 
-// Resume continues the paused process (SIGCONT); the requests that waited
-// are answered.
-func (r *SchemaRegistry) Resume() { r.signal(syscall.SIGCONT) }
+// Resume continues the paused process (SIGCONT) and waits until its
+// threads run again; the requests that waited are answered.
+func (r *SchemaRegistry) Resume() { r.signal(syscall.SIGCONT, false) }
 
-func (r *SchemaRegistry) signal(sig syscall.Signal) {
+// signal sends sig, then waits until the process's threads are stopped,
+// or none is: the kernel stops and continues them after kill returns.
+func (r *SchemaRegistry) signal(sig syscall.Signal, stopped bool) {
 	r.t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.proc == nil {
 		r.t.Fatalf("schema registry: %s: stopped", sig)
 	}
+	pid := r.proc.cmd.Process.Pid
 	if err := r.proc.cmd.Process.Signal(sig); err != nil {
 		r.t.Fatalf("schema registry: %s: %v", sig, err)
 	}
+	deadline := time.Now().Add(srOpTimeout)
+	for {
+		all, err := threadsStopped(pid, stopped)
+		if err != nil {
+			r.t.Fatalf("schema registry: %s: %v", sig, err)
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			state := "running"
+			if stopped {
+				state = "stopped"
+			}
+			r.t.Fatalf("schema registry: %s: threads not %s after %s", sig, state, srOpTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// threadsStopped tells whether each thread of process pid is stopped
+// (stopped true), or each is not.
+func threadsStopped(pid int, stopped bool) (bool, error) {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false, fmt.Errorf("no threads of process %d in /proc (%v)", pid, err)
+	}
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a thread that ended
+		}
+		if err != nil {
+			return false, err
+		}
+		// "tid (comm) S ...": the state follows the last ')', as comm may
+		// hold one.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return false, fmt.Errorf("%s: %q", path, b)
+		}
+		if isStopped := f[0] == "T" || f[0] == "t"; isStopped != stopped {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Stop kills the registry (SIGKILL) and waits until it is gone: its port
