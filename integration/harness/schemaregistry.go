@@ -195,11 +195,12 @@ func StartSchemaRegistry(t testing.TB, opts ...SchemaRegistryOption) *SchemaRegi
 			t.Fatalf("schema registry: %v", err)
 		}
 		r.URL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, r.port)
+		mark := len(r.out.String())
 		err = r.start(config)
 		if err == nil {
 			return r
 		}
-		if try+1 == srStartTries || !strings.Contains(r.out.String(), "address already in use") {
+		if try+1 == srStartTries || !strings.Contains(r.out.String()[mark:], "address already in use") {
 			t.Fatalf("schema registry: start: %v\n%s", err, r.tail())
 		}
 	}
