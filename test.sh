@@ -9,6 +9,11 @@
 # with npm into .cache/chdb when it is missing, and passes to the tests in
 # CHDB_LIB; without it (or without gcc, which builds its launcher) they skip,
 # except with CI set, where they fail.
+# The Schema Registry tests (internal/registry, and the harness's) run AxonOps
+# Schema Registry, built from the Go module proxy as a tool of the module in
+# integration/tools/schemaregistry (`go tool -n`, into Go's build cache: the
+# first build takes a minute or so); if it cannot be built they skip, except
+# with CI set, where they fail.
 set -euo pipefail
 cd "$(dirname "$0")"
 
