@@ -73,4 +73,14 @@ if [ -z "${CHDB_LIB:-}" ]; then
 	fi
 fi
 
+# Build the registry once, before the test binaries that start it run at
+# the same time and would each build it.
+if ! (cd integration/tools/schemaregistry && go tool -n schema-registry >/dev/null); then
+	if [ -n "${CI:-}" ]; then
+		echo "test.sh: building the Schema Registry failed; CI is set, so its tests must not be skipped" >&2
+		exit 1
+	fi
+	echo "test.sh: building the Schema Registry failed; its tests will skip" >&2
+fi
+
 go test -race -count=1 -timeout 15m "$@" ./...

@@ -35,7 +35,7 @@ func (r *Replica) Stats() Stats {
 	if c := r.codec; c != nil {
 		if c.registry != nil {
 			rs := c.registry.Stats()
-			s.RegistryRequests, s.RegistryErrors = rs.Requests, rs.Errors
+			s.RegistryRequests, s.RegistryErrors = int64(rs.Requests), int64(rs.Errors+rs.NotFound)
 		}
 		for _, d := range c.decoders {
 			ds := d.Stats()
