@@ -251,14 +251,27 @@ type Sink struct {
 
 	key keyPlan // upsert mode's
 
-	deadLetters atomic.Int64
-	ignored     atomic.Int64
-	retries     atomic.Int64
+	// Columns and upsert modes': the table as the last write that read
+	// it saw it (see publish), and what the sink learnt of the schemas of
+	// decoded records, under schemaMu.
+	tab      atomic.Pointer[table]
+	schemaMu sync.Mutex
+	checked  map[int]time.Time  // value schema ids checked against the catalog, and when
+	plans    map[int]*fieldPlan // by schema id, for one table
+	logged   map[int]bool       // value schema ids whose ignored fields were logged
+	recheck  time.Duration      // recheckAfter, but in tests
+
+	deadLetters   atomic.Int64
+	ignored       atomic.Int64
+	ignoredFields atomic.Int64
+	retries       atomic.Int64
 }
 
 var _ sinks.Sink = (*Sink)(nil)
 var _ sinks.Resumer = (*Sink)(nil)
 var _ sinks.BatchWriter = (*Sink)(nil)
+var _ sinks.DeadLetterer = (*Sink)(nil)
+var _ sinks.IgnoredFieldCounter = (*Sink)(nil)
 
 // New connects to the database of url, creates the tables that are missing
 // and, in columns mode, reads the table's columns. ctx bounds only this;
@@ -292,7 +305,7 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
-	s := &Sink{cfg: c, pool: pool}
+	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
 	if err := s.setup(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
@@ -307,24 +320,19 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
 		return err
 	}
-	var cols, upsert string
-	switch s.cfg.mode {
-	case Columns:
-		var err error
-		if cols, err = planColumns(ctx, s.pool, s.cfg.table); err != nil {
-			return err
-		}
-	case Upsert:
-		oid, columns, err := readColumns(ctx, s.pool, s.cfg.table, Upsert)
+	if s.cfg.mode != Raw {
+		oid, cols, names, err := readColumns(ctx, s.pool, s.cfg.table, s.cfg.mode)
 		if err != nil {
 			return err
 		}
-		if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, columns); err != nil {
-			return err
+		if s.cfg.mode == Upsert {
+			if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, cols); err != nil {
+				return err
+			}
 		}
-		upsert = planUpsert(s.cfg.table, columns, s.key)
+		s.tab.Store(s.newTable(cols, names))
 	}
-	s.sql = buildStatements(&s.cfg, cols, upsert)
+	s.sql = buildStatements(&s.cfg)
 	return nil
 }
 
@@ -342,6 +350,18 @@ func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
 // that committed: all of them with deletes=false, and with key_from=value
 // those that have no value to find their row by.
 func (s *Sink) IgnoredTombstones() int64 { return s.ignored.Load() }
+
+// TakesUndecodable reports true: every mode has the dead-letter table,
+// where a record the replica could not decode goes with the reason
+// (sinks.DeadLetterer).
+func (s *Sink) TakesUndecodable() bool { return true }
+
+// IgnoredFields counts the values of decoded records' fields that no
+// column took, in writes that committed (sinks.IgnoredFieldCounter): per
+// record, one for each field of its schema that the table has no column
+// for (evolve=none) or that is named as a kafka_* column, when the record
+// holds a value for it (not null). Raw mode keeps every field: zero.
+func (s *Sink) IgnoredFields() int64 { return s.ignoredFields.Load() }
 
 // Retries counts the attempts that Write and WriteBlocks made again after
 // losing their connection.
@@ -425,6 +445,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 				}
 				s.deadLetters.Add(int64(len(w.dead)))
 				s.ignored.Add(int64(w.ignored))
+				s.ignoredFields.Add(int64(w.ignoredFields))
 			}
 			return errs
 		case ctx.Err() != nil:
