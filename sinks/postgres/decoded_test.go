@@ -616,3 +616,21 @@ func TestEvolveConcurrent(t *testing.T) {
 		t.Errorf("%d deadlocks", got)
 	}
 }
+
+// TestColumnDropped: a write whose statement names a column dropped since
+// the sink read the table reads the columns again and goes in.
+func TestColumnDropped(t *testing.T) {
+	for _, mode := range []string{"columns", "upsert"} {
+		t.Run(mode, func(t *testing.T) {
+			_, s, conn, n := start(t, "mode="+mode, `CREATE TABLE %s (id bigint PRIMARY KEY, v text, gone text, kafka_offset bigint)`)
+			put(t, s, recBlock("orders", 0, 0, rec(`{"id":1}`, orderKey, `{"id":1,"v":"a","gone":"x"}`, orderV1)))
+			if _, err := conn.Exec(context.Background(), fmt.Sprintf(`ALTER TABLE rows_%d DROP COLUMN gone`, n)); err != nil {
+				t.Fatal(err)
+			}
+			put(t, s, recBlock("orders", 0, 1, rec(`{"id":2}`, orderKey, `{"id":2,"v":"b","gone":"y"}`, orderV1)))
+			if got := kvRows(t, conn, n); got != "1=a 2=b" {
+				t.Errorf("rows %q, want 1=a 2=b", got)
+			}
+		})
+	}
+}

@@ -55,6 +55,20 @@ func (s *Sink) readTable(ctx context.Context, db querier) (*table, error) {
 	return s.newTable(cols, names), nil
 }
 
+// reload reads the table again, outside any write, and makes it the
+// sink's; every schema is checked again.
+func (s *Sink) reload(ctx context.Context) error {
+	tab, err := s.readTable(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	s.tab.Store(tab)
+	clear(s.checked)
+	return nil
+}
+
 // covers reports whether t fills every column o fills.
 func (t *table) covers(o *table) bool {
 	for name := range o.fill {
