@@ -115,6 +115,34 @@ func (e Envelope) MarshalText() ([]byte, error) { return envelopeNames.Marshal(e
 // case folded.
 func (e *Envelope) UnmarshalText(b []byte) error { return envelopeNames.Unmarshal(e, b) }
 
+// Evolve is what columns and upsert modes do with a field of a decoded
+// record's schema that the table has no column for (evolve=).
+type Evolve int
+
+const (
+	// NoEvolve leaves the table as it is: such a field is ignored, counted
+	// (IgnoredFields) and logged once per schema. The default: the table's
+	// shape is its owner's.
+	NoEvolve Evolve = iota
+	// AddColumns adds a nullable column of the field's type, in the
+	// transaction of the first block that brings the field, so that block
+	// fills it. It needs the right to ALTER the table, and holds the
+	// table's exclusive lock until that transaction commits.
+	AddColumns
+)
+
+var evolveNames = enum.New[Evolve]("evolve", "none", "add-columns")
+
+// String returns the name in the URL: none or add-columns.
+func (e Evolve) String() string { return evolveNames.String(e) }
+
+// MarshalText implements encoding.TextMarshaler with the name.
+func (e Evolve) MarshalText() ([]byte, error) { return evolveNames.Marshal(e) }
+
+// UnmarshalText implements encoding.TextUnmarshaler: none or add-columns,
+// case folded.
+func (e *Evolve) UnmarshalText(b []byte) error { return evolveNames.Unmarshal(e, b) }
+
 // Sink options carried as query parameters of the URL; they are removed
 // before the rest of the URL goes to pgx.
 const (
@@ -125,6 +153,9 @@ const (
 	paramDeadLetters  = "dead_letter_table"
 	paramRetryTimeout = "retry_timeout"
 
+	// Columns and upsert modes'.
+	paramEvolve = "evolve"
+
 	// Upsert mode's.
 	paramConflict = "conflict"
 	paramKeyFrom  = "key_from"
@@ -133,7 +164,7 @@ const (
 )
 
 var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout,
-	paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
+	paramEvolve, paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
 
 // upsertParams are the parameters only upsert mode takes.
 var upsertParams = []string{paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
@@ -164,6 +195,7 @@ type config struct {
 	deadLetters  pgx.Identifier
 	retryTimeout time.Duration
 	log          *zap.Logger
+	evolve       Evolve // columns and upsert modes'
 
 	// Upsert mode's; given records which of them the URL set.
 	conflict string // the unique constraint; "" for the primary key
@@ -247,7 +279,24 @@ func parseURL(raw string) (config, error) {
 	if err := c.checkUpsert(); err != nil {
 		return c, err
 	}
+	if err := c.checkEvolve(); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// checkEvolve refuses evolve= where the table is not the user's (raw
+// mode), and add-columns where the schema's fields are not the row's
+// (envelope=debezium: they are the event's, the row is inside after).
+func (c *config) checkEvolve() error {
+	switch {
+	case c.mode == Raw && c.given[paramEvolve]:
+		return fmt.Errorf("%w: %s= is for mode=columns or mode=upsert, not mode=%s (the raw table is the sink's own)", ErrURL, paramEvolve, c.mode)
+	case c.evolve == AddColumns && c.envelope == Debezium:
+		return fmt.Errorf("%w: %s=%s with %s=%s: the schema's fields are the event's (before, after, op...), not the row's; want %s=none",
+			ErrURL, paramEvolve, c.evolve, paramEnvelope, c.envelope, paramEvolve)
+	}
+	return nil
 }
 
 // checkUpsert checks the upsert parameters against the mode and each
@@ -304,6 +353,12 @@ func (c *config) set(key, val string) error {
 			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, modeNames.List())
 		}
 		c.mode = m
+	case paramEvolve:
+		e, perr := evolveNames.Parse(val)
+		if perr != nil {
+			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, evolveNames.List())
+		}
+		c.evolve = e
 	case paramConflict:
 		if val == "" || len(val) > 63 || strings.ContainsRune(val, 0) {
 			return fmt.Errorf("%w: %s=%q: want the name of a unique constraint of the table, 1 to 63 bytes", ErrURL, key, val)

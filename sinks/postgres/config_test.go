@@ -168,6 +168,51 @@ func TestParseUpsertURLErrors(t *testing.T) {
 	}
 }
 
+func TestParseEvolve(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		want  Evolve
+	}{
+		{"mode=columns", NoEvolve},
+		{"mode=columns&evolve=none", NoEvolve},
+		{"mode=columns&evolve=add-columns", AddColumns},
+		{"mode=upsert&evolve=%20Add-Columns", AddColumns},
+		{"mode=upsert&envelope=debezium&evolve=none", NoEvolve},
+	} {
+		c, err := parseURL("postgres://db/app?group=g&" + tc.query)
+		if err != nil {
+			t.Errorf("%s: %v", tc.query, err)
+			continue
+		}
+		if c.evolve != tc.want {
+			t.Errorf("%s: evolve %v, want %v", tc.query, c.evolve, tc.want)
+		}
+		if strings.Contains(c.connString, "evolve") {
+			t.Errorf("%s: evolve= reaches pgx: %s", tc.query, c.connString)
+		}
+	}
+	for _, tc := range []struct{ query, says string }{
+		{"mode=columns&evolve=add", `evolve="add": want one of none, add-columns`},
+		{"mode=upsert&evolve=", `evolve="": want one of none, add-columns`},
+		{"evolve=add-columns", "evolve= is for mode=columns or mode=upsert, not mode=raw"},
+		{"mode=raw&evolve=none", "evolve= is for mode=columns or mode=upsert, not mode=raw"},
+		{"mode=upsert&envelope=debezium&evolve=add-columns", "evolve=add-columns with envelope=debezium"},
+		{"mode=columns&evolve=none&evolve=none", "twice"},
+	} {
+		_, err := parseURL("postgres://db/app?group=g&" + tc.query)
+		if !errors.Is(err, ErrURL) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want ErrURL saying %q", tc.query, err, tc.says)
+		}
+	}
+	var e Evolve
+	if err := e.UnmarshalText([]byte("ADD-COLUMNS")); err != nil || e != AddColumns {
+		t.Errorf("UnmarshalText(ADD-COLUMNS) = %v, %v", e, err)
+	}
+	if b, err := NoEvolve.MarshalText(); err != nil || string(b) != "none" {
+		t.Errorf("MarshalText(NoEvolve) = %s, %v", b, err)
+	}
+}
+
 func TestUpsertNames(t *testing.T) {
 	for _, tc := range []struct {
 		v    interface{ MarshalText() ([]byte, error) }

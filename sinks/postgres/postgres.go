@@ -25,6 +25,12 @@
 //	retry_timeout=DURATION      how long a write retries after losing its
 //	                            connection (default 30s; 0 never retries)
 //
+// for mode=columns and mode=upsert (given with mode=raw, it is refused):
+//
+//	evolve=none|add-columns     what a decoded record's field without a column does: none
+//	                            (the default) ignores and counts it, add-columns adds the
+//	                            column (see Decoded records; refused with envelope=debezium)
+//
 // and, for mode=upsert only (given with another mode, they are refused):
 //
 //	conflict=NAME               the unique constraint rows are found by (default: the primary key)
@@ -52,6 +58,9 @@
 //	headers     jsonb       NOT NULL   [{"key": "...", "value": "..."}, ...] in order, [] for none
 //	PRIMARY KEY (topic, partition, "offset")
 //
+// For a record the replica decoded (see Decoded records), value is its
+// JSON, and key and value_bytes keep the bytes as they were in Kafka.
+//
 // value_bytes is the record; value is there to be queried (value->>'id'),
 // and is NULL for anything jsonb would not take as it is: not JSON, not
 // UTF-8, \u0000 or a lone surrogate in a string, a number beyond numeric's
@@ -61,7 +70,7 @@
 // value 'null'::jsonb. A header's key or value that is not valid UTF-8 or holds a
 // NUL byte is stored base64 in "key_base64" or "value_base64" instead, and
 // a nil header value is "value": null. ReadAll reads the table back as
-// records.
+// records, with the key and value as they were in Kafka.
 //
 // Rows go in with one COPY, those of all the blocks of a WriteBlocks
 // together. A block that brings offsets the table holds already
@@ -76,7 +85,8 @@
 // column's type by PostgreSQL (jsonb_populate_record, so by the type's own
 // input: "2024-05-01" fills a date, 12 a text, [1,2] an integer[]). A field
 // the object lacks leaves its column the default, or NULL; fields without a
-// column are ignored; generated columns and GENERATED ALWAYS identities are
+// column are ignored (for decoded records: counted, or given a column with
+// evolve=add-columns); generated columns and GENERATED ALWAYS identities are
 // left to PostgreSQL. Columns named kafka_topic, kafka_partition,
 // kafka_offset, kafka_key (bytea: a text column would get the hex form)
 // and kafka_timestamp, when the table has them, are filled from the record
@@ -147,6 +157,65 @@
 // not the sink's. After an operator reset backwards the older values are
 // applied again, as the reset asks.
 //
+// # Decoded records
+//
+// A replica reading a Schema Registry format (Avro, Protobuf, JSON Schema)
+// hands the sink each record's JSON, with the bytes as they were in Kafka
+// and the schemas in Record.Decoded. The tables are filled from the JSON;
+// what stands for the record itself keeps the bytes: raw mode's key and
+// value_bytes (value is the JSON), the kafka_key column, and the
+// dead-letter table's key and value. ReadAll returns those bytes.
+//
+// A record the replica could not decode (Decoded.Err) goes to the
+// dead-letter table in every mode, with the replica's reason
+// (TakesUndecodable: the sink is a sinks.DeadLetterer).
+//
+// In columns and upsert modes each field's JSON is read by its column's
+// type, as for any JSON, and the decoded JSON of each kind of field is
+// what the matching type's input reads: a Timestamp ("2024-05-01T12:00:00.123Z")
+// fills a timestamptz, a LocalTimestamp a timestamp, a Date a date, a Time
+// a time, a Decimal (an exact JSON number) a numeric(p,s) without a digit
+// lost, a UUID a uuid, a Duration ("1.5s") an interval (to the microsecond:
+// interval's own input reads "1.5s"), records, arrays and maps a jsonb,
+// the numbers, booleans, strings and enums their types. Bytes are the one
+// conversion of the sink's own: their JSON is base64, which bytea would
+// store as text, so a Bytes field whose column is bytea (or a domain over
+// it) is rewritten to bytea's hex input (\x...) before PostgreSQL reads
+// it; a column of another type (text) takes the base64 as it is, and a
+// Bytes field that is not base64 is a dead letter. Only top-level fields
+// have kinds: Bytes nested in a record filling a jsonb stay base64, and
+// with envelope=debezium, whose schema's fields are the event's, nothing
+// is converted.
+//
+// A top-level field of a record's value schema that no column takes is
+// ignored. IgnoredFields (sinks.IgnoredFieldCounter) counts those values,
+// one per record and field that holds one (not null), and the fields are
+// logged once per schema id. With evolve=add-columns, a block whose
+// records bring a field the table has no column for adds a nullable
+// column of the field's type:
+//
+//	Boolean boolean; Int integer; Long bigint; Float real; Double double precision;
+//	String, Enum text; UUID uuid; Bytes bytea; Timestamp timestamptz;
+//	LocalTimestamp timestamp; Date date; Time time; Decimal numeric(p,s);
+//	Duration interval; JSON (and any other) jsonb
+//
+// with ALTER TABLE ... ADD COLUMN IF NOT EXISTS in the block's transaction,
+// before its rows, so that the block fills the column and a rolled-back
+// block adds none; rows written before keep NULL there. Fields named
+// kafka_* (the record's columns) and names over 63 bytes get no column.
+// The ALTER holds the table's exclusive lock until the transaction
+// commits: other writers of the table wait that long, once per new field.
+// Writers adding the same column at once take turns under the sink's
+// advisory lock, and the later one finds the column there.
+//
+// The sink reads the table's columns at New, and again, in the write's
+// transaction, when a block brings a value schema id it has not checked
+// yet (so a column another replica added is filled from the first block
+// of the schema that has the field), or one whose fields it ignored more
+// than a minute ago (so a column added by hand is filled without a
+// restart); other blocks cost no catalog read. A write that finds a
+// column dropped under it reads the columns again and is tried once more.
+//
 // # Dead letters
 //
 // A record the table cannot take goes to the dead-letter table, in the same
@@ -155,6 +224,11 @@
 //	topic, partition, "offset", key, value (bytea, the raw value), "timestamp",
 //	error text (why), failed_at timestamptz; PRIMARY KEY (topic, partition, "offset")
 //
+// key and value are the record's as they were in Kafka (for a decoded
+// record its KeyBytes and ValueBytes), so that it can be produced again.
+// In every mode a record the replica could not decode is one, with the
+// replica's reason.
+//
 // In columns mode that is a value that is not a JSON object (a tombstone
 // included), and any row the insert refuses: a type the column refuses, a
 // NOT NULL, CHECK, UNIQUE or foreign-key violation, a trigger's exception.
@@ -162,7 +236,7 @@
 // key column or with one null, an array) and a Debezium event that is not
 // one the sink applies; a tombstone is no dead letter.
 // In raw mode only a row refused by a constraint or trigger added to the
-// table. When the insert of a block fails on its rows' data, the rows are
+// table, and an undecodable record. When the insert of a block fails on its rows' data, the rows are
 // halved under savepoints until each refused row is alone, so a few bad
 // records cost a few statements each and never hold back their neighbours,
 // nor the other blocks written with them. DeadLetters counts them.
@@ -251,14 +325,27 @@ type Sink struct {
 
 	key keyPlan // upsert mode's
 
-	deadLetters atomic.Int64
-	ignored     atomic.Int64
-	retries     atomic.Int64
+	// Columns and upsert modes': the table as the last write that read
+	// it saw it (see publish), and what the sink learnt of the schemas of
+	// decoded records, under schemaMu.
+	tab      atomic.Pointer[table]
+	schemaMu sync.Mutex
+	checked  map[int]time.Time  // value schema ids checked against the catalog, and when
+	plans    map[int]*fieldPlan // by schema id, for one table
+	logged   map[int]bool       // value schema ids whose ignored fields were logged
+	recheck  time.Duration      // recheckAfter, but in tests
+
+	deadLetters   atomic.Int64
+	ignored       atomic.Int64
+	ignoredFields atomic.Int64
+	retries       atomic.Int64
 }
 
 var _ sinks.Sink = (*Sink)(nil)
 var _ sinks.Resumer = (*Sink)(nil)
 var _ sinks.BatchWriter = (*Sink)(nil)
+var _ sinks.DeadLetterer = (*Sink)(nil)
+var _ sinks.IgnoredFieldCounter = (*Sink)(nil)
 
 // New connects to the database of url, creates the tables that are missing
 // and, in columns mode, reads the table's columns. ctx bounds only this;
@@ -292,7 +379,7 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
-	s := &Sink{cfg: c, pool: pool}
+	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
 	if err := s.setup(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
@@ -307,24 +394,19 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
 		return err
 	}
-	var cols, upsert string
-	switch s.cfg.mode {
-	case Columns:
-		var err error
-		if cols, err = planColumns(ctx, s.pool, s.cfg.table); err != nil {
-			return err
-		}
-	case Upsert:
-		oid, columns, err := readColumns(ctx, s.pool, s.cfg.table, Upsert)
+	if s.cfg.mode != Raw {
+		oid, cols, names, err := readColumns(ctx, s.pool, s.cfg.table, s.cfg.mode)
 		if err != nil {
 			return err
 		}
-		if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, columns); err != nil {
-			return err
+		if s.cfg.mode == Upsert {
+			if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, cols); err != nil {
+				return err
+			}
 		}
-		upsert = planUpsert(s.cfg.table, columns, s.key)
+		s.tab.Store(s.newTable(cols, names))
 	}
-	s.sql = buildStatements(&s.cfg, cols, upsert)
+	s.sql = buildStatements(&s.cfg)
 	return nil
 }
 
@@ -342,6 +424,18 @@ func (s *Sink) DeadLetters() int64 { return s.deadLetters.Load() }
 // that committed: all of them with deletes=false, and with key_from=value
 // those that have no value to find their row by.
 func (s *Sink) IgnoredTombstones() int64 { return s.ignored.Load() }
+
+// TakesUndecodable reports true: every mode has the dead-letter table,
+// where a record the replica could not decode goes with the reason
+// (sinks.DeadLetterer).
+func (s *Sink) TakesUndecodable() bool { return true }
+
+// IgnoredFields counts the values of decoded records' fields that no
+// column took, in writes that committed (sinks.IgnoredFieldCounter): per
+// record, one for each field of its schema that the table has no column
+// for (evolve=none) or that is named as a kafka_* column, when the record
+// holds a value for it (not null). Raw mode keeps every field: zero.
+func (s *Sink) IgnoredFields() int64 { return s.ignoredFields.Load() }
 
 // Retries counts the attempts that Write and WriteBlocks made again after
 // losing their connection.
@@ -411,6 +505,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 	}
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
+	reloaded := false
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
@@ -425,10 +520,19 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 				}
 				s.deadLetters.Add(int64(len(w.dead)))
 				s.ignored.Add(int64(w.ignored))
+				s.ignoredFields.Add(int64(w.ignoredFields))
 			}
 			return errs
 		case ctx.Err() != nil:
 			return fail(fmt.Errorf("%w: %w", ctx.Err(), err))
+		case !reloaded && s.cfg.mode != Raw && columnGone(err):
+			// A column was dropped under the sink's statement: read the
+			// table again and try once more at once.
+			reloaded = true
+			if rerr := s.reload(ctx); rerr != nil {
+				return fail(fmt.Errorf("%w (reading the columns again: %w)", err, rerr))
+			}
+			continue
 		case !transient(err):
 			return fail(err)
 		}

@@ -66,6 +66,13 @@ func recordFault(err error) bool {
 	return pe.Code == "42804" || pe.Code == "42846" // datatype_mismatch, cannot_coerce
 }
 
+// columnGone reports whether a statement named a column the table no
+// longer has (undefined_column): dropped since the sink read the table.
+func columnGone(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42703"
+}
+
 // reason is what the dead-letter table says about a refused record.
 func reason(err error) string {
 	var pe *pgconn.PgError

@@ -140,40 +140,57 @@ type column struct {
 	serial bool
 	meta   bool   // filled from the record (metaColumns), not its value
 	def    string // the default, for a field the value lacks; "" for NULL
+	// bytea: the column's type is bytea (or a domain over it), which reads
+	// a decoded record's base64 as text, so the sink decodes it first.
+	bytea bool
+}
+
+// querier is what reading the catalog needs: the pool at New, the write's
+// transaction when a schema makes the sink look again.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // readColumns reads the columns of an existing table the insert can fill,
-// and the table's oid. A column whose name is a field of the value takes
-// the field, converted to the column's type by jsonb_populate_record (so
-// by the type's input function: "2024-05-01" fills a date, 42 a text); a
-// field that is absent leaves the column its default, or NULL; generated
-// columns and GENERATED ALWAYS identities are left to PostgreSQL.
-func readColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier, mode Mode) (uint32, []column, error) {
+// the names of all its columns (generated ones too: a field of that name
+// is no new column) and the table's oid. A column whose name is a field
+// of the value takes the field, converted to the column's type by
+// jsonb_populate_record (so by the type's input function: "2024-05-01"
+// fills a date, 42 a text); a field that is absent leaves the column its
+// default, or NULL; generated columns and GENERATED ALWAYS identities are
+// left to PostgreSQL.
+func readColumns(ctx context.Context, db querier, t pgx.Identifier, mode Mode) (uint32, []column, map[string]bool, error) {
 	var oid *uint32
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, t.Sanitize()).Scan(&oid); err != nil {
-		return 0, nil, fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1)::oid`, t.Sanitize()).Scan(&oid); err != nil {
+		return 0, nil, nil, fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
 	}
 	if oid == nil {
-		return 0, nil, fmt.Errorf("table %s does not exist: %s mode fills an existing table", t.Sanitize(), mode)
+		return 0, nil, nil, fmt.Errorf("table %s does not exist: %s mode fills an existing table", t.Sanitize(), mode)
 	}
-	rows, err := pool.Query(ctx, `
+	rows, err := db.Query(ctx, `
 SELECT a.attname, a.attidentity::text, a.attgenerated::text,
        coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
-       coalesce(pg_get_serial_sequence($2, a.attname), '')
+       coalesce(pg_get_serial_sequence($2, a.attname), ''),
+       coalesce(nullif(ty.typbasetype, 0), a.atttypid) = 'bytea'::regtype
 FROM pg_attribute a
+JOIN pg_type ty ON ty.oid = a.atttypid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, *oid, t.Sanitize())
 	if err != nil {
-		return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		return 0, nil, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 	}
 	defer rows.Close()
 	var cols []column
+	names := map[string]bool{}
 	for rows.Next() {
 		var name, identity, generated, def, seq string
-		if err := rows.Scan(&name, &identity, &generated, &def, &seq); err != nil {
-			return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		var bytea bool
+		if err := rows.Scan(&name, &identity, &generated, &def, &seq, &bytea); err != nil {
+			return 0, nil, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 		}
+		names[name] = true
 		if generated != "" || identity == "a" {
 			continue
 		}
@@ -181,7 +198,7 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 			def = "nextval(" + quoteLiteral(seq) + "::regclass)"
 		}
 		q := pgx.Identifier{name}.Sanitize()
-		c := column{raw: name, name: q, expr: "r." + q, serial: seq != "", def: def}
+		c := column{raw: name, name: q, expr: "r." + q, serial: seq != "", def: def, bytea: bytea}
 		switch {
 		case metaColumns[name] != "":
 			c.expr, c.meta = metaColumns[name], true
@@ -191,21 +208,17 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 		cols = append(cols, c)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
+		return 0, nil, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 	}
 	if len(cols) == 0 {
-		return 0, nil, errors.New("table " + t.Sanitize() + " has no column the sink can fill")
+		return 0, nil, nil, errors.New("table " + t.Sanitize() + " has no column the sink can fill")
 	}
-	return *oid, cols, nil
+	return *oid, cols, names, nil
 }
 
 // planColumns builds columns mode's INSERT, which fills the table's
 // columns (readColumns') from the staged values.
-func planColumns(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier) (string, error) {
-	_, cols, err := readColumns(ctx, pool, t, Columns)
-	if err != nil {
-		return "", err
-	}
+func planColumns(t pgx.Identifier, cols []column) string {
 	names, exprs := namesAndExprs(cols)
 	// $1 and $2: the staged rows [lo, hi).
 	return `INSERT INTO ` + t.Sanitize() + ` (` + strings.Join(names, ", ") + `)
@@ -214,7 +227,7 @@ FROM ` + stageCols + ` s
 CROSS JOIN LATERAL (SELECT s.value::jsonb AS v) j
 CROSS JOIN LATERAL jsonb_populate_record(NULL::` + t.Sanitize() + `, j.v) r
 WHERE s.ord >= $1 AND s.ord < $2
-ORDER BY s.ord`, nil
+ORDER BY s.ord`
 }
 
 func namesAndExprs(cols []column) (names, exprs []string) {

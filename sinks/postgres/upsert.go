@@ -252,6 +252,31 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 	return change{k: k, v: value}, apply, ""
 }
 
+// changeOf is config.changeOf of rec as the table reads it: a record
+// the replica could not decode refused, the Bytes fields of a decoded key
+// and value in bytea columns decoded (rowKey, rowValue); ignored counts the
+// value's fields that no column takes.
+func (a *attempt) changeOf(rec *sinks.Record) (ch change, v verdict, ignored int, why string) {
+	if why := undecodable(rec); why != "" {
+		return change{}, refuse, 0, why
+	}
+	if rec.Decoded == nil {
+		ch, v, why = a.s.cfg.changeOf(a.s.key, rec)
+		return ch, v, 0, why
+	}
+	r := *rec
+	if r.Key, why = a.rowKey(rec); why != "" {
+		return change{}, refuse, 0, why
+	}
+	if r.Value, ignored, why = a.rowValue(rec); why != "" {
+		return change{}, refuse, 0, why
+	}
+	if ch, v, why = a.s.cfg.changeOf(a.s.key, &r); v != apply || ch.v == nil {
+		ignored = 0 // a delete reads no fields
+	}
+	return ch, v, ignored, why
+}
+
 // rowReason says why value cannot be a row.
 func rowReason(e Envelope, value []byte) string {
 	why := jsonrow.Reason(value)
@@ -266,15 +291,15 @@ func rowReason(e Envelope, value []byte) string {
 
 // upsert writes the blocks' changes into the table through the staging
 // table, with one statement for all of them; a record the sink refuses
-// itself goes to the dead-letter table without asking the server, and a
-// tombstone that does not delete is counted and left out.
+// itself (one the replica could not decode included) goes to the
+// dead-letter table without asking the server, and a tombstone that does
+// not delete is counted and left out.
 func (a *attempt) upsert(ctx context.Context, live []*blockWrite) error {
-	s := a.s
 	for _, w := range live {
 		keep := make([]sinks.Record, 0, len(w.recs))
 		w.changes = make([]change, 0, len(w.recs))
 		for i := range w.recs {
-			ch, v, why := s.cfg.changeOf(s.key, &w.recs[i])
+			ch, v, ignored, why := a.changeOf(&w.recs[i])
 			switch v {
 			case ignore:
 				w.ignored++
@@ -284,6 +309,7 @@ func (a *attempt) upsert(ctx context.Context, live []*blockWrite) error {
 				if ch.v == nil {
 					w.deletes++
 				}
+				w.ignoredFields += ignored
 				keep = append(keep, w.recs[i])
 				w.changes = append(w.changes, ch)
 			}
@@ -299,7 +325,7 @@ func (a *attempt) upsert(ctx context.Context, live []*blockWrite) error {
 		return fmt.Errorf("copy into %s: %w", stageUpsert, err)
 	}
 	return a.place(ctx, r, 0, r.len(), func(lo, hi int, _ bool) (string, []any) {
-		return s.sql.upsert, []any{lo, hi}
+		return a.tab.sql, []any{lo, hi}
 	}, false)
 }
 
@@ -311,7 +337,7 @@ func (r *stageUpsertSource) Values() ([]any, error) {
 	w, j := r.r.index(r.i - 1)
 	rec, ch := &w.recs[j], &w.changes[j]
 	r.row[0], r.row[1], r.row[2], r.row[3] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset
-	r.row[4], r.row[5], r.row[6] = rec.Key, rec.Time, ch.k
+	r.row[4], r.row[5], r.row[6] = kafkaKey(rec), rec.Time, ch.k
 	if ch.v == nil {
 		r.row[7] = nil
 	} else {

@@ -25,11 +25,11 @@ type statements struct {
 	resume     string
 	deadLetter string
 	rawInsert  string // staged rows [$1, $2) → table, skipping rows already held; $3: value NULL
-	colsInsert string // staged rows [$1, $2) → table through jsonb_populate_record
-	upsert     string // staged changes [$1, $2) → table, merged by key (planUpsert)
+	// Columns and upsert modes' statements change with the table's columns:
+	// they are the table's (table.sql).
 }
 
-func buildStatements(c *config, colsInsert, upsert string) statements {
+func buildStatements(c *config) statements {
 	off := c.offsets.Sanitize()
 	return statements{
 		lock: `INSERT INTO ` + off + ` AS o ("group", topic, partition, next, epoch, generation)
@@ -50,8 +50,6 @@ FROM ` + stageRaw + ` s
 WHERE s.ord >= $1 AND s.ord < $2
 ORDER BY s.ord
 ON CONFLICT (topic, partition, "offset") DO NOTHING`,
-		colsInsert: colsInsert,
-		upsert:     upsert,
 	}
 }
 
@@ -77,6 +75,12 @@ type blockWrite struct {
 	recs   []sinks.Record // the block's records the sink does not hold yet
 	next   int64          // the next offset to store
 	dead   []deadLetter
+
+	// Columns mode's: vals[i] is the value staged for recs[i] (rowValue's).
+	vals [][]byte
+	// ignoredFields counts the values of decoded fields that no column
+	// takes (columns and upsert modes).
+	ignoredFields int
 
 	// Upsert mode's: changes[i] is what recs[i] does (recs then holds only
 	// the records that change the table); ignored counts the tombstones
@@ -151,6 +155,14 @@ func (r *run) index(i int) (*blockWrite, int) {
 type attempt struct {
 	s  *Sink
 	tx pgx.Tx
+
+	// Columns and upsert modes': the table filled (prepareTable's), the
+	// plans of the schemas met, the value schemas checked against the
+	// catalog and the columns added, all published when the call commits.
+	tab     *table
+	plans   map[int]*fieldPlan
+	checked []*sinks.Schema
+	added   []newColumn
 }
 
 // writeOnce writes blocks, ordered by (topic, partition) with one block
@@ -215,6 +227,11 @@ func (s *Sink) writeOnce(ctx context.Context, blocks []*sinks.Block) ([]*blockWr
 	}
 
 	a := &attempt{s: s, tx: tx}
+	if s.cfg.mode != Raw {
+		if err := a.prepareTable(ctx, live); err != nil {
+			return nil, err
+		}
+	}
 	switch s.cfg.mode {
 	case Raw:
 		err = a.raw(ctx, live)
@@ -244,6 +261,7 @@ func (s *Sink) writeOnce(ctx context.Context, blocks []*sinks.Block) ([]*blockWr
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
+	s.publish(a)
 	for _, w := range live {
 		if s.cfg.mode == Upsert {
 			b := w.b
@@ -285,6 +303,7 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 	s := a.s
 	var direct, staged []*blockWrite
 	for _, w := range live {
+		w.setAsideUndecodable()
 		if w.redelivery() {
 			staged = append(staged, w)
 		} else {
@@ -323,29 +342,55 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 	}, true)
 }
 
+// setAsideUndecodable moves the records the replica could not decode to
+// w's dead letters; w.recs becomes a new slice once one goes, the block's
+// is not changed.
+func (w *blockWrite) setAsideUndecodable() {
+	var keep []sinks.Record // w.recs without the dead, once there is one
+	for i := range w.recs {
+		why := undecodable(&w.recs[i])
+		if why == "" {
+			if keep != nil {
+				keep = append(keep, w.recs[i])
+			}
+			continue
+		}
+		if keep == nil {
+			keep = append(make([]sinks.Record, 0, len(w.recs)), w.recs[:i]...)
+		}
+		w.dead = append(w.dead, deadLetter{&w.recs[i], why})
+	}
+	if keep != nil {
+		w.recs = keep
+	}
+}
+
 // columns writes the blocks' records into the columns table through the
-// staging table; a record whose value is no JSON object goes to the
-// dead-letter table without asking the server.
+// staging table; a record the replica could not decode, or whose value is
+// no JSON object, goes to the dead-letter table without asking the server.
 func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
-	s := a.s
 	for _, w := range live {
-		var keep []sinks.Record // w.recs without the dead, once there is one
+		keep := make([]sinks.Record, 0, len(w.recs))
+		w.vals = make([][]byte, 0, len(w.recs))
 		for i := range w.recs {
-			why := jsonrow.Reason(w.recs[i].Value)
+			rec := &w.recs[i]
+			why := undecodable(rec)
 			if why == "" {
-				if keep != nil {
-					keep = append(keep, w.recs[i])
-				}
+				why = jsonrow.Reason(rec.Value)
+			}
+			var v []byte
+			var ignored int
+			if why == "" {
+				v, ignored, why = a.rowValue(rec)
+			}
+			if why != "" {
+				w.dead = append(w.dead, deadLetter{rec, why})
 				continue
 			}
-			if keep == nil {
-				keep = append(make([]sinks.Record, 0, len(w.recs)), w.recs[:i]...)
-			}
-			w.dead = append(w.dead, deadLetter{&w.recs[i], why})
+			keep, w.vals = append(keep, *rec), append(w.vals, v)
+			w.ignoredFields += ignored
 		}
-		if keep != nil {
-			w.recs = keep
-		}
+		w.recs = keep
 	}
 	r := newRun(live)
 	if r.len() == 0 {
@@ -356,7 +401,7 @@ func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 		return fmt.Errorf("copy into %s: %w", stageCols, err)
 	}
 	return a.place(ctx, r, 0, r.len(), func(lo, hi int, _ bool) (string, []any) {
-		return s.sql.colsInsert, []any{lo, hi}
+		return a.tab.sql, []any{lo, hi}
 	}, false)
 }
 
@@ -427,7 +472,7 @@ func (a *attempt) deadLetters(w *blockWrite) (q string, args []any) {
 	}
 	offs, keys, vals, times, errs := make([]int64, n), make([][]byte, n), make([][]byte, n), make([]time.Time, n), make([]string, n)
 	for i, d := range w.dead {
-		offs[i], keys[i], vals[i], times[i], errs[i] = d.rec.Offset, d.rec.Key, d.rec.Value, d.rec.Time, d.reason
+		offs[i], keys[i], vals[i], times[i], errs[i] = d.rec.Offset, kafkaKey(d.rec), kafkaValue(d.rec), d.rec.Time, d.reason
 	}
 	return a.s.sql.deadLetter, []any{w.b.Topic, w.b.Partition, offs, keys, vals, times, errs}
 }
@@ -471,8 +516,8 @@ func (r *rawSource) Values() ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.row[0], r.row[1], r.row[2], r.row[3] = w.b.Topic, int32(w.b.Partition), rec.Offset, rec.Key
-	r.row[4], r.row[5], r.row[6], r.row[7] = jsonbValue(rec.Value), rec.Value, rec.Time, h
+	r.row[0], r.row[1], r.row[2], r.row[3] = w.b.Topic, int32(w.b.Partition), rec.Offset, kafkaKey(rec)
+	r.row[4], r.row[5], r.row[6], r.row[7] = jsonbValue(rec.Value), kafkaValue(rec), rec.Time, h
 	return r.row, nil
 }
 
@@ -489,18 +534,20 @@ func (r *stageRawSource) Values() ([]any, error) {
 	if v := jsonbValue(rec.Value); v != nil {
 		text = v
 	}
-	r.row[0], r.row[1], r.row[2], r.row[3], r.row[4] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset, rec.Key
-	r.row[5], r.row[6], r.row[7], r.row[8] = text, rec.Value, rec.Time, h
+	r.row[0], r.row[1], r.row[2], r.row[3], r.row[4] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset, kafkaKey(rec)
+	r.row[5], r.row[6], r.row[7], r.row[8] = text, kafkaValue(rec), rec.Time, h
 	return r.row, nil
 }
 
 // stageColsSource feeds the columns staging table with the records that
-// passed objectReason; it has no error of its own.
+// columns kept, and their values as rowValue made them; it has no error
+// of its own.
 type stageColsSource struct{ runSource }
 
 func (r *stageColsSource) Values() ([]any, error) {
-	w, rec := r.r.at(r.i - 1)
+	w, j := r.r.index(r.i - 1)
+	rec := &w.recs[j]
 	r.row[0], r.row[1], r.row[2], r.row[3] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset
-	r.row[4], r.row[5], r.row[6] = rec.Key, rec.Time, rec.Value
+	r.row[4], r.row[5], r.row[6] = kafkaKey(rec), rec.Time, w.vals[j]
 	return r.row, nil
 }
