@@ -1,0 +1,12 @@
+package format
+
+import (
+	"errors"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/registry"
+)
+
+func compileProtobuf(s *registry.Schema) (codec, error) { return nil, errors.New("not supported yet") }
+func compileJSONSchema(s *registry.Schema) (codec, error) {
+	return nil, errors.New("not supported yet")
+}
