@@ -50,9 +50,15 @@ func (e *decodeError) reason(prefix string) string {
 	if len(e.path) == 0 {
 		return fmt.Sprintf("%s: %s at byte %d", prefix, e.msg, e.at)
 	}
+	// Outermost first; a deep path keeps its ends only, so that the
+	// reason stays short.
 	var path []byte
 	for i := len(e.path) - 1; i >= 0; i-- {
 		s := e.path[i]
+		if len(e.path) > 2*pathEnds && i == len(e.path)-1-pathEnds {
+			s = fmt.Sprintf("(%d more)", len(e.path)-2*pathEnds)
+			i = pathEnds
+		}
 		if len(path) > 0 && s[0] != '[' {
 			path = append(path, '.')
 		}
@@ -60,6 +66,9 @@ func (e *decodeError) reason(prefix string) string {
 	}
 	return fmt.Sprintf("%s: field %q: %s at byte %d", prefix, path, e.msg, e.at)
 }
+
+// pathEnds is how many fields of each end of a long path a reason names.
+const pathEnds = 4
 
 // inPath adds seg to the path of err, a *decodeError.
 func inPath(err error, seg string) error {

@@ -6,7 +6,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/registry"
 )
 
-func compileProtobuf(s *registry.Schema) (codec, error) { return nil, errors.New("not supported yet") }
 func compileJSONSchema(s *registry.Schema) (codec, error) {
 	return nil, errors.New("not supported yet")
 }
