@@ -537,8 +537,23 @@ func appendFixed64(dst []byte, f *pbField, v uint64) []byte {
 	return strconv.AppendUint(dst, v, 10)
 }
 
-// wireError says what protowire's error code n means, without its
-// "proto: " prefix.
+// wireError says what protowire's error code n means. protowire's own
+// texts vary between builds (a space or not after "proto:"), and a reason
+// must not.
 func wireError(n int) string {
-	return strings.TrimPrefix(protowire.ParseError(n).Error(), "proto: ")
+	switch n {
+	case -1:
+		return "unexpected end of data"
+	case -2:
+		return "invalid field number"
+	case -3:
+		return "varint overflows 64 bits"
+	case -4:
+		return "reserved wire type"
+	case -5:
+		return "mismatched end of group"
+	case -6:
+		return "groups nested too deep"
+	}
+	return "invalid wire data"
 }
