@@ -20,8 +20,9 @@ type memSource struct {
 	fail    error
 	calls   map[int]int
 	// gate, when set, is waited on by every call, so that a test can hold
-	// fetches in flight.
-	gate chan struct{}
+	// fetches in flight; entered, when set, gets a value as each call
+	// starts waiting.
+	gate, entered chan struct{}
 }
 
 func newSource(schemas map[int]*registry.Schema) *memSource {
@@ -31,8 +32,11 @@ func newSource(schemas map[int]*registry.Schema) *memSource {
 func (s *memSource) SchemaByID(ctx context.Context, id int) (*registry.Schema, error) {
 	s.mu.Lock()
 	s.calls[id]++
-	gate, fail, sch := s.gate, s.fail, s.schemas[id]
+	gate, entered, fail, sch := s.gate, s.entered, s.fail, s.schemas[id]
 	s.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
 	if gate != nil {
 		select {
 		case <-gate:
