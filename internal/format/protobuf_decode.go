@@ -121,6 +121,9 @@ func (s *pbState) field(b []byte, pos int) (num protowire.Number, wt protowire.T
 	if n < 0 {
 		return 0, 0, 0, 0, 0, s.fail(pos, "invalid field: %s", wireError(n))
 	}
+	if num > protowire.MaxValidNumber { // ConsumeTag lets these by; the runtimes do not
+		return 0, 0, 0, 0, 0, s.fail(pos, "invalid field: %s", wireError(-2))
+	}
 	vstart = pos + n
 	if wt == protowire.StartGroupType {
 		g, gn := protowire.ConsumeGroup(num, b[vstart:])
@@ -354,6 +357,15 @@ func (s *pbState) fieldValue(dst []byte, f *pbField, these []pbOcc, depth int) (
 func (s *pbState) merged(dst []byte, m *pbMsg, these []pbOcc, depth int) ([]byte, error) {
 	var buf []byte
 	for _, o := range these {
+		// Each piece must parse alone: a truncated one would take bytes
+		// of the next.
+		for pos := o.start; pos < o.end; {
+			_, _, _, _, next, err := s.field(s.b[:o.end], pos)
+			if err != nil {
+				return dst, err
+			}
+			pos = next
+		}
 		buf = append(buf, s.b[o.start:o.end]...)
 	}
 	sub := &pbState{b: buf, off: s.off + these[0].start}
@@ -429,11 +441,24 @@ func (s *pbState) mapEntry(dst []byte, f *pbField, o *pbOcc, depth int) ([]byte,
 			return dst, err
 		}
 		pos = next
+		// The last key and value win, but the runtimes refuse bad UTF-8
+		// or a bad message in any.
 		switch {
 		case num == 1 && wt == f.mapKey.wire:
 			key, hasKey = pbOcc{wt: wt, start: vstart, end: vend}, true
+			if f.mapKey.utf8 && !utf8.Valid(b[vstart:vend]) {
+				return dst, s.fail(vstart, "invalid UTF-8 in a string")
+			}
 		case num == 2 && wt == f.mapVal.wire:
+			if hasVal && f.mapVal.msg != nil {
+				if _, err := s.single(nil, f.mapVal, &val, depth); err != nil {
+					return dst, err
+				}
+			}
 			val, hasVal = pbOcc{wt: wt, start: vstart, end: vend}, true
+			if f.mapVal.utf8 && !utf8.Valid(b[vstart:vend]) {
+				return dst, s.fail(vstart, "invalid UTF-8 in a string")
+			}
 		}
 	}
 	k := f.mapKey
