@@ -56,7 +56,7 @@ func orderNote(i int) any {
 	}
 	return fmt.Sprintf("note %d", i)
 }
-func jsonOf(v any) string {
+func jsonText(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
@@ -109,7 +109,7 @@ func avroCase(t *testing.T, reg *harness.SchemaRegistry, subject string) formatC
 				zip = fmt.Sprintf("%05d", i)
 			}
 			return fmt.Sprintf(`{"id":%d,"name":"order %d","price":%s,"created":%q,"day":"2024-05-01","at":"12:00:00.123","uid":%q,"tags":["a","%d"],"attrs":{"n":%d},"address":{"street":"Main","zip":%s},"note":%s}`,
-				i, i, orderPrice(i), orderTime(i).Format("2006-01-02T15:04:05.000Z"), orderUUID(i), i, i, jsonOf(zip), jsonOf(orderNote(i)))
+				i, i, orderPrice(i), orderTime(i).Format("2006-01-02T15:04:05.000Z"), orderUUID(i), i, i, jsonText(zip), jsonText(orderNote(i)))
 		},
 		table: `CREATE TABLE orders (kafka_partition integer NOT NULL, kafka_offset bigint NOT NULL, id bigint, name text, price numeric(10,2),
 			created timestamptz, day date, at time, uid uuid, tags jsonb, attrs jsonb, address jsonb, note text, PRIMARY KEY (kafka_partition, kafka_offset))`,
@@ -215,7 +215,7 @@ func jsonSchemaCase(t *testing.T, reg *harness.SchemaRegistry, subject string) f
 	id := reg.RegisterJSON(t, subject, jsonOrder)
 	value := func(i int) string {
 		return fmt.Sprintf(`{"id":%d,"name":"order %d","price":%s,"created":%q,"day":"2024-05-01","uid":%q,"tags":["a","%d"],"attrs":{"n":%d},"address":{"street":"Main"},"note":%s}`,
-			i, i, orderPrice(i), orderTime(i).Format("2006-01-02T15:04:05.000Z"), orderUUID(i), i, i, jsonOf(orderNote(i)))
+			i, i, orderPrice(i), orderTime(i).Format("2006-01-02T15:04:05.000Z"), orderUUID(i), i, i, jsonText(orderNote(i)))
 	}
 	return formatCase{
 		format: sinks.JSONSchema,
@@ -353,8 +353,7 @@ func TestFormatsEndToEnd(t *testing.T) {
 			dir := t.TempDir()
 			fe, pe := e.withGroup("g-file"), e.withGroup("g-pg")
 			if c.format == sinks.Avro {
-				p := fe.process("file", dir, "--value-format", "avro", "--schema-registry", reg.URL)
-				defer p.Stop()
+				fe.process("file", dir, "--value-format", "avro", "--schema-registry", reg.URL)
 			} else {
 				fe.start(fe.formatConfig("file", c.format, reg), fileSink(t, dir))
 			}
