@@ -179,7 +179,7 @@ func protoCase(t *testing.T, reg *harness.SchemaRegistry, subject string) format
 				i, i, orderTime(i).Format(time.RFC3339Nano), i*2, i, i, note(i), status(i), i))
 		},
 		want: func(i int) string {
-			return fmt.Sprintf(`{"id":%d,"name":"order %d","created":%q,"ttl":"1.5s","qty":%d,"tags":["a","%d"],"attrs":{"n":%d},"address":{"street":"Main","zip":""}%s,"status":%q,"lines":[{"sku":"s%d","count":2}]}`,
+			return fmt.Sprintf(`{"id":%d,"name":"order %d","created":%q,"ttl":"1.500s","qty":%d,"tags":["a","%d"],"attrs":{"n":%d},"address":{"street":"Main","zip":""}%s,"status":%q,"lines":[{"sku":"s%d","count":2}]}`,
 				i, i, orderTime(i).Format("2006-01-02T15:04:05.000Z"), i*2, i, i, note(i), status(i), i)
 		},
 		table: `CREATE TABLE orders (kafka_partition integer NOT NULL, kafka_offset bigint NOT NULL, id bigint, name text, created timestamptz,
@@ -362,7 +362,7 @@ func TestFormatsEndToEnd(t *testing.T) {
 			if _, err := conn.Exec(context.Background(), c.table); err != nil {
 				t.Fatal(err)
 			}
-			pe.start(pe.formatConfig("pg", c.format, reg), pe.pgSink(url+"?mode=columns&table=orders"))
+			pe.start(pe.formatConfig("pg", c.format, reg), pe.pgSink(withQuery(url, "mode=columns&table=orders")))
 			await(t, 60*time.Second, "the file sink's group committed", func() bool { return fe.allCommitted(want) })
 			await(t, 60*time.Second, "the postgres sink's group committed", func() bool { return pe.allCommitted(want) })
 
@@ -388,6 +388,14 @@ func TestFormatsEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withQuery adds the parameters q to a URL that may have some already.
+func withQuery(url, q string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + q
+	}
+	return url + "?" + q
 }
 
 // pgRowText reads the row sel selects for id, each column as text.
@@ -438,7 +446,7 @@ func TestFormatsEvolution(t *testing.T) {
 			if _, err := conn.Exec(context.Background(), `CREATE TABLE users (kafka_partition integer, kafka_offset bigint, id bigint PRIMARY KEY, name text)`); err != nil {
 				t.Fatal(err)
 			}
-			sinkURL := url + "?mode=columns&table=users"
+			sinkURL := withQuery(url, "mode=columns&table=users")
 			if evolve {
 				sinkURL += "&evolve=add-columns"
 			}
@@ -515,7 +523,7 @@ func TestRegistryPausedNothingLost(t *testing.T) {
 	id2 := reg.RegisterAvro(t, "paused-value", v2)
 	url := pg.NewDatabase(t)
 	conn := pgConn(t, url)
-	rn := e.start(e.formatConfig("pg", sinks.Avro, reg), e.pgSink(url+"?mode=raw&table=ticks"))
+	rn := e.start(e.formatConfig("pg", sinks.Avro, reg), e.pgSink(withQuery(url, "mode=raw&table=ticks")))
 	want := e.produceValues(20, func(i int) []byte { return harness.AvroEncode(t, id1, v1, map[string]any{"n": int64(i)}) })
 	await(t, 60*time.Second, "v1 committed", func() bool { return e.allCommitted(want) })
 
@@ -561,7 +569,7 @@ func badRecords(t *testing.T, id int, schema string) []struct {
 	}{
 		{[]byte(`{"n":7}`), "magic"},
 		{unknown, "9999"},
-		{good[:len(good)-5], "end"},
+		{good[:len(good)-5], "exceeds"},
 	}
 }
 
@@ -591,7 +599,7 @@ func TestDecodeErrors(t *testing.T) {
 		if _, err := conn.Exec(context.Background(), `CREATE TABLE recs (kafka_offset bigint PRIMARY KEY, n bigint, s text)`); err != nil {
 			t.Fatal(err)
 		}
-		rn := e.start(e.formatConfig("pg", sinks.Avro, reg), e.pgSink(url+"?mode=columns&table=recs"))
+		rn := e.start(e.formatConfig("pg", sinks.Avro, reg), e.pgSink(withQuery(url, "mode=columns&table=recs")))
 		want := e.produceValues(n, encode)
 		await(t, 60*time.Second, "committed past the bad records", func() bool { return e.allCommitted(want) })
 		var rows int

@@ -100,9 +100,11 @@ func (e *decodeStop) Error() string {
 func (e *decodeStop) Unwrap() error { return e.cause }
 
 // decode reads the keys and values of b's records by the formats, in
-// place. An error other than a *decodeStop is the registry's (unreachable,
-// refusing): the block rolls back and is read again, so nothing is lost
-// or set aside for it.
+// place. A record that stops the partition ends the block before it (the
+// cursor sought there), or, first in its block, fails it with a
+// *decodeStop. Any other error is the registry's (unreachable, refusing):
+// the block rolls back and is read again, so nothing is lost or set aside
+// for it.
 func (pt *partition) decode(ctx context.Context, b *block) error {
 	c := pt.r.codec
 	if c == nil || len(b.records) == 0 {
@@ -137,7 +139,18 @@ func (pt *partition) decode(ctx context.Context, b *block) error {
 				*d = sinks.Decoded{Err: err.Error()}
 				r.Decoded = d
 			default:
-				return &decodeStop{p: pt.p.String(), offset: r.Offset, cause: err}
+				stop := &decodeStop{p: pt.p.String(), offset: r.Offset, cause: err}
+				if r.Offset == b.from {
+					return stop
+				}
+				// Deliver what comes before it: the block ends there, and
+				// the next one starts at it (and stops).
+				pt.log.Error("partition stops at a record that cannot be decoded; delivering the records before it (see --on-decode-error)", zap.Error(stop))
+				clear(b.records[len(kept):])
+				b.records, b.next = kept, r.Offset
+				pt.f.SeekTo(r.Offset)
+				pt.decodeBuf = buf
+				return nil
 			}
 		}
 		kept = append(kept, r)

@@ -35,15 +35,17 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Next:       b.next,
 		Records:    b.records,
 	}
+	// Before the guard, for decoding may end the block early (at a record
+	// that stops the partition); a block that cannot be decoded yet (the
+	// registry away) rolls back to be read again, as the guard would.
+	if err := pt.decode(ctx, b); err != nil {
+		pt.Rewind(b.from)
+		return err
+	}
+	blk.Records, blk.Next = b.records, b.next
 	opts := pt.writeOptions(b)
 	g := guard.New(committer{pt.claim, b, opts}, pt, b.from, b.next)
 	defer g.Release()
-	// Under the guard: a block that cannot be decoded yet (the registry
-	// away) rolls back to be read again.
-	if err := pt.decode(ctx, b); err != nil {
-		return err
-	}
-	blk.Records = b.records
 
 	if pt.r.cfg.CommitMode == EveryBatch {
 		// At-most-once: the offset moves before the write.

@@ -77,7 +77,7 @@ type FieldKind string
 // Bytes base64 strings; Timestamp an RFC 3339 string in UTC
 // ("2024-05-01T12:00:00.123Z"), LocalTimestamp the same without the zone;
 // Date "2024-05-01"; Time "12:00:00.123"; Decimal an exact JSON number;
-// Duration a string of seconds with an "s" ("1.5s", as protojson); JSONValue
+// Duration seconds with an "s", as protojson writes them ("1.500s"); JSONValue
 // anything else (records, arrays, maps, unions of several types) as JSON.
 const (
 	Boolean        FieldKind = "boolean"
