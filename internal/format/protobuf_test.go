@@ -370,3 +370,12 @@ message M {
 		t.Errorf("got %s", got)
 	}
 }
+
+// An enum value the schema has no name for is written as its number.
+func TestProtobufUnknownEnum(t *testing.T) {
+	d := newDecoder(t, sinks.Protobuf, newSource(map[int]*registry.Schema{5: orderSchema()}))
+	got, _ := decodeOK(t, d, wire(5, first, pbVarint(16, 7)))
+	if want := `{` + strings.Replace(orderZero, `"status":"NEW"`, `"status":7`, 1) + `}`; got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
