@@ -259,3 +259,50 @@ func TestCacheEviction(t *testing.T) {
 		t.Errorf("%d schemas kept, want at most 2", kept)
 	}
 }
+
+// TestConcurrentDecode decodes records of every format from several
+// goroutines at once, for the race detector.
+func TestConcurrentDecode(t *testing.T) {
+	fd := pbFile(t, orderSchema())
+	cases := []struct {
+		f    sinks.Format
+		src  Source
+		rec  []byte
+		want string
+	}{
+		{sinks.Avro, newSource(map[int]*registry.Schema{1: {Text: benchAvro}}), benchAvroRecord(), ""},
+		{sinks.Protobuf, newSource(map[int]*registry.Schema{5: orderSchema()}),
+			wire(5, []byte{0}, pbEncode(t, fd, "Order", `{"id":"1","tags":["a"],"counts":{"k":"2"},"created":"2024-05-01T12:00:00Z","card":"c"}`)), ""},
+		{sinks.JSONSchema, orderJSONSchemaSource(), wire(7, []byte(`{"id":1,"customer":{"name":"n"}}`)), `{"id":1,"customer":{"name":"n"}}`},
+	}
+	for _, tc := range cases {
+		d := newDecoder(t, tc.f, tc.src)
+		want, _ := decodeOK(t, d, tc.rec)
+		if tc.want != "" && want != tc.want {
+			t.Fatalf("%s: got %s", tc.f, want)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Go(func() {
+				var dst []byte
+				for range 100 {
+					out, _, err := d.Decode(context.Background(), dst[:0], tc.rec)
+					if err == nil && string(out) != want {
+						err = errors.New("got " + string(out))
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					dst = out
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("%s: %v", tc.f, err)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/offsetkeeper/offsetkeeper/internal/registry"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -120,4 +122,19 @@ func cat(parts ...[]byte) []byte {
 		b = append(b, p...)
 	}
 	return b
+}
+
+// Protobuf's wire format, field by field.
+func pbTag(n protowire.Number, t protowire.Type) []byte { return protowire.AppendTag(nil, n, t) }
+
+func pbVarint(n protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(pbTag(n, protowire.VarintType), v)
+}
+
+func pbBytes(n protowire.Number, b []byte) []byte {
+	return protowire.AppendBytes(pbTag(n, protowire.BytesType), b)
+}
+
+func pbFixed32(n protowire.Number, v uint32) []byte {
+	return protowire.AppendFixed32(pbTag(n, protowire.Fixed32Type), v)
 }

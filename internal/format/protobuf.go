@@ -73,7 +73,6 @@ const (
 
 // pbMsg is a compiled message.
 type pbMsg struct {
-	name   protoreflect.FullName
 	wkt    wktKind
 	fields []pbField // in declaration order
 	// byNum maps a field number below len(byNum) to its index in fields,
@@ -218,7 +217,7 @@ func (pc *pbCompiler) message(md protoreflect.MessageDescriptor) *pbMsg {
 	if m, ok := pc.msgs[md.FullName()]; ok {
 		return m
 	}
-	m := &pbMsg{name: md.FullName(), wkt: wktOf(md.FullName())}
+	m := &pbMsg{wkt: wktOf(md.FullName())}
 	pc.msgs[md.FullName()] = m // before the fields: they may name it
 	fds := md.Fields()
 	m.fields = make([]pbField, fds.Len())

@@ -190,35 +190,25 @@ message M {
 message N { int32 p = 1; int32 q = 2; }
 `
 	d := newDecoder(t, sinks.Protobuf, newSource(map[int]*registry.Schema{1: {Type: registry.Protobuf, Text: text}}))
-	tag := func(n protowire.Number, t protowire.Type) []byte { return protowire.AppendTag(nil, n, t) }
-	vint := func(n protowire.Number, v uint64) []byte {
-		return protowire.AppendVarint(tag(n, protowire.VarintType), v)
-	}
-	lenp := func(n protowire.Number, b []byte) []byte {
-		return protowire.AppendBytes(tag(n, protowire.BytesType), b)
-	}
-	fix32 := func(n protowire.Number, v uint32) []byte {
-		return protowire.AppendFixed32(tag(n, protowire.Fixed32Type), v)
-	}
 	const rest = `"c":[],"f":[],"m":{}`
 	for _, tc := range []struct {
 		name string
 		in   []byte
 		want string
 	}{
-		{"out of order", cat(lenp(2, []byte("s")), vint(1, 3)), `{"a":3,"b":"s",` + rest + `}`},
-		{"set twice: the last wins", cat(vint(1, 3), vint(1, 4)), `{"a":4,"b":"",` + rest + `}`},
-		{"packed and not", cat(vint(3, 1), lenp(3, cat(protowire.AppendVarint(nil, 2), protowire.AppendVarint(nil, 3))), vint(3, 4)),
+		{"out of order", cat(pbBytes(2, []byte("s")), pbVarint(1, 3)), `{"a":3,"b":"s",` + rest + `}`},
+		{"set twice: the last wins", cat(pbVarint(1, 3), pbVarint(1, 4)), `{"a":4,"b":"",` + rest + `}`},
+		{"packed and not", cat(pbVarint(3, 1), pbBytes(3, cat(protowire.AppendVarint(nil, 2), protowire.AppendVarint(nil, 3))), pbVarint(3, 4)),
 			`{"a":0,"b":"","c":[1,2,3,4],"f":[],"m":{}}`},
-		{"packed fixed32", cat(lenp(7, []byte{1, 0, 0, 0, 2, 0, 0, 0}), fix32(7, 3)), `{"a":0,"b":"","c":[],"f":[1,2,3],"m":{}}`},
-		{"message set twice merges", cat(lenp(4, vint(1, 1)), vint(1, 9), lenp(4, vint(2, 2))), `{"a":9,"b":"","c":[],"n":{"p":1,"q":2},"f":[],"m":{}}`},
-		{"oneof: the last set wins", cat(vint(5, 1), lenp(6, vint(1, 2))), `{"a":0,"b":"","c":[],"y":{"p":2,"q":0},"f":[],"m":{}}`},
-		{"oneof: back again", cat(lenp(6, vint(1, 2)), vint(5, 1)), `{"a":0,"b":"","c":[],"x":1,"f":[],"m":{}}`},
-		{"unknown fields", cat(vint(99, 1), lenp(100, []byte("zz")), fix32(101, 1), vint(1, 1)), `{"a":1,"b":"",` + rest + `}`},
-		{"wrong wire type: unknown", cat(fix32(1, 5), vint(2, 1)), `{"a":0,"b":"",` + rest + `}`},
-		{"int32 as 10 bytes", vint(1, math.MaxUint64), `{"a":-1,"b":"",` + rest + `}`},
-		{"map entry missing parts", cat(lenp(8, nil), lenp(8, lenp(1, []byte("k")))), `{"a":0,"b":"","c":[],"f":[],"m":{"":0,"k":0}}`},
-		{"map entry key twice", lenp(8, cat(lenp(1, []byte("k")), vint(2, 1), lenp(1, []byte("j")))), `{"a":0,"b":"","c":[],"f":[],"m":{"j":1}}`},
+		{"packed fixed32", cat(pbBytes(7, []byte{1, 0, 0, 0, 2, 0, 0, 0}), pbFixed32(7, 3)), `{"a":0,"b":"","c":[],"f":[1,2,3],"m":{}}`},
+		{"message set twice merges", cat(pbBytes(4, pbVarint(1, 1)), pbVarint(1, 9), pbBytes(4, pbVarint(2, 2))), `{"a":9,"b":"","c":[],"n":{"p":1,"q":2},"f":[],"m":{}}`},
+		{"oneof: the last set wins", cat(pbVarint(5, 1), pbBytes(6, pbVarint(1, 2))), `{"a":0,"b":"","c":[],"y":{"p":2,"q":0},"f":[],"m":{}}`},
+		{"oneof: back again", cat(pbBytes(6, pbVarint(1, 2)), pbVarint(5, 1)), `{"a":0,"b":"","c":[],"x":1,"f":[],"m":{}}`},
+		{"unknown fields", cat(pbVarint(99, 1), pbBytes(100, []byte("zz")), pbFixed32(101, 1), pbVarint(1, 1)), `{"a":1,"b":"",` + rest + `}`},
+		{"wrong wire type: unknown", cat(pbFixed32(1, 5), pbVarint(2, 1)), `{"a":0,"b":"",` + rest + `}`},
+		{"int32 as 10 bytes", pbVarint(1, math.MaxUint64), `{"a":-1,"b":"",` + rest + `}`},
+		{"map entry missing parts", cat(pbBytes(8, nil), pbBytes(8, pbBytes(1, []byte("k")))), `{"a":0,"b":"","c":[],"f":[],"m":{"":0,"k":0}}`},
+		{"map entry key twice", pbBytes(8, cat(pbBytes(1, []byte("k")), pbVarint(2, 1), pbBytes(1, []byte("j")))), `{"a":0,"b":"","c":[],"f":[],"m":{"j":1}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, _ := decodeOK(t, d, wire(1, first, tc.in)); got != tc.want {
@@ -295,16 +285,9 @@ message M {
 }
 `
 	d := newDecoder(t, sinks.Protobuf, newSource(map[int]*registry.Schema{1: {Type: registry.Protobuf, Text: text}}))
-	tag := func(n protowire.Number, t protowire.Type) []byte { return protowire.AppendTag(nil, n, t) }
-	lenp := func(n protowire.Number, b []byte) []byte {
-		return protowire.AppendBytes(tag(n, protowire.BytesType), b)
-	}
-	vint := func(n protowire.Number, v uint64) []byte {
-		return protowire.AppendVarint(tag(n, protowire.VarintType), v)
-	}
-	deep := vint(1, 1)
+	deep := pbVarint(1, 1)
 	for range 1000 {
-		deep = lenp(3, deep)
+		deep = pbBytes(3, deep)
 	}
 	for _, tc := range []struct {
 		name string
@@ -317,20 +300,20 @@ message M {
 		{"nested index out of range", []byte{4, 0, 0}, `protobuf: message index [0 0] at byte 5 names a map entry, not a message`},
 		{"nested index past", []byte{4, 0, 2}, `protobuf: message index [0 1] at byte 5 names no message: that level has 1`},
 		{"truncated index", []byte{4, 0}, `protobuf: invalid message index at byte 7: unexpected end of data`},
-		{"truncated varint", cat(first, tag(1, protowire.VarintType), []byte{0x80}), `protobuf: field 1: unexpected end of data at byte 6`},
+		{"truncated varint", cat(first, pbTag(1, protowire.VarintType), []byte{0x80}), `protobuf: field 1: unexpected end of data at byte 6`},
 		{"field number 0", cat(first, []byte{0x00, 0x01}), `protobuf: invalid field: invalid field number at byte 6`},
-		{"length past the end", cat(first, tag(2, protowire.BytesType), []byte{5, 'a'}), `protobuf: field 2: unexpected end of data at byte 6`},
+		{"length past the end", cat(first, pbTag(2, protowire.BytesType), []byte{5, 'a'}), `protobuf: field 2: unexpected end of data at byte 6`},
 		{"reserved wire type", cat(first, []byte{0x0e}), `protobuf: field 1: reserved wire type at byte 6`},
-		{"stray end group", cat(first, tag(1, protowire.EndGroupType)), `protobuf: field 1: mismatched end of group at byte 6`},
-		{"invalid UTF-8", cat(first, lenp(2, []byte{'a', 0xff})), `protobuf: field "s": invalid UTF-8 in a string at byte 8`},
-		{"invalid UTF-8 overridden", cat(first, lenp(2, []byte{0xff}), lenp(2, []byte("ok"))), `protobuf: field "s": invalid UTF-8 in a string at byte 8`},
-		{"invalid UTF-8 in a map key", cat(first, lenp(7, lenp(1, []byte{0xc3}))), `protobuf: field "m": invalid UTF-8 in a string at byte 10`},
-		{"invalid UTF-8 in a oneof loser", cat(first, lenp(8, []byte{0xc3}), lenp(9, nil)), `protobuf: field "x": invalid UTF-8 in a string at byte 8`},
-		{"nested", cat(first, lenp(3, lenp(3, []byte{0x08}))), `protobuf: field "next.next": field 1: unexpected end of data at byte 10`},
-		{"packed", cat(first, lenp(6, []byte{2, 0x80})), `protobuf: field "r[1]": packed value: unexpected end of data at byte 9`},
-		{"timestamp nanos", cat(first, lenp(4, vint(2, 1e9))), `protobuf: field "ts": timestamp nanos 1000000000 not within a second at byte 8`},
-		{"timestamp range", cat(first, lenp(4, vint(1, uint64(253402300800)))), `protobuf: field "ts": timestamp of 253402300800 seconds is outside years 1 to 9999 at byte 8`},
-		{"duration signs", cat(first, lenp(5, cat(vint(1, 1), vint(2, math.MaxUint64)))), `protobuf: field "d": duration of 1 seconds and -1 nanos is out of range at byte 8`},
+		{"stray end group", cat(first, pbTag(1, protowire.EndGroupType)), `protobuf: field 1: mismatched end of group at byte 6`},
+		{"invalid UTF-8", cat(first, pbBytes(2, []byte{'a', 0xff})), `protobuf: field "s": invalid UTF-8 in a string at byte 8`},
+		{"invalid UTF-8 overridden", cat(first, pbBytes(2, []byte{0xff}), pbBytes(2, []byte("ok"))), `protobuf: field "s": invalid UTF-8 in a string at byte 8`},
+		{"invalid UTF-8 in a map key", cat(first, pbBytes(7, pbBytes(1, []byte{0xc3}))), `protobuf: field "m": invalid UTF-8 in a string at byte 10`},
+		{"invalid UTF-8 in a oneof loser", cat(first, pbBytes(8, []byte{0xc3}), pbBytes(9, nil)), `protobuf: field "x": invalid UTF-8 in a string at byte 8`},
+		{"nested", cat(first, pbBytes(3, pbBytes(3, []byte{0x08}))), `protobuf: field "next.next": field 1: unexpected end of data at byte 10`},
+		{"packed", cat(first, pbBytes(6, []byte{2, 0x80})), `protobuf: field "r[1]": packed value: unexpected end of data at byte 9`},
+		{"timestamp nanos", cat(first, pbBytes(4, pbVarint(2, 1e9))), `protobuf: field "ts": timestamp nanos 1000000000 not within a second at byte 8`},
+		{"timestamp range", cat(first, pbBytes(4, pbVarint(1, uint64(253402300800)))), `protobuf: field "ts": timestamp of 253402300800 seconds is outside years 1 to 9999 at byte 8`},
+		{"duration signs", cat(first, pbBytes(5, cat(pbVarint(1, 1), pbVarint(2, math.MaxUint64)))), `protobuf: field "d": duration of 1 seconds and -1 nanos is out of range at byte 8`},
 		{"too deep", cat(first, deep), `protobuf: field "next.next.next.next.(992 more).next.next.next.next": nested more than 1000 deep at byte 2943`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -385,5 +368,14 @@ message M {
 	d := newDecoder(t, sinks.Protobuf, newSource(map[int]*registry.Schema{1: {Type: registry.Protobuf, Text: text}}))
 	if got, _ := decodeOK(t, d, wire(1, first)); got != `{}` {
 		t.Errorf("got %s", got)
+	}
+}
+
+// An enum value the schema has no name for is written as its number.
+func TestProtobufUnknownEnum(t *testing.T) {
+	d := newDecoder(t, sinks.Protobuf, newSource(map[int]*registry.Schema{5: orderSchema()}))
+	got, _ := decodeOK(t, d, wire(5, first, pbVarint(16, 7)))
+	if want := `{` + strings.Replace(orderZero, `"status":"NEW"`, `"status":7`, 1) + `}`; got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
