@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"math/big"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/format"
+	"github.com/offsetkeeper/offsetkeeper/internal/registry"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
@@ -53,7 +56,9 @@ message Order {
 // only decodes the same records, already in memory, with the same libraries
 // a user would: hamba/avro's Unmarshal into map[string]any, and
 // proto.Unmarshal into a dynamicpb message. Both in the same run; ratio is
-// replica records/s over the loop's.
+// replica records/s over the loop's. ratio-to-own-decoder sets the replica
+// beside a loop of its own decoder alone: what fetching, blocks and etcd
+// cost beside decoding.
 //
 //	go test -run '^$' -bench DecodeReplicaVsLoop -benchtime 3x ./integration/
 func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
@@ -75,13 +80,32 @@ func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
 				k.Produce(b, "bench", p, recs...)
 			}
 			total := float64(parts * perPart)
-			var loopTime, replicaTime time.Duration
+			// The replica's own decoder alone, in a loop: what the rest of
+			// the replica (fetch, blocks, etcd) costs beside decoding.
+			cli, err := registry.New(registry.Config{URL: reg.URL})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cli.Close()
+			dec, err := format.New(f, cli, format.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var loopTime, ownTime, replicaTime time.Duration
 			round := 0
 			for b.Loop() {
 				round++
 				start := time.Now()
 				loop(values)
 				loopTime += time.Since(start)
+				start = time.Now()
+				var buf []byte
+				for _, v := range values {
+					if buf, _, err = dec.Decode(context.Background(), buf[:0], v); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ownTime += time.Since(start)
 
 				sink := discard.New()
 				var decodeErrors int64
@@ -101,6 +125,9 @@ func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
 			b.ReportMetric(lp, "loop-records/s")
 			b.ReportMetric(rep, "replica-records/s")
 			b.ReportMetric(rep/lp, "ratio")
+			own := total * float64(round) / ownTime.Seconds()
+			b.ReportMetric(own, "own-decoder-records/s")
+			b.ReportMetric(rep/own, "ratio-to-own-decoder")
 		})
 	}
 }
