@@ -16,7 +16,9 @@ type Decoded struct {
 	// decoded (its format is json, or it is null).
 	KeyBytes, ValueBytes []byte
 	// KeySchema and ValueSchema are the schemas the key and value were
-	// written with; nil when that one was not decoded.
+	// written with; nil when that one was not decoded. For the bytes
+	// format they are a Schema of Format Bytes alone (see ValueOpaque),
+	// and the bytes are Key and Value themselves.
 	KeySchema, ValueSchema *Schema
 	// Err, when not "", is why the key or value could not be decoded (a
 	// wrong magic byte, a schema id the registry does not know, bytes that
@@ -97,6 +99,18 @@ const (
 	Duration       FieldKind = "duration"
 	JSONValue      FieldKind = "json"
 )
+
+// KeyOpaque and ValueOpaque report whether r's key or value is opaque
+// bytes (the bytes format), which a sink stores as bytes and never reads
+// as JSON, however they look.
+func (r *Record) KeyOpaque() bool {
+	return r.Decoded != nil && r.Decoded.KeySchema != nil && r.Decoded.KeySchema.Format == Bytes
+}
+
+// ValueOpaque: see KeyOpaque.
+func (r *Record) ValueOpaque() bool {
+	return r.Decoded != nil && r.Decoded.ValueSchema != nil && r.Decoded.ValueSchema.Format == Bytes
+}
 
 // DeadLetterer is implemented by sinks that keep the records they cannot
 // take in a dead-letter table of their own, and take there, with the

@@ -64,6 +64,15 @@ whatever their number; their etcd writes go together, one transaction per
 round, sized to --etcd-max-txn-ops, and a block that ended because its
 partition went quiet lets them wait --commit-linger for company.
 
+--value-format and --key-format say how records are encoded: json (default)
+passes the bytes through; avro, protobuf and json-schema read Confluent's wire
+format, fetching each schema once from --schema-registry, and hand the sink the
+JSON each record stands for (as Kafka Connect's AvroConverter and friends do).
+A registry that does not answer never loses a record: the block is read again.
+A record that cannot be decoded goes to the sink's dead-letter table
+(PostgreSQL, ClickHouse), or stops its partition there, logging why; with
+--on-decode-error skip it is left out and counted.
+
 With --commit-mode after-write (default) a crash replays at most the block
 in flight (at-least-once; no duplicate in a file:// sink, which replaces a
 replayed block). every-batch commits before the write: at-most-once.
@@ -73,6 +82,11 @@ committed, claims released, the lease revoked; other replicas take over at
 once. Exit status 0.`,
 		Example: `  offsetkeeper run --etcd-endpoints etcd1:2379,etcd2:2379 --brokers kafka:9092 \
     --group orders --topics orders,refunds --sink file:///var/lib/offsetkeeper
+
+  # Avro values through a Schema Registry, into PostgreSQL columns that grow with the schema:
+  offsetkeeper run --etcd-endpoints etcd:2379 --brokers kafka:9092 --group orders --topics orders \
+    --value-format avro --schema-registry http://registry:8081 \
+    --sink 'postgres://app@db/shop?mode=columns&table=orders&evolve=add-columns'
 
   # The same from the environment, as in a container:
   OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`,

@@ -10,6 +10,10 @@ import (
 	"unicode/utf8"
 )
 
+// Opaque is why a value of the bytes format cannot be a row, whatever its
+// bytes: the replica was told they are not JSON.
+const Opaque = "value format is bytes (--value-format bytes): a row needs a JSON object; use json or a Schema Registry format"
+
 // Reason says why v cannot be a row, or "" when it is a JSON object. The
 // reason is a pure function of v: a sink that sets the record aside by it
 // sets it aside again when the block is written again.

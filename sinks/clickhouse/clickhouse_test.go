@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 	"github.com/offsetkeeper/offsetkeeper/sinks/sinktest"
@@ -344,5 +346,51 @@ func TestPartitionedTableDoesNotResume(t *testing.T) {
 		if ok != tc.resumes || (ok && next != 4) {
 			t.Errorf("%q: Resume = %d, %v; want resumes %v (at 4)", tc.partitionBy, next, ok, tc.resumes)
 		}
+	}
+}
+
+// TestUndecodableDeadLetters: records the replica could not decode go to
+// the dead-letter table with their reason and bytes, in raw and columns
+// mode, and a value of the bytes format cannot be a row in columns mode
+// however JSON it looks; the rest of the block is written.
+func TestUndecodableDeadLetters(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	for _, mode := range []string{"raw", "columns"} {
+		t.Run(mode, func(t *testing.T) {
+			url, n := sinkURL(chs, "mode="+mode)
+			if mode == "columns" {
+				chs.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (id UInt32, kafka_topic String, kafka_partition Int32, kafka_offset Int64)
+					ENGINE = MergeTree ORDER BY kafka_offset SETTINGS non_replicated_deduplication_window = 1000`, n))
+			}
+			s := open(t, url)
+			if !s.TakesUndecodable() {
+				t.Fatal("TakesUndecodable is false")
+			}
+			b := block("events", 0, 0, 4, `{"id": 1}`, "\x01bad", `{"id": 3}`, `{"id": 4}`)
+			b.Records[1].Decoded = &sinks.Decoded{Err: "value: avro: wrong magic byte 0x01 at byte 0"}
+			want := []string{"1 value: avro: wrong magic byte 0x01 at byte 0"}
+			if mode == "columns" {
+				b.Records[3].Decoded = &sinks.Decoded{ValueSchema: &sinks.Schema{Format: sinks.Bytes}}
+				want = append(want, "3 "+jsonrow.Opaque)
+			}
+			write(t, s, b)
+			var got []string
+			for _, d := range chs.Query(t, fmt.Sprintf("SELECT kafka_offset, value, error FROM dead_%d ORDER BY kafka_offset", n)) {
+				got = append(got, fmt.Sprint(d[0], " ", d[2]))
+				if d[0].(int64) == 1 && fmt.Sprint(d[1]) != "\x01bad" {
+					t.Errorf("dead letter 1 holds %q, want the bytes as they were", d[1])
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("dead letters %q, want %q", got, want)
+			}
+			offs := "[[0] [2] [3]]"
+			if mode == "columns" {
+				offs = "[[0] [2]]"
+			}
+			if rows := fmt.Sprint(chs.Query(t, fmt.Sprintf("SELECT kafka_offset FROM rows_%d ORDER BY kafka_offset", n))); rows != offs {
+				t.Fatalf("rows at %s, want %s", rows, offs)
+			}
+		})
 	}
 }

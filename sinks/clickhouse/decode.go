@@ -30,6 +30,9 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) s
 	if r.Value == nil {
 		return jsonrow.Reason(r.Value)
 	}
+	if r.ValueOpaque() {
+		return jsonrow.Opaque
+	}
 	clear(st.fields)
 	if !scanFlat(r.Value, st.names, st.fields) {
 		clear(st.fields)

@@ -242,3 +242,55 @@ func roundTrip(t *testing.T, topic string, partition int, r sinks.Record) {
 func sameBytes(a, b []byte) bool {
 	return (a == nil) == (b == nil) && bytes.Equal(a, b)
 }
+
+// TestDecodedForms: a value decoded through a Schema Registry is written
+// as its JSON with the schema's id, and reads back with it; a value of the
+// bytes format is never written in the JSON form, though it is JSON.
+func TestDecodedForms(t *testing.T) {
+	schema := &sinks.Schema{ID: 7, Format: sinks.Avro}
+	opaque := &sinks.Schema{Format: sinks.Bytes}
+	for _, tc := range []struct {
+		name string
+		rec  sinks.Record
+		want string
+		ids  [2]int // key's and value's schema ids read back; 0 none
+	}{
+		{"decoded value", sinks.Record{Key: []byte("k"), Value: []byte(`{"id":1}`),
+			Decoded: &sinks.Decoded{ValueBytes: []byte{0, 0, 0, 0, 7, 2}, ValueSchema: schema}},
+			`"key_string":"k","value":{"id":1},"value_schema_id":7`, [2]int{0, 7}},
+		{"decoded key and value", sinks.Record{Key: []byte(`3`), Value: []byte(`{"id":1}`),
+			Decoded: &sinks.Decoded{KeySchema: &sinks.Schema{ID: 5}, ValueSchema: schema}},
+			`"key":3,"key_schema_id":5,"value":{"id":1},"value_schema_id":7`, [2]int{5, 7}},
+		{"bytes that are JSON", sinks.Record{Key: []byte(`{"a":1}`), Value: []byte(`{"id":1}`),
+			Decoded: &sinks.Decoded{KeySchema: opaque, ValueSchema: opaque}},
+			`"key_string":"{\"a\":1}","value_string":"{\"id\":1}"`, [2]int{}},
+		{"bytes that are not text", sinks.Record{Value: []byte{0xff, 0}, Decoded: &sinks.Decoded{ValueSchema: opaque}},
+			`"key":null,"value_base64":"/wA="`, [2]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := file.AppendLine(nil, "t", 0, &tc.rec)
+			if !bytes.Contains(line, []byte(tc.want)) {
+				t.Fatalf("line %s\nwant it to hold %s", line, tc.want)
+			}
+			got, err := file.ParseLine(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Record.Value, tc.rec.Value) || !bytes.Equal(got.Record.Key, tc.rec.Key) {
+				t.Fatalf("read back key %q value %q, want %q %q", got.Record.Key, got.Record.Value, tc.rec.Key, tc.rec.Value)
+			}
+			var ids [2]int
+			if d := got.Record.Decoded; d != nil {
+				if d.KeySchema != nil {
+					ids[0] = d.KeySchema.ID
+				}
+				if d.ValueSchema != nil {
+					ids[1] = d.ValueSchema.ID
+				}
+			}
+			if ids != tc.ids {
+				t.Fatalf("schema ids read back %v, want %v", ids, tc.ids)
+			}
+		})
+	}
+}

@@ -11,6 +11,15 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
+// rawJSONB is what the raw table's value column gets of rec: its value,
+// when jsonb takes it and it is not opaque (the bytes format).
+func rawJSONB(rec *sinks.Record) []byte {
+	if rec.ValueOpaque() {
+		return nil
+	}
+	return jsonbValue(rec.Value)
+}
+
 // jsonbValue returns v when PostgreSQL's jsonb will take it, else nil. That
 // is valid JSON in valid UTF-8 without the escapes jsonb refuses although
 // JSON allows them: \u0000, and a surrogate escape that is not half of a

@@ -199,6 +199,9 @@ const (
 // table's constraints, are the server's to check.
 func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, string) {
 	value := rec.Value
+	if value != nil && rec.ValueOpaque() {
+		return change{}, refuse, jsonrow.Opaque
+	}
 	var idFrom []byte // the object the key columns come from, for key_from=value
 	del := value == nil
 	tombstone := del

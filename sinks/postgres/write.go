@@ -375,6 +375,9 @@ func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 		for i := range w.recs {
 			rec := &w.recs[i]
 			why := undecodable(rec)
+			if why == "" && rec.ValueOpaque() {
+				why = jsonrow.Opaque
+			}
 			if why == "" {
 				why = jsonrow.Reason(rec.Value)
 			}
@@ -517,7 +520,7 @@ func (r *rawSource) Values() ([]any, error) {
 		return nil, err
 	}
 	r.row[0], r.row[1], r.row[2], r.row[3] = w.b.Topic, int32(w.b.Partition), rec.Offset, kafkaKey(rec)
-	r.row[4], r.row[5], r.row[6], r.row[7] = jsonbValue(rec.Value), kafkaValue(rec), rec.Time, h
+	r.row[4], r.row[5], r.row[6], r.row[7] = rawJSONB(rec), kafkaValue(rec), rec.Time, h
 	return r.row, nil
 }
 
@@ -531,7 +534,7 @@ func (r *stageRawSource) Values() ([]any, error) {
 		return nil, err
 	}
 	var text any
-	if v := jsonbValue(rec.Value); v != nil {
+	if v := rawJSONB(rec); v != nil {
 		text = v
 	}
 	r.row[0], r.row[1], r.row[2], r.row[3], r.row[4] = int32(r.i-1), w.b.Topic, int32(w.b.Partition), rec.Offset, kafkaKey(rec)
