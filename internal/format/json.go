@@ -5,7 +5,8 @@ import (
 	"math"
 	"math/big"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/jsontext"
 )
 
 // The JSON writers the transcoders share. Each appends one JSON value to
@@ -13,49 +14,8 @@ import (
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string. A byte that is not part of
-// valid UTF-8 becomes \ufffd, as encoding/json does, so that the output is
-// always valid JSON.
-func appendString(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
+// appendString appends s as a JSON string (see jsontext.AppendString).
+func appendString(dst, s []byte) []byte { return jsontext.AppendString(dst, s) }
 
 // appendKey appends name as a JSON object key with its colon.
 func appendKey(dst []byte, name string) []byte {

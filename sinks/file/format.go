@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/jsontext"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -31,7 +32,7 @@ type Line struct {
 // returns the extended buffer. It cannot fail: every record has a line.
 func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte {
 	dst = append(dst, `{"topic":`...)
-	dst = appendString(dst, []byte(topic))
+	dst = jsontext.AppendString(dst, []byte(topic))
 	dst = append(dst, `,"partition":`...)
 	dst = strconv.AppendInt(dst, int64(partition), 10)
 	dst = append(dst, `,"offset":`...)
@@ -53,7 +54,7 @@ func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte
 		}
 		if utf8.ValidString(h.Key) {
 			dst = append(dst, `{"key":`...)
-			dst = appendString(dst, []byte(h.Key))
+			dst = jsontext.AppendString(dst, []byte(h.Key))
 		} else {
 			dst = append(dst, `{"key_base64":"`...)
 			dst = base64.StdEncoding.AppendEncode(dst, []byte(h.Key))
@@ -113,7 +114,7 @@ func appendBytes(dst []byte, name string, b []byte) []byte {
 			dst = append(dst, '[')
 			dst = strconv.AppendInt(dst, int64(run.at), 10)
 			dst = append(dst, ',')
-			dst = appendString(dst, b[run.from:run.to])
+			dst = jsontext.AppendString(dst, b[run.from:run.to])
 			dst = append(dst, ']')
 		}
 		return append(dst, ']')
@@ -129,7 +130,7 @@ func appendText(dst []byte, name string, b []byte) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `_string":`...)
-		return appendString(dst, b)
+		return jsontext.AppendString(dst, b)
 	default:
 		dst = append(dst, '"')
 		dst = append(dst, name...)
@@ -204,57 +205,6 @@ func splitJSON(b []byte) (v []byte, spacing []spacingRun, ok bool) {
 
 // isSpace tells whether c is JSON whitespace.
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s, which is valid UTF-8 except perhaps in a topic of
-// the stdout sink, as a JSON string. It escapes what JSON requires and U+2028
-// and U+2029, as encoding/json does, and nothing else: no HTML escaping.
-func appendString(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // wireRecord and wireHeader are the decoding side. Every byte field is read
 // in its three forms so that ParseLine can insist on exactly one.
