@@ -178,4 +178,3 @@ func benchRecords(b *testing.B, reg *harness.SchemaRegistry, f sinks.Format, n i
 		}
 	}
 }
-

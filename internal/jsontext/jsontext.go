@@ -55,4 +55,3 @@ func AppendString(dst, s []byte) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
-
