@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"os"
 	"testing"
 	"time"
 
@@ -91,13 +92,22 @@ func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var loopTime, ownTime, replicaTime time.Duration
+			var loopTime, ownTime, replicaTime, loopCPU, replicaCPU time.Duration
+			var etcdRounds int64
+			cpu := func() time.Duration {
+				d, err := harness.ProcCPU(os.Getpid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				return d
+			}
 			round := 0
 			for b.Loop() {
 				round++
-				start := time.Now()
+				start, cpu0 := time.Now(), cpu()
 				loop(values)
 				loopTime += time.Since(start)
+				loopCPU += cpu() - cpu0
 				start = time.Now()
 				var buf []byte
 				for _, v := range values {
@@ -109,12 +119,16 @@ func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
 
 				sink := discard.New()
 				var decodeErrors int64
+				var last replica.Stats
+				cpu0 = cpu()
 				replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("bench-%s-%d", f, round), sink, func(s replica.Stats) bool {
-					decodeErrors = s.DecodeErrors
+					decodeErrors, last = s.DecodeErrors, s
 					return s.Records >= int64(parts*perPart) && s.Claims >= parts
 				}, func(c *replica.Config) {
 					c.Formats = replica.Formats{Value: f, Registry: replica.SchemaRegistry{URL: reg.URL}}
 				})
+				replicaCPU += cpu() - cpu0
+				etcdRounds += last.EtcdRounds
 				if sink.Records() != int64(parts*perPart) || decodeErrors != 0 {
 					b.Fatalf("discard got %d records (%d decode errors), want %d", sink.Records(), decodeErrors, parts*perPart)
 				}
@@ -128,6 +142,11 @@ func BenchmarkDecodeReplicaVsLoop(b *testing.B) {
 			own := total * float64(round) / ownTime.Seconds()
 			b.ReportMetric(own, "own-decoder-records/s")
 			b.ReportMetric(rep/own, "ratio-to-own-decoder")
+			// Cost: CPU of the whole process (kfake and etcd run in it too)
+			// per million records, and etcd transactions per run.
+			b.ReportMetric(loopCPU.Seconds()*1e6/(total*float64(round)), "loop-cpu-s/Mrec")
+			b.ReportMetric(replicaCPU.Seconds()*1e6/(total*float64(round)), "replica-cpu-s/Mrec")
+			b.ReportMetric(float64(etcdRounds)/float64(round), "etcd-txns/run")
 		})
 	}
 }

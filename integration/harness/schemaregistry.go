@@ -142,6 +142,9 @@ type SchemaRegistry struct {
 	// Username and Password are the credentials it requires, "" without
 	// SchemaRegistryBasicAuth.
 	Username, Password string
+	// CAFile is the PEM file of the CA that signed its certificate, for a
+	// client's --schema-registry-cacert; "" without SchemaRegistryTLS.
+	CAFile string
 
 	t    testing.TB
 	bin  string
@@ -221,6 +224,7 @@ func (r *SchemaRegistry) writeConfig() (string, error) {
 		if err != nil {
 			return "", err
 		}
+		r.CAFile = p.CAFile
 		r.ca = x509.NewCertPool()
 		if !r.ca.AppendCertsFromPEM(pem) {
 			return "", fmt.Errorf("no certificate in %s", p.CAFile)
