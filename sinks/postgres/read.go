@@ -52,3 +52,25 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 	}
 	return out, nil
 }
+
+// Tables is where a sink URL keeps its rows, for tools that read a sink's
+// tables without opening it (offsetkeeper audit). Identifiers are
+// sanitized, ready for SQL.
+type Tables struct {
+	// ConnString is the URL without the sink's own parameters.
+	ConnString string
+	Mode       Mode
+	// Group is group= of the URL, "" when not given.
+	Group                       string
+	Table, Offsets, DeadLetters string
+}
+
+// ParseTables parses a sink URL as New does, without connecting.
+func ParseTables(raw string) (Tables, error) {
+	c, err := parseURL(raw)
+	if err != nil {
+		return Tables{}, err
+	}
+	return Tables{ConnString: c.connString, Mode: c.mode, Group: c.group,
+		Table: c.table.Sanitize(), Offsets: c.offsets.Sanitize(), DeadLetters: c.deadLetters.Sanitize()}, nil
+}
