@@ -1,0 +1,330 @@
+// Package audit compares what a sink holds with what Kafka delivered and
+// etcd committed, per partition: records missing, held twice, held but not
+// committed, held but not delivered (aborted), and what retention made
+// unverifiable. The core is Merge, a pure merge of two rising offset
+// streams that keeps its findings as ranges, so memory is bounded by the
+// ranges listed, not by the records; Run wires it to etcd, Kafka and a
+// sink URL.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+)
+
+// Errors of bad input, each wrapped with the value it refuses.
+var (
+	// ErrUnknownGroup: the group has no key in etcd.
+	ErrUnknownGroup = errors.New("no such group in etcd")
+	// ErrNotInGroup: a topic or partition asked for is not the group's.
+	ErrNotInGroup = errors.New("not in the group")
+	// ErrSinkUnsupported: the sink URL's kind cannot be audited.
+	ErrSinkUnsupported = errors.New("cannot be audited: want file:///DIR or postgres://…")
+	// ErrSinkUnreadable: the sink URL can be audited but not this one (a
+	// missing directory or table, a table without kafka_offset).
+	ErrSinkUnreadable = errors.New("sink cannot be read")
+)
+
+// TopicPartition names one partition.
+type TopicPartition = kafka.TopicPartition
+
+// Capabilities say what an audit of a sink can find.
+type Capabilities struct {
+	// Missing: the sink should hold every delivered record (not so in an
+	// upsert table, which keeps one row per key).
+	Missing bool `json:"missing"`
+	// Duplicates: the sink can hold an offset twice (not so in a table
+	// keyed by offset: the audit then finds none, by construction).
+	Duplicates bool `json:"duplicates"`
+}
+
+// Sink is a sink as the audit reads it.
+type Sink interface {
+	// Describe names the sink in messages, without secrets.
+	Describe() string
+	Capabilities() Capabilities
+	// CheckScope refuses partitions the sink cannot tell apart.
+	CheckScope(ps []TopicPartition) error
+	// Offsets streams the offsets the sink holds of a partition, rising,
+	// with the copies of each.
+	Offsets(ctx context.Context, topic string, partition int) (Stream, error)
+	// SinkNext is the next offset the sink itself records for the
+	// partition, for a sink that commits its offsets with its rows.
+	SinkNext(ctx context.Context, topic string, partition int) (next int64, ok bool, err error)
+	Close() error
+}
+
+// OpenSink opens the sink of a --sink URL for reading. A URL of a kind
+// that cannot be audited is ErrSinkUnsupported; one whose directory or
+// table is not there, ErrSinkUnreadable. shown is the URL as messages may
+// show it (no password); group is the group whose offsets a postgres
+// sink's offsets table keys, unless the URL says group=.
+func OpenSink(ctx context.Context, raw, shown, group string) (Sink, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sink URL %q %w", shown, ErrSinkUnsupported)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Path == "" || !filepath.IsAbs(u.Path) || (u.Host != "" && u.Host != "localhost") {
+			return nil, fmt.Errorf("%w: %s: want file:///DIR, an absolute directory", ErrSinkUnreadable, shown)
+		}
+		return openFileSink(filepath.Clean(u.Path))
+	case "postgres", "postgresql":
+		return openPostgresSink(ctx, raw, shown, group)
+	default:
+		return nil, fmt.Errorf("sink URL %q %w", shown, ErrSinkUnsupported)
+	}
+}
+
+// Config is one audit.
+type Config struct {
+	// Etcd is the client of the cluster holding the group; Group its name.
+	Etcd  *clientv3.Client
+	Group string
+	// Kafka is how the topics are read (brokers, TLS, SASL);
+	// IsolationLevel is forced to read_committed.
+	Kafka kafka.Config
+	// Sink is the sink to audit (OpenSink). Run does not close it.
+	Sink Sink
+	// Scope limits the audit to these topics, each whole (Partitions nil)
+	// or to some partitions; nil audits every partition of the group's
+	// topics. A topic or partition not the group's is ErrNotInGroup.
+	Scope []Scope
+	// MaxRanges is how many ranges each finding lists per partition
+	// (default DefaultMaxRanges); counts are exact regardless.
+	MaxRanges int
+	// Progress, if not nil, is called as records are read and partitions
+	// done, from Run's goroutine, often: throttle what it prints.
+	Progress func(Progress)
+	// Log receives the Kafka client's logs; nil for none.
+	Log *zap.Logger
+}
+
+// Scope is a topic of the audit, whole or some of its partitions.
+type Scope struct {
+	Topic      string
+	Partitions []int
+}
+
+// Progress is how far an audit is.
+type Progress struct {
+	Records        int64 // offsets read, from the sink and from Kafka
+	PartitionsDone int
+	Partitions     int
+}
+
+// Report is an audit's outcome: one Partition per partition audited, in
+// topic and partition order.
+type Report struct {
+	Group        string       `json:"group"`
+	Sink         string       `json:"sink"`
+	Capabilities Capabilities `json:"checks"`
+	Partitions   []Partition  `json:"partitions"`
+}
+
+// Clean tells that no partition has a finding.
+func (r *Report) Clean() bool {
+	for i := range r.Partitions {
+		if !r.Partitions[i].Clean() {
+			return false
+		}
+	}
+	return true
+}
+
+// Lost counts the delivered records the sink does not hold.
+func (r *Report) Lost() int64 {
+	var n int64
+	for _, p := range r.Partitions {
+		n += p.Missing.Count
+	}
+	return n
+}
+
+// Duplicates counts the copies the sink holds beyond the first of each
+// offset.
+func (r *Report) Duplicates() int64 {
+	var n int64
+	for _, p := range r.Partitions {
+		n += p.Copies
+	}
+	return n
+}
+
+// Run audits cfg.Sink for cfg.Group: per partition, the sink's offsets are
+// merged with the offsets Kafka delivers (read_committed) from the log start
+// up to the committed offset in etcd.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	coord, err := coordinator.New(cfg.Etcd, cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("audit group %q: %w", cfg.Group, err)
+	}
+	snap, err := coord.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit group %s: %w", cfg.Group, err)
+	}
+	if len(snap.Members)+len(snap.Claims)+len(snap.Offsets)+len(snap.Intents) == 0 {
+		return nil, fmt.Errorf("group %q: %w", cfg.Group, ErrUnknownGroup)
+	}
+	kcfg := cfg.Kafka
+	kcfg.IsolationLevel = kafka.ReadCommitted
+	kcfg.StartPolicy = kafka.StartEarliest
+	topics := snapTopics(snap)
+	cons, err := kafka.NewConsumer(kcfg, cfg.Log, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("audit group %s: %w", cfg.Group, err)
+	}
+	defer cons.Close()
+	parts, err := scope(ctx, kcfg, cfg.Group, topics, cfg.Scope)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Sink.CheckScope(parts); err != nil {
+		return nil, err
+	}
+	caps := cfg.Sink.Capabilities()
+	rep := &Report{Group: cfg.Group, Sink: cfg.Sink.Describe(), Capabilities: caps, Partitions: make([]Partition, 0, len(parts))}
+	prog := Progress{Partitions: len(parts)}
+	report := func(n int64) {
+		prog.Records += n
+		if cfg.Progress != nil {
+			cfg.Progress(prog)
+		}
+	}
+	for _, tp := range parts {
+		p, err := auditPartition(ctx, cfg, cons, snap, tp, caps, report)
+		if err != nil {
+			return nil, err
+		}
+		rep.Partitions = append(rep.Partitions, *p)
+		prog.PartitionsDone++
+		report(0)
+	}
+	return rep, nil
+}
+
+func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap *coordinator.Snapshot, tp TopicPartition, caps Capabilities, progress func(int64)) (*Partition, error) {
+	cp := coordinator.Partition{Topic: tp.Topic, Partition: tp.Partition}
+	cur, err := cons.Open(tp.Topic, tp.Partition)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: %w", tp, err)
+	}
+	start, end, err := cur.Bounds(ctx)
+	if err != nil {
+		_ = cur.Close()
+		return nil, fmt.Errorf("audit %s: log bounds: %w", tp, err)
+	}
+	b := Bounds{LogStart: start, CheckMissing: caps.Missing}
+	if off, ok := snap.Offsets[cp]; ok {
+		b.Committed = off.Next
+	}
+	if in, ok := snap.Intents[cp]; ok {
+		b.InFlight = Range{From: in.From, Next: in.Next}
+	} else if next, ok, err := cfg.Sink.SinkNext(ctx, tp.Topic, tp.Partition); err != nil {
+		_ = cur.Close()
+		return nil, err
+	} else if ok && next > b.Committed {
+		// Committed in the sink, not yet in etcd.
+		b.InFlight = Range{From: b.Committed, Next: next}
+	}
+	// Kafka cannot deliver past its log end: a commit beyond it (a
+	// topic recreated) leaves those offsets undelivered.
+	delivered := newDeliveredStream(cur, start, min(b.Committed, end))
+	defer delivered.Close()
+	held, err := cfg.Sink.Offsets(ctx, tp.Topic, tp.Partition)
+	if err != nil {
+		return nil, err
+	}
+	defer held.Close()
+	return Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
+}
+
+// snapTopics lists the topics the group's keys name, sorted.
+func snapTopics(s *coordinator.Snapshot) []string {
+	var out []string
+	add := func(p coordinator.Partition) {
+		if !slices.Contains(out, p.Topic) {
+			out = append(out, p.Topic)
+		}
+	}
+	for p := range s.Offsets {
+		add(p)
+	}
+	for p := range s.Claims {
+		add(p)
+	}
+	for p := range s.Intents {
+		add(p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scope lists the partitions to audit: those Kafka has of the group's
+// topics, narrowed by the scope asked for.
+func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string, asked []Scope) ([]TopicPartition, error) {
+	for _, s := range asked {
+		if !slices.Contains(topics, s.Topic) {
+			return nil, fmt.Errorf("topic %q: %w %s (its topics in etcd: %s)", s.Topic, ErrNotInGroup, group, strings.Join(topics, ", "))
+		}
+	}
+	kc, err := kafka.NewClient(kcfg, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer kc.Close()
+	known, missing, err := kc.Partitions(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("audit: partitions of %v: %w", topics, err)
+	}
+	var out []TopicPartition
+	seen := map[TopicPartition]bool{}
+	add := func(tp TopicPartition) {
+		if !seen[tp] {
+			seen[tp] = true
+			out = append(out, tp)
+		}
+	}
+	for _, t := range topics {
+		for _, id := range known[t] {
+			add(TopicPartition{Topic: t, Partition: id})
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("audit: topics of group %s not in Kafka: %v", group, missing)
+	}
+	if asked != nil {
+		var in []TopicPartition
+		for _, tp := range out {
+			for _, s := range asked {
+				if s.Topic == tp.Topic && (s.Partitions == nil || slices.Contains(s.Partitions, tp.Partition)) {
+					in = append(in, tp)
+				}
+			}
+		}
+		for _, s := range asked {
+			for _, id := range s.Partitions {
+				if !seen[TopicPartition{Topic: s.Topic, Partition: id}] {
+					return nil, fmt.Errorf("partition %s/%d: %w (topic %s has partitions %v)", s.Topic, id, ErrNotInGroup, s.Topic, known[s.Topic])
+				}
+			}
+		}
+		out = in
+	}
+	slices.SortFunc(out, func(a, b TopicPartition) int {
+		return coordinator.Partition{Topic: a.Topic, Partition: a.Partition}.Compare(coordinator.Partition{Topic: b.Topic, Partition: b.Partition})
+	})
+	return out, nil
+}

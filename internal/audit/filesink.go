@@ -1,0 +1,176 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// fileSink reads the offsets of a file:// sink's directory as
+// file.ReadAll reads its records: block files in From order, each only up
+// to the From of the next (a later block supersedes the offsets from its
+// From onward), temporary files ignored. An offset on two lines that this
+// reading keeps (a line copied within a block's file) is held twice.
+type fileSink struct{ dir string }
+
+func openFileSink(dir string) (*fileSink, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: file://%s: %w", ErrSinkUnreadable, dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%w: file://%s: not a directory", ErrSinkUnreadable, dir)
+	}
+	return &fileSink{dir: dir}, nil
+}
+
+func (s *fileSink) Describe() string { return "file://" + s.dir }
+
+func (s *fileSink) Capabilities() Capabilities { return Capabilities{Missing: true, Duplicates: true} }
+
+// SinkNext: the file sink records no offsets of its own (etcd's intents
+// say what is in flight).
+func (s *fileSink) SinkNext(context.Context, string, int) (int64, bool, error) { return 0, false, nil }
+
+func (s *fileSink) CheckScope([]TopicPartition) error { return nil }
+
+func (s *fileSink) Close() error { return nil }
+
+func (s *fileSink) Offsets(_ context.Context, topic string, partition int) (Stream, error) {
+	pdir := filepath.Join(s.dir, topic, strconv.Itoa(partition))
+	entries, err := os.ReadDir(pdir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Offsets(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", pdir, err)
+	}
+	var files []blockFile
+	for _, e := range entries {
+		if from, next, ok := parseBlockName(e.Name()); ok && e.Type().IsRegular() {
+			files = append(files, blockFile{filepath.Join(pdir, e.Name()), from, next})
+		}
+	}
+	slices.SortFunc(files, func(a, b blockFile) int {
+		return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.next, b.next))
+	})
+	return &fileStream{topic: topic, partition: partition, files: files}, nil
+}
+
+type blockFile struct {
+	path       string
+	from, next int64
+}
+
+// parseBlockName reads FROM-NEXT.jsonl, 20 digits each (sinks/file's
+// names).
+func parseBlockName(name string) (from, next int64, ok bool) {
+	base, found := strings.CutSuffix(name, ".jsonl")
+	a, b, dash := strings.Cut(base, "-")
+	if !found || !dash || len(a) != 20 || len(b) != 20 {
+		return 0, 0, false
+	}
+	f, err1 := strconv.ParseInt(a, 10, 64)
+	n, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || n < f {
+		return 0, 0, false
+	}
+	return f, n, true
+}
+
+// fileStream yields the offsets of one partition's files. It holds one
+// file's offsets at a time, sorted: a block's, at most the replica's
+// --max-block-rows.
+type fileStream struct {
+	topic     string
+	partition int
+	files     []blockFile
+	fi        int
+	offs      []int64
+	i         int
+}
+
+func (s *fileStream) Next(ctx context.Context) (int64, int64, bool, error) {
+	for s.i >= len(s.offs) {
+		if s.fi >= len(s.files) {
+			return 0, 0, false, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, 0, false, err
+		}
+		f := s.files[s.fi]
+		s.fi++
+		limit := f.next
+		if s.fi < len(s.files) && s.files[s.fi].from < limit {
+			limit = s.files[s.fi].from
+		}
+		if limit <= f.from {
+			continue // superseded by a block with the same From
+		}
+		offs, err := s.readFile(f, limit)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		s.offs, s.i = offs, 0
+	}
+	off, n := s.offs[s.i], int64(0)
+	for s.i < len(s.offs) && s.offs[s.i] == off {
+		s.i++
+		n++
+	}
+	return off, n, true, nil
+}
+
+// readFile returns the offsets of f's lines below limit, sorted.
+func (s *fileStream) readFile(f blockFile, limit int64) ([]int64, error) {
+	fh, err := os.Open(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.path, err)
+	}
+	defer fh.Close()
+	offs := s.offs[:0]
+	br := bufio.NewReader(fh)
+	for n := 1; ; n++ {
+		line, rerr := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var l struct {
+				Topic     string `json:"topic"`
+				Partition *int   `json:"partition"`
+				Offset    *int64 `json:"offset"`
+			}
+			if err := json.Unmarshal(line, &l); err != nil || l.Offset == nil || l.Partition == nil {
+				return nil, fmt.Errorf("read %s line %d: not a record's line (want topic, partition and offset): %v", f.path, n, err)
+			}
+			switch {
+			case l.Topic != s.topic || *l.Partition != s.partition:
+				return nil, fmt.Errorf("read %s line %d: a line of %s/%d in the wrong place", f.path, n, l.Topic, *l.Partition)
+			case *l.Offset < f.from || *l.Offset >= f.next:
+				return nil, fmt.Errorf("read %s line %d: offset %d outside the block [%d, %d)", f.path, n, *l.Offset, f.from, f.next)
+			}
+			if *l.Offset < limit {
+				offs = append(offs, *l.Offset)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("read %s: %w", f.path, rerr)
+		}
+	}
+	slices.Sort(offs)
+	return offs, nil
+}
+
+func (s *fileStream) Close() error { return nil }

@@ -1,0 +1,189 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+)
+
+// pgSink reads a postgres:// sink's table. Raw mode: the (topic, partition,
+// "offset") keys, a primary key, so an offset is never held twice there.
+// Columns and upsert modes: the kafka_offset column, counted, together
+// with the dead-letter table's offsets (a record set aside there is held,
+// not lost); kafka_topic and kafka_partition narrow it when the table has
+// them.
+type pgSink struct {
+	conn                    *pgx.Conn
+	t                       postgres.Tables
+	group                   string
+	shown                   string
+	hasTopic, hasPartition  bool
+	hasDeadLetters, hasOffs bool
+}
+
+func openPostgresSink(ctx context.Context, raw, shown, group string) (*pgSink, error) {
+	t, err := postgres.ParseTables(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrSinkUnreadable, shown, err)
+	}
+	if t.Group != "" {
+		group = t.Group
+	}
+	conn, err := pgx.Connect(ctx, t.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: connect: %w", shown, err)
+	}
+	s := &pgSink{conn: conn, t: t, group: group, shown: shown}
+	if err := s.inspect(ctx); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// exists tells whether the sanitized table name names a table.
+func (s *pgSink) exists(ctx context.Context, table string) (bool, error) {
+	var ok bool
+	if err := s.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
+		return false, fmt.Errorf("audit %s: look up table %s: %w", s.shown, table, err)
+	}
+	return ok, nil
+}
+
+// inspect checks that the table is there and has what the mode reads.
+func (s *pgSink) inspect(ctx context.Context) error {
+	ok, err := s.exists(ctx, s.t.Table)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s: table %s does not exist", ErrSinkUnreadable, s.shown, s.t.Table)
+	}
+	if s.hasOffs, err = s.exists(ctx, s.t.Offsets); err != nil {
+		return err
+	}
+	if s.t.Mode == postgres.Raw {
+		s.hasTopic, s.hasPartition = true, true
+		return nil
+	}
+	if s.hasDeadLetters, err = s.exists(ctx, s.t.DeadLetters); err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, s.t.Table)
+	if err != nil {
+		return fmt.Errorf("audit %s: columns of %s: %w", s.shown, s.t.Table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("audit %s: columns of %s: %w", s.shown, s.t.Table, err)
+	}
+	if !slices.Contains(cols, "kafka_offset") {
+		return fmt.Errorf("%w: %s: table %s has no kafka_offset column (mode=%s): nothing says which records it holds; add one (bigint), which the sink fills",
+			ErrSinkUnreadable, s.shown, s.t.Table, s.t.Mode)
+	}
+	s.hasTopic, s.hasPartition = slices.Contains(cols, "kafka_topic"), slices.Contains(cols, "kafka_partition")
+	return nil
+}
+
+func (s *pgSink) Describe() string { return s.shown }
+
+func (s *pgSink) Capabilities() Capabilities {
+	// Upsert keeps one row per key: an older record of a key is rightly
+	// gone, so a record absent from the table is not known to be lost.
+	return Capabilities{Missing: s.t.Mode != postgres.Upsert, Duplicates: s.t.Mode != postgres.Raw}
+}
+
+// CheckScope refuses partitions the table cannot tell apart: without
+// kafka_topic (kafka_partition), the offsets of two topics (partitions)
+// share one column.
+func (s *pgSink) CheckScope(ps []TopicPartition) error {
+	topics, parts := map[string]bool{}, map[TopicPartition]bool{}
+	for _, p := range ps {
+		topics[p.Topic] = true
+		parts[p] = true
+	}
+	if !s.hasTopic && len(topics) > 1 {
+		return fmt.Errorf("%w: %s: table %s has no kafka_topic column, so its rows of the group's %d topics cannot be told apart; audit one topic (--topic T)",
+			ErrSinkUnreadable, s.shown, s.t.Table, len(topics))
+	}
+	if !s.hasPartition && len(parts) > 1 {
+		return fmt.Errorf("%w: %s: table %s has no kafka_partition column, so its rows of %d partitions cannot be told apart; audit one partition (--topic T:P)",
+			ErrSinkUnreadable, s.shown, s.t.Table, len(parts))
+	}
+	return nil
+}
+
+// SinkNext is the next offset the sink's offsets table holds for the
+// partition: the sink commits a block and its offset together, before etcd
+// does, so offsets up to it are in flight, not wrong.
+func (s *pgSink) SinkNext(ctx context.Context, topic string, partition int) (int64, bool, error) {
+	if !s.hasOffs {
+		return 0, false, nil
+	}
+	var next int64
+	err := s.conn.QueryRow(ctx, `SELECT next FROM `+s.t.Offsets+` WHERE "group" = $1 AND topic = $2 AND partition = $3`,
+		s.group, topic, partition).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("audit %s: read %s of %s/%d: %w", s.shown, s.t.Offsets, topic, partition, err)
+	}
+	return next, true, nil
+}
+
+func (s *pgSink) Offsets(ctx context.Context, topic string, partition int) (Stream, error) {
+	var q string
+	var args []any
+	if s.t.Mode == postgres.Raw {
+		q = `SELECT "offset", 1::bigint FROM ` + s.t.Table + ` WHERE topic = $1 AND partition = $2 ORDER BY "offset"`
+		args = []any{topic, partition}
+	} else {
+		var where []string
+		if s.hasTopic {
+			args = append(args, topic)
+			where = append(where, fmt.Sprintf("kafka_topic = $%d", len(args)))
+		}
+		if s.hasPartition {
+			args = append(args, partition)
+			where = append(where, fmt.Sprintf("kafka_partition = $%d", len(args)))
+		}
+		where = append(where, "kafka_offset IS NOT NULL")
+		q = `SELECT kafka_offset AS o FROM ` + s.t.Table + ` WHERE ` + strings.Join(where, " AND ")
+		if s.hasDeadLetters {
+			args = append(args, topic, partition)
+			q += fmt.Sprintf(` UNION ALL SELECT "offset" FROM %s WHERE topic = $%d AND partition = $%d`, s.t.DeadLetters, len(args)-1, len(args))
+		}
+		q = `SELECT o, count(*) FROM (` + q + `) s GROUP BY o ORDER BY o`
+	}
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: read %s of %s/%d: %w", s.shown, s.t.Table, topic, partition, err)
+	}
+	return &pgStream{rows: rows}, nil
+}
+
+func (s *pgSink) Close() error { return s.conn.Close(context.Background()) }
+
+// pgStream streams the rows of (offset, copies), as pgx reads them off the
+// wire.
+type pgStream struct{ rows pgx.Rows }
+
+func (s *pgStream) Next(context.Context) (int64, int64, bool, error) {
+	if !s.rows.Next() {
+		return 0, 0, false, s.rows.Err()
+	}
+	var off, n int64
+	if err := s.rows.Scan(&off, &n); err != nil {
+		return 0, 0, false, err
+	}
+	return off, n, true, nil
+}
+
+func (s *pgStream) Close() error { s.rows.Close(); return s.rows.Err() }
