@@ -78,7 +78,7 @@ Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed).`,
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.SetHelpCommand(newHelpCommand())
-	root.AddCommand(newRunCommand(), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand())
+	root.AddCommand(newRunCommand(), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand(), newAuditCommand())
 	root.AddCommand(extraCommands()...)
 	strictCompletion(root)
 	return root

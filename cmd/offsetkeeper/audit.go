@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/audit"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+)
+
+// auditOptions is `offsetkeeper audit`.
+type auditOptions struct {
+	admin  adminFlags
+	sink   string
+	topics []string
+
+	target sinkTarget
+	scopes []topicScope
+}
+
+// progressEvery is how often, at most, a long audit says on stderr how far
+// it is.
+const progressEvery = time.Second
+
+func newAuditCommand() *cobra.Command {
+	o := &auditOptions{}
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Check a sink against Kafka and etcd: records missing, held twice, not committed, aborted",
+		Long: `Compare, per partition of the group's topics, the offsets the sink holds with
+the records Kafka delivers (read_committed: aborted records and transaction
+markers never are) from the log start up to the group's committed offset in
+etcd. Findings, as offset ranges:
+
+  MISSING        delivered records below the committed offset that the sink
+                 does not hold: lost
+  DUPLICATED     offsets the sink holds more than once
+  NOT-COMMITTED  offsets the sink holds at or beyond the committed offset:
+                 "in flight" inside the partition's intent in etcd (a block
+                 being written, or a crash before its commit) or, for a
+                 postgres sink, below the next offset its own offsets table
+                 holds (committed in the sink, not yet in etcd); else
+                 "beyond the commit"
+  ABORTED        offsets below the committed offset that the sink holds but
+                 that are not delivered records (aborted transactions, or
+                 records compacted away since)
+  UNVERIFIABLE   offsets the sink holds below the log start, which retention
+                 removed from Kafka: not findings; and offsets below the log
+                 start are never reported missing
+
+What each sink can be audited for:
+
+  file:///DIR    everything. Files are read as file.ReadAll reads them: in
+                 From order, each up to the From of the next (a later block
+                 supersedes the offsets from its From onward), so held
+                 twice means an offset on two lines that reading keeps (a
+                 line repeated within a block's file)
+  postgres://…?mode=raw
+                 everything but duplicates: the table's primary key is
+                 (topic, partition, "offset"), so none can exist
+  postgres://…?mode=columns
+                 everything, from the table's kafka_offset column (required;
+                 kafka_topic and kafka_partition, when there, tell topics and
+                 partitions apart, else audit one partition with --topic T:P)
+                 with the dead-letter table's offsets counted as held
+  postgres://…?mode=upsert
+                 duplicates, not committed and aborted only: the table keeps
+                 the last record of each key, so an older record's absence is
+                 not a loss and MISSING is not checked ("n/a")
+  stdout:, discard:, clickhouse://
+                 cannot be audited (exit 2)
+
+Memory is bounded by the findings, not by the records: both sides are read
+in offset order and merged; each finding lists at most its first 100 ranges
+per partition, with exact counts. A long audit prints its progress on stderr
+at most once a second; stdout holds the report only.
+
+Exit status: 0 clean, 1 findings (or etcd, Kafka or the sink failing), 2 bad
+usage: an unknown group, a sink URL that cannot be audited or read (a
+directory or table that is not there, a table without kafka_offset), a
+--topic not in the group.`,
+		Example: `  offsetkeeper audit --group orders --sink file:///var/lib/offsetkeeper
+  offsetkeeper audit --group orders --sink 'postgres://app@db/shop?table=orders_raw' --topic orders:0,1
+  offsetkeeper audit --group orders --sink file:///data -o json | jq '.partitions[] | select(.missing.count > 0)'`,
+		Args: noArgs,
+		RunE: runE(o),
+	}
+	o.admin.register(cmd, withKafka)
+	fs := cmd.Flags()
+	fs.StringVar(&o.sink, "sink", "", "the sink to audit, as run's --sink: file:///DIR or postgres://…?mode=raw|columns|upsert&table=T")
+	fs.StringArrayVar(&o.topics, "topic", nil, "audit only this topic of the group, or TOPIC:P,P,... for some of its partitions; repeatable (default: every partition of the group's topics)")
+	return cmd
+}
+
+func (o *auditOptions) complete(*cobra.Command) error { return nil }
+
+func (o *auditOptions) validate() error {
+	if err := o.admin.validate(); err != nil {
+		return err
+	}
+	if o.sink == "" {
+		return usagef("--sink is required: the sink to audit, file:///DIR or postgres://…")
+	}
+	t, err := parseSink(o.sink)
+	if err != nil {
+		return err
+	}
+	if t.scheme != "file" && t.scheme != "postgres" {
+		return usagef("--sink %q: sink URL %s: want file:///DIR or postgres://…?mode=raw|columns|upsert (stdout:, discard: and clickhouse:// keep nothing the audit can read)",
+			shownSink(o.sink), audit.ErrSinkUnsupported)
+	}
+	o.target = t
+	if o.scopes, err = parseScopes(o.topics); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	s, err := o.admin.openGroup(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	topics := groupTopics(s.snap)
+	var scope []audit.Scope
+	for _, sc := range o.scopes {
+		if !slices.Contains(topics, sc.topic) {
+			return usagef("--topic %q: topic %s is not in group %s; want one of its topics in etcd: %s",
+				sc.arg, sc.topic, o.admin.cluster.group, strings.Join(topics, ", "))
+		}
+		scope = append(scope, audit.Scope{Topic: sc.topic, Partitions: sc.partitions})
+	}
+
+	shown := shownSink(o.sink)
+	octx, cancel := context.WithTimeout(ctx, postgresOpenTimeout)
+	sink, err := audit.OpenSink(octx, o.sink, shown, o.admin.cluster.group)
+	cancel()
+	if err != nil {
+		if errors.Is(err, audit.ErrSinkUnsupported) || errors.Is(err, audit.ErrSinkUnreadable) {
+			return usage(fmt.Errorf("--sink %q: %w", shown, err))
+		}
+		return fmt.Errorf("--sink %q: %w", shown, err)
+	}
+	defer sink.Close()
+
+	kcfg := kafka.Config{Brokers: o.admin.cluster.brokers, DialTimeout: o.admin.kafkaTimeout, ClientID: "offsetkeeper-audit"}
+	o.admin.cluster.security.kafkaAuth().apply(&kcfg)
+	stderr := cmd.ErrOrStderr()
+	started := time.Now()
+	last := started
+	rep, err := audit.Run(ctx, audit.Config{
+		Etcd:  s.cli,
+		Group: o.admin.cluster.group,
+		Kafka: kcfg,
+		Sink:  sink,
+		Scope: scope,
+		Progress: func(p audit.Progress) {
+			// A line a second at most, and none for a short audit.
+			if now := time.Now(); now.Sub(last) >= progressEvery {
+				last = now
+				fmt.Fprintf(stderr, "audit: %d offsets read, %d/%d partitions done (%s)\n",
+					p.Records, p.PartitionsDone, p.Partitions, now.Sub(started).Round(time.Second))
+			}
+		},
+	})
+	if err != nil {
+		switch {
+		case errors.Is(err, audit.ErrNotInGroup):
+			return usage(fmt.Errorf("--topic: %w", err))
+		case errors.Is(err, audit.ErrSinkUnreadable):
+			return usage(fmt.Errorf("--sink %q: %w", shown, err))
+		}
+		return fmt.Errorf("audit group %s: %w", o.admin.cluster.group, err)
+	}
+	v := &auditView{rep: rep}
+	if err := o.admin.output.print(cmd.OutOrStdout(), v); err != nil {
+		return err
+	}
+	if o.admin.output.format == outputTable {
+		if err := v.printFindings(cmd.OutOrStdout()); err != nil {
+			return err
+		}
+	}
+	if !rep.Clean() {
+		return fmt.Errorf("audit of group %s in %s: %s", rep.Group, rep.Sink, v.summary())
+	}
+	return nil
+}
+
+// auditView prints a report: a row per partition, then the findings' ranges.
+// JSON: the report with "clean".
+type auditView struct{ rep *audit.Report }
+
+func (v *auditView) columns() []string {
+	return []string{"TOPIC", "PARTITION", "LOG-START", "COMMITTED", "HELD", "MISSING", "DUPLICATED", "NOT-COMMITTED", "ABORTED", "UNVERIFIABLE"}
+}
+
+func (v *auditView) rows() [][]string {
+	out := make([][]string, 0, len(v.rep.Partitions))
+	for _, p := range v.rep.Partitions {
+		missing := strconv.FormatInt(p.Missing.Count, 10)
+		if !p.MissingChecked {
+			missing = "n/a"
+		}
+		out = append(out, []string{p.Topic, strconv.Itoa(p.Partition), i64(p.LogStart), i64(p.Committed), i64(p.Held),
+			missing, i64(p.Duplicated.Count), i64(p.InFlight.Count + p.BeyondCommit.Count), i64(p.Aborted.Count), i64(p.Unverifiable.Count)})
+	}
+	return out
+}
+
+func (v *auditView) jsonValue() any {
+	return struct {
+		*audit.Report
+		Clean bool `json:"clean"`
+	}{v.rep, v.rep.Clean()}
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// printFindings lists each finding's ranges, then a line that sums up.
+func (v *auditView) printFindings(w io.Writer) error {
+	var rows [][]string
+	for _, p := range v.rep.Partitions {
+		for _, f := range []struct {
+			kind string
+			rs   audit.Ranges
+		}{
+			{"missing", p.Missing}, {"duplicated", p.Duplicated}, {"not committed (in flight)", p.InFlight},
+			{"not committed (beyond the commit)", p.BeyondCommit}, {"aborted", p.Aborted}, {"unverifiable", p.Unverifiable},
+		} {
+			if f.rs.Count == 0 {
+				continue
+			}
+			list := make([]string, len(f.rs.Ranges))
+			for i, r := range f.rs.Ranges {
+				list[i] = r.String()
+			}
+			s := strings.Join(list, " ")
+			if f.rs.Truncated {
+				s += " …"
+			}
+			rows = append(rows, []string{p.Topic, strconv.Itoa(p.Partition), f.kind, i64(f.rs.Count), s})
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Fprintln(w)
+		if err := printTable(w, []string{"TOPIC", "PARTITION", "FINDING", "OFFSETS", "RANGES"}, rows); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n%s\n", v.summary())
+	return err
+}
+
+// summary is one line: clean, or the count of each finding.
+func (v *auditView) summary() string {
+	var missing, dup, copies, flight, beyond, aborted, unverifiable int64
+	for _, p := range v.rep.Partitions {
+		missing += p.Missing.Count
+		dup += p.Duplicated.Count
+		copies += p.Copies
+		flight += p.InFlight.Count
+		beyond += p.BeyondCommit.Count
+		aborted += p.Aborted.Count
+		unverifiable += p.Unverifiable.Count
+	}
+	var notes []string
+	if unverifiable > 0 {
+		notes = append(notes, fmt.Sprintf("%d offsets below the log start unverifiable", unverifiable))
+	}
+	if !v.rep.Capabilities.Missing {
+		notes = append(notes, "missing records not checked (upsert keeps the last record of each key)")
+	}
+	if !v.rep.Capabilities.Duplicates {
+		notes = append(notes, "no duplicates possible (keyed by offset)")
+	}
+	note := ""
+	if len(notes) > 0 {
+		note = "; " + strings.Join(notes, "; ")
+	}
+	if v.rep.Clean() {
+		return fmt.Sprintf("clean: %d partitions%s", len(v.rep.Partitions), note)
+	}
+	return fmt.Sprintf("%d missing, %d duplicated (%d extra copies), %d not committed (%d in flight, %d beyond the commit), %d aborted%s",
+		missing, dup, copies, flight+beyond, flight, beyond, aborted, note)
+}
