@@ -55,6 +55,7 @@ func TestBadInputPerCommand(t *testing.T) {
 		replicas = func(extra ...string) []string { return with([]string{"replicas", "list"}, extra...) }
 		drain    = func(extra ...string) []string { return with([]string{"replicas", "drain", "r1"}, extra...) }
 		release  = func(extra ...string) []string { return with([]string{"claims", "release"}, extra...) }
+		auditCmd = func(extra ...string) []string { return with([]string{"audit"}, extra...) }
 	)
 	tests := []struct {
 		name string
@@ -151,6 +152,18 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"release TOPIC:P and --partition", nil, release("--topic", "orders:1", "--partition", "2"), []string{`--topic "orders:1" and --partition 2 conflict`}, nil},
 		{"release bad topic", nil, release("--topic", "a b", "--partition", "0"), []string{`"a b"`, "A-Z a-z 0-9 . _ -"}, nil},
 		{"release zero --etcd-timeout", nil, release("--topic", "orders:1", "--etcd-timeout", "0s"), []string{"--etcd-timeout 0s"}, nil},
+
+		// audit: the sinks that keep nothing it can read, and bad URLs and scopes.
+		{"audit without --sink", nil, auditCmd(), []string{"--sink is required", "file:///DIR"}, nil},
+		{"audit stdout sink", nil, auditCmd("--sink", "stdout:"), []string{`--sink "stdout:"`, "cannot be audited", "file:///DIR or postgres://"}, nil},
+		{"audit discard sink", nil, auditCmd("--sink", "discard:"), []string{`--sink "discard:"`, "cannot be audited"}, nil},
+		{"audit clickhouse sink", nil, auditCmd("--sink", "clickhouse://u:secret@h:9000/db"), []string{"clickhouse://", "cannot be audited"}, []string{"secret"}},
+		{"audit relative file sink", nil, auditCmd("--sink", "file://data/x"), []string{`--sink "file://data/x"`, "absolute"}, nil},
+		{"audit unknown scheme", nil, auditCmd("--sink", "s3://b/k"), []string{`"s3"`, "want"}, nil},
+		{"audit bad postgres mode", nil, auditCmd("--sink", "postgres://u@h/db?mode=sideways"), []string{"sideways", "raw"}, nil},
+		{"audit bad --topic", nil, auditCmd("--sink", "file:///tmp", "--topic", "orders:x"), []string{`--topic "orders:x"`, `partition "x"`}, nil},
+		{"audit bad -o", nil, auditCmd("--sink", "file:///tmp", "-o", "yaml"), []string{"yaml", "table", "json"}, nil},
+		{"audit zero --kafka-timeout", nil, auditCmd("--sink", "file:///tmp", "--kafka-timeout", "0s"), []string{"--kafka-timeout 0s"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
