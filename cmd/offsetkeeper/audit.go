@@ -114,7 +114,7 @@ func (o *auditOptions) validate() error {
 		return err
 	}
 	if t.scheme != "file" && t.scheme != "postgres" {
-		return usagef("--sink %q: sink URL %s: want file:///DIR or postgres://…?mode=raw|columns|upsert (stdout:, discard: and clickhouse:// keep nothing the audit can read)",
+		return usagef("--sink: sink URL %q %v?mode=raw|columns|upsert (stdout:, discard: and clickhouse:// keep nothing the audit reads)",
 			shownSink(o.sink), audit.ErrSinkUnsupported)
 	}
 	o.target = t
@@ -290,6 +290,18 @@ func (v *auditView) summary() string {
 	if v.rep.Clean() {
 		return fmt.Sprintf("clean: %d partitions%s", len(v.rep.Partitions), note)
 	}
-	return fmt.Sprintf("%d missing, %d duplicated (%d extra copies), %d not committed (%d in flight, %d beyond the commit), %d aborted%s",
-		missing, dup, copies, flight+beyond, flight, beyond, aborted, note)
+	var found []string
+	if missing > 0 {
+		found = append(found, fmt.Sprintf("%d missing", missing))
+	}
+	if dup > 0 {
+		found = append(found, fmt.Sprintf("%d duplicated (%d extra copies)", dup, copies))
+	}
+	if flight+beyond > 0 {
+		found = append(found, fmt.Sprintf("%d not committed (%d in flight, %d beyond the commit)", flight+beyond, flight, beyond))
+	}
+	if aborted > 0 {
+		found = append(found, fmt.Sprintf("%d aborted", aborted))
+	}
+	return strings.Join(found, ", ") + note
 }
