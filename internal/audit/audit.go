@@ -287,7 +287,7 @@ func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string
 	defer kc.Close()
 	known, missing, err := kc.Partitions(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("audit: partitions of %v: %w", topics, err)
+		return nil, fmt.Errorf("partitions of %v: %w", topics, err)
 	}
 	var out []TopicPartition
 	seen := map[TopicPartition]bool{}

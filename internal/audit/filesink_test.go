@@ -1,0 +1,111 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+)
+
+// writeFile writes a block file [from, next) of t/0 with the lines of offs,
+// in that order.
+func writeFile(t *testing.T, dir string, from, next int64, offs ...int64) {
+	t.Helper()
+	pdir := filepath.Join(dir, "t", "0")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, o := range offs {
+		b = file.AppendLine(b, "t", 0, &sinks.Record{Offset: o, Value: []byte(`{}`), Time: time.Unix(0, 0)})
+	}
+	if err := os.WriteFile(filepath.Join(pdir, fmt.Sprintf("%020d-%020d.jsonl", from, next)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// held reads back what the file reader holds: offset, copies.
+func held(t *testing.T, dir string) [][2]int64 {
+	t.Helper()
+	s, err := openFileSink(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Offsets(context.Background(), "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][2]int64
+	for {
+		off, n, ok, err := st.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, [2]int64{off, n})
+	}
+}
+
+func TestFileSinkReadsAsReadAll(t *testing.T) {
+	dir := t.TempDir()
+	// [0, 5) then a re-delivery from 3 (after a reset): 3 and 4 of the
+	// first file are superseded, not held twice. A repeated line in
+	// [5, 8) is held twice; a block of the same From as a later one is
+	// superseded whole.
+	writeFile(t, dir, 0, 5, 0, 1, 2, 3, 4)
+	writeFile(t, dir, 3, 6, 3, 4, 5)
+	writeFile(t, dir, 6, 8, 7, 6, 7) // out of order within the file: sorted
+	writeFile(t, dir, 8, 9, 8)
+	writeFile(t, dir, 8, 10, 8, 9)
+	if err := os.WriteFile(filepath.Join(dir, "t", "0", ".tmp-123"), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := held(t, dir)
+	want := [][2]int64{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}, {7, 2}, {8, 1}, {9, 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("held %v, want %v", got, want)
+	}
+	recs, err := file.ReadAll(dir, "t", 0)
+	if err == nil {
+		t.Fatalf("ReadAll read %d records of a file whose offsets do not rise", len(recs))
+	}
+}
+
+func TestFileSinkRefusesLinesOutOfPlace(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, 0, 2, 0, 1, 2) // 2 is outside [0, 2)
+	s, _ := openFileSink(dir)
+	st, err := s.Offsets(context.Background(), "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := st.Next(context.Background()); err == nil {
+		t.Fatal("a line outside its block's range: no error")
+	}
+}
+
+func TestOpenSinkRefusals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url  string
+		want error
+	}{
+		{"stdout:", ErrSinkUnsupported},
+		{"discard:", ErrSinkUnsupported},
+		{"clickhouse://h:9000/db", ErrSinkUnsupported},
+		{"file://" + filepath.Join(t.TempDir(), "nosuch"), ErrSinkUnreadable},
+	} {
+		if _, err := OpenSink(ctx, tc.url, tc.url, "g"); !errors.Is(err, tc.want) {
+			t.Errorf("OpenSink(%q) = %v, want %v", tc.url, err, tc.want)
+		}
+	}
+}
