@@ -378,3 +378,38 @@ func TestAuditPostgresColumns(t *testing.T) {
 		t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
 	}
 }
+
+// TestAuditPostgresUpsert: an upsert table keeps one row per key, so a row
+// gone is not reported missing (the report says missing is not checked),
+// while the aborted record and a row past the commit still are.
+func TestAuditPostgresUpsert(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	e := auditEnv(t, 1)
+	pg.Exec(t, `CREATE TABLE kv (p integer, i integer, kafka_topic text, kafka_partition integer, kafka_offset bigint, PRIMARY KEY (p, i))`)
+	url := pg.URL() + "&group=" + e.group + "&mode=upsert&table=kv&key_from=value"
+	ends := e.deliver(e.pgSink(url))
+
+	code, out, rep := e.auditCLI(e.group, "--sink", url)
+	if code != 0 || rep == nil || !rep.Clean {
+		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+	}
+	if rep.Capabilities.Missing {
+		t.Errorf("upsert table checks %+v, want no missing", rep.Capabilities)
+	}
+
+	ins := `INSERT INTO kv (p, i, kafka_topic, kafka_partition, kafka_offset) VALUES (9, $1, $2, 0, $3)`
+	pg.Exec(t, `DELETE FROM kv WHERE kafka_offset = 4`)
+	pg.Exec(t, ins, 1, e.topic, 11)
+	pg.Exec(t, ins, 2, e.topic, ends[0]+1)
+
+	code, out, rep = e.auditCLI(e.group, "--sink", url)
+	if code != 1 || rep == nil {
+		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+	}
+	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+		0: {"aborted": {rg(11, 12)}, "beyond": {rg(24, 25)}},
+	})
+	if p := rep.partition(t, e.topic, 0); p.MissingChecked {
+		t.Error("upsert partition: missing_checked true, want false")
+	}
+}

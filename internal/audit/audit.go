@@ -23,6 +23,10 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
+// auditBufferBytes bounds what the audit's Kafka consumer holds when
+// Config.Kafka does not say: it reads one partition at a time.
+const auditBufferBytes = 64 << 20
+
 // Errors of bad input, each wrapped with the value it refuses.
 var (
 	// ErrUnknownGroup: the group has no key in etcd.
@@ -181,6 +185,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	kcfg := cfg.Kafka
 	kcfg.IsolationLevel = kafka.ReadCommitted
 	kcfg.StartPolicy = kafka.StartEarliest
+	if kcfg.MaxBufferBytes == 0 {
+		// One partition is read at a time: a smaller budget than a
+		// replica's does.
+		kcfg.MaxBufferBytes = auditBufferBytes
+	}
 	topics := snapTopics(snap)
 	cons, err := kafka.NewConsumer(kcfg, cfg.Log, topics...)
 	if err != nil {
