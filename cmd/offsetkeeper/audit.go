@@ -75,7 +75,13 @@ What each sink can be audited for:
                  duplicates, not committed and aborted only: the table keeps
                  the last record of each key, so an older record's absence is
                  not a loss and MISSING is not checked ("n/a")
-  stdout:, discard:, clickhouse://
+  clickhouse://…?mode=raw|columns
+                 everything, from the table's kafka_offset column (raw tables
+                 have it; a columns table needs it), counted, with the
+                 dead-letter table's offsets as held; kafka_topic and
+                 kafka_partition as for postgres columns. Copies a
+                 deduplicating engine has not merged yet count as duplicated
+  stdout:, discard:
                  cannot be audited (exit 2)
 
 Memory is bounded by the findings, not by the records: both sides are read
@@ -95,7 +101,7 @@ directory or table that is not there, a table without kafka_offset), a
 	}
 	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()
-	fs.StringVar(&o.sink, "sink", "", "the sink to audit, as run's --sink: file:///DIR or postgres://…?mode=raw|columns|upsert&table=T")
+	fs.StringVar(&o.sink, "sink", "", "the sink to audit, as run's --sink: file:///DIR, postgres://…?mode=raw|columns|upsert&table=T or clickhouse://…?table=T")
 	fs.StringArrayVar(&o.topics, "topic", nil, "audit only this topic of the group, or TOPIC:P,P,... for some of its partitions; repeatable (default: every partition of the group's topics)")
 	return cmd
 }
@@ -107,14 +113,14 @@ func (o *auditOptions) validate() error {
 		return err
 	}
 	if o.sink == "" {
-		return usagef("--sink is required: the sink to audit, file:///DIR or postgres://…")
+		return usagef("--sink is required: the sink to audit, file:///DIR, postgres://… or clickhouse://…")
 	}
 	t, err := parseSink(o.sink)
 	if err != nil {
 		return err
 	}
-	if t.scheme != "file" && t.scheme != "postgres" {
-		return usagef("--sink: sink URL %q %v?mode=raw|columns|upsert (stdout:, discard: and clickhouse:// keep nothing the audit reads)",
+	if t.scheme != "file" && t.scheme != "postgres" && t.scheme != "clickhouse" {
+		return usagef("--sink: sink URL %q %v (stdout: and discard: keep nothing the audit reads)",
 			shownSink(o.sink), audit.ErrSinkUnsupported)
 	}
 	o.target = t

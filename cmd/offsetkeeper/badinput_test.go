@@ -155,9 +155,9 @@ func TestBadInputPerCommand(t *testing.T) {
 
 		// audit: the sinks that keep nothing it can read, and bad URLs and scopes.
 		{"audit without --sink", nil, auditCmd(), []string{"--sink is required", "file:///DIR"}, nil},
-		{"audit stdout sink", nil, auditCmd("--sink", "stdout:"), []string{`sink URL "stdout:" cannot be audited`, "want file:///DIR or postgres://"}, nil},
+		{"audit stdout sink", nil, auditCmd("--sink", "stdout:"), []string{`sink URL "stdout:" cannot be audited`, "want file:///DIR, postgres://… or clickhouse://…"}, nil},
 		{"audit discard sink", nil, auditCmd("--sink", "discard:"), []string{`sink URL "discard:" cannot be audited`}, nil},
-		{"audit clickhouse sink", nil, auditCmd("--sink", "clickhouse://u:secret@h:9000/db"), []string{"clickhouse://", "cannot be audited"}, []string{"secret"}},
+		{"audit bad clickhouse URL", nil, auditCmd("--sink", "clickhouse://u:secret@h:9000/db?mode=sideways"), []string{"sideways"}, []string{"secret"}},
 		{"audit relative file sink", nil, auditCmd("--sink", "file://data/x"), []string{`--sink "file://data/x"`, "absolute"}, nil},
 		{"audit unknown scheme", nil, auditCmd("--sink", "s3://b/k"), []string{`"s3"`, "want"}, nil},
 		{"audit bad postgres mode", nil, auditCmd("--sink", "postgres://u@h/db?mode=sideways"), []string{"sideways", "raw"}, nil},

@@ -34,7 +34,7 @@ var (
 	// ErrNotInGroup: a topic or partition asked for is not the group's.
 	ErrNotInGroup = errors.New("not in the group")
 	// ErrSinkUnsupported: the sink URL's kind cannot be audited.
-	ErrSinkUnsupported = errors.New("cannot be audited: want file:///DIR or postgres://…")
+	ErrSinkUnsupported = errors.New("cannot be audited: want file:///DIR, postgres://… or clickhouse://…")
 	// ErrSinkUnreadable: the sink URL can be audited but not this one (a
 	// missing directory or table, a table without kafka_offset).
 	ErrSinkUnreadable = errors.New("sink cannot be read")
@@ -87,6 +87,8 @@ func OpenSink(ctx context.Context, raw, shown, group string) (Sink, error) {
 		return openFileSink(filepath.Clean(u.Path))
 	case "postgres", "postgresql":
 		return openPostgresSink(ctx, raw, shown, group)
+	case "clickhouse":
+		return openClickHouseSink(ctx, raw, shown)
 	default:
 		return nil, fmt.Errorf("sink URL %q %w", shown, ErrSinkUnsupported)
 	}

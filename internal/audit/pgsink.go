@@ -99,22 +99,26 @@ func (s *pgSink) Capabilities() Capabilities {
 	return Capabilities{Missing: s.t.Mode != postgres.Upsert, Duplicates: s.t.Mode != postgres.Raw}
 }
 
-// CheckScope refuses partitions the table cannot tell apart: without
+func (s *pgSink) CheckScope(ps []TopicPartition) error {
+	return checkColumnsScope(ps, s.hasTopic, s.hasPartition, s.shown, s.t.Table)
+}
+
+// checkColumnsScope refuses partitions a table cannot tell apart: without
 // kafka_topic (kafka_partition), the offsets of two topics (partitions)
 // share one column.
-func (s *pgSink) CheckScope(ps []TopicPartition) error {
+func checkColumnsScope(ps []TopicPartition, hasTopic, hasPartition bool, shown, table string) error {
 	topics, parts := map[string]bool{}, map[TopicPartition]bool{}
 	for _, p := range ps {
 		topics[p.Topic] = true
 		parts[p] = true
 	}
-	if !s.hasTopic && len(topics) > 1 {
+	if !hasTopic && len(topics) > 1 {
 		return fmt.Errorf("%w: %s: table %s has no kafka_topic column, so its rows of the group's %d topics cannot be told apart; audit one topic (--topic T)",
-			ErrSinkUnreadable, s.shown, s.t.Table, len(topics))
+			ErrSinkUnreadable, shown, table, len(topics))
 	}
-	if !s.hasPartition && len(parts) > 1 {
+	if !hasPartition && len(parts) > 1 {
 		return fmt.Errorf("%w: %s: table %s has no kafka_partition column, so its rows of %d partitions cannot be told apart; audit one partition (--topic T:P)",
-			ErrSinkUnreadable, s.shown, s.t.Table, len(parts))
+			ErrSinkUnreadable, shown, table, len(parts))
 	}
 	return nil
 }

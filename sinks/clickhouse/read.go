@@ -2,8 +2,12 @@ package clickhouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -59,3 +63,115 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 	}
 	return out, nil
 }
+
+// OffsetReader reads which offsets a sink URL's table holds, for tools that
+// audit a sink (offsetkeeper audit) without opening it for writing: no
+// table is created. Close it when done.
+type OffsetReader struct {
+	s                      *Sink
+	hasTopic, hasPartition bool
+	hasDead                bool
+}
+
+// ErrNoTable is returned by OpenOffsetReader for a table that is not
+// there, and ErrNoOffsetColumn for one without kafka_offset.
+var (
+	ErrNoTable        = errors.New("table does not exist")
+	ErrNoOffsetColumn = errors.New("table has no kafka_offset column")
+)
+
+// OpenOffsetReader connects with the URL and checks its table.
+func OpenOffsetReader(ctx context.Context, url string) (*OffsetReader, error) {
+	s, err := open(url)
+	if err != nil {
+		return nil, err
+	}
+	r := &OffsetReader{s: s}
+	if err := r.inspect(ctx); err != nil {
+		_ = s.conn.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *OffsetReader) inspect(ctx context.Context) error {
+	t := r.s.cfg.table
+	cols, err := readColumns(ctx, r.s.conn, t)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, c := range cols {
+		have[c.name] = true
+	}
+	switch {
+	case len(cols) == 0:
+		return fmt.Errorf("%s: %w", t, ErrNoTable)
+	case !have["kafka_offset"]:
+		return fmt.Errorf("%s: %w", t, ErrNoOffsetColumn)
+	}
+	r.hasTopic, r.hasPartition = have["kafka_topic"], have["kafka_partition"]
+	dead, err := readColumns(ctx, r.s.conn, r.s.cfg.deadLetters)
+	if err != nil {
+		return err
+	}
+	r.hasDead = len(dead) > 0
+	return nil
+}
+
+// Table is the table, quoted.
+func (r *OffsetReader) Table() string { return r.s.cfg.table.String() }
+
+// HasTopic and HasPartition tell whether the table has kafka_topic and
+// kafka_partition, without which its rows of several topics (partitions)
+// cannot be told apart.
+func (r *OffsetReader) HasTopic() bool     { return r.hasTopic }
+func (r *OffsetReader) HasPartition() bool { return r.hasPartition }
+
+// Offsets streams the offsets the table holds of one partition, rising,
+// each with its count of rows (copies), the dead-letter table's rows
+// counted as held: a record set aside is not lost. The count is of the rows
+// as they are now: copies a ReplacingMergeTree has not merged yet count.
+func (r *OffsetReader) Offsets(ctx context.Context, topic string, partition int) (*OffsetRows, error) {
+	var where []string
+	var args []any
+	if r.hasTopic {
+		where, args = append(where, "kafka_topic = ?"), append(args, topic)
+	}
+	if r.hasPartition {
+		where, args = append(where, "kafka_partition = ?"), append(args, partition)
+	}
+	q := `SELECT toInt64(kafka_offset) AS o FROM ` + r.s.cfg.table.String()
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	if r.hasDead {
+		q += ` UNION ALL SELECT toInt64(kafka_offset) FROM ` + r.s.cfg.deadLetters.String() + ` FINAL WHERE kafka_topic = ? AND kafka_partition = ?`
+		args = append(args, topic, partition)
+	}
+	rows, err := r.s.conn.Query(ctx, `SELECT o, toInt64(count()) FROM (`+q+`) GROUP BY o ORDER BY o`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the offsets of %s/%d from %s: %w", topic, partition, r.s.cfg.table, err)
+	}
+	return &OffsetRows{rows: rows}, nil
+}
+
+// Close ends the connections.
+func (r *OffsetReader) Close() error { return r.s.conn.Close() }
+
+// OffsetRows is what Offsets streams.
+type OffsetRows struct{ rows driver.Rows }
+
+// Next returns the next offset and its copies; ok is false at the end.
+func (o *OffsetRows) Next() (offset, copies int64, ok bool, err error) {
+	if !o.rows.Next() {
+		return 0, 0, false, o.rows.Err()
+	}
+	if err := o.rows.Scan(&offset, &copies); err != nil {
+		return 0, 0, false, err
+	}
+	return offset, copies, true, nil
+}
+
+// Close ends the rows.
+func (o *OffsetRows) Close() error { return o.rows.Close() }

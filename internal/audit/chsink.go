@@ -1,0 +1,56 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+)
+
+// chSink reads a clickhouse:// sink's table by its kafka_offset column,
+// counted (a table deduplicates blocks by their tokens within a window
+// only, so an offset can be held twice), with the dead-letter table's
+// offsets as held.
+type chSink struct {
+	r     *clickhouse.OffsetReader
+	shown string
+}
+
+func openClickHouseSink(ctx context.Context, raw, shown string) (*chSink, error) {
+	r, err := clickhouse.OpenOffsetReader(ctx, raw)
+	switch {
+	case errors.Is(err, clickhouse.ErrURL), errors.Is(err, clickhouse.ErrNoTable), errors.Is(err, clickhouse.ErrNoOffsetColumn):
+		return nil, fmt.Errorf("%w: %s: %w", ErrSinkUnreadable, shown, err)
+	case err != nil:
+		return nil, fmt.Errorf("audit %s: %w", shown, err)
+	}
+	return &chSink{r: r, shown: shown}, nil
+}
+
+func (s *chSink) Describe() string { return s.shown }
+
+func (s *chSink) Capabilities() Capabilities { return Capabilities{Missing: true, Duplicates: true} }
+
+func (s *chSink) CheckScope(ps []TopicPartition) error {
+	return checkColumnsScope(ps, s.r.HasTopic(), s.r.HasPartition(), s.shown, s.r.Table())
+}
+
+// SinkNext: the ClickHouse sink keeps intents in etcd (its replays need
+// the exact range), so etcd says what is in flight.
+func (s *chSink) SinkNext(context.Context, string, int) (int64, bool, error) { return 0, false, nil }
+
+func (s *chSink) Offsets(ctx context.Context, topic string, partition int) (Stream, error) {
+	rows, err := s.r.Offsets(ctx, topic, partition)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: %w", s.shown, err)
+	}
+	return chStream{rows}, nil
+}
+
+func (s *chSink) Close() error { return s.r.Close() }
+
+type chStream struct{ rows *clickhouse.OffsetRows }
+
+func (s chStream) Next(context.Context) (int64, int64, bool, error) { return s.rows.Next() }
+func (s chStream) Close() error                                     { return s.rows.Close() }
