@@ -19,6 +19,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 
@@ -411,5 +412,52 @@ func TestAuditPostgresUpsert(t *testing.T) {
 	})
 	if p := rep.partition(t, e.topic, 0); p.MissingChecked {
 		t.Error("upsert partition: missing_checked true, want false")
+	}
+}
+
+// TestAuditClickHouse: a columns table of the ClickHouse sink: a row
+// deleted, a row copied, the aborted record inserted, a row past the
+// commit; a table that is not there cannot be audited.
+func TestAuditClickHouse(t *testing.T) {
+	ch := harness.StartClickHouse(t)
+	ch.Exec(t, chEvents)
+	e := auditEnv(t, 2)
+	url := chSinkURL(ch, "", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sink, err := clickhouse.New(ctx, url, clickhouse.WithGroup(e.group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close() })
+	ends := e.deliver(sink)
+
+	code, out, rep := e.auditCLI(e.group, "--sink", url)
+	if code != 0 || rep == nil || !rep.Clean {
+		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+	}
+
+	ch.Exec(t, `ALTER TABLE events DELETE WHERE kafka_partition = 1 AND kafka_offset = 7 SETTINGS mutations_sync = 1`)
+	ch.Exec(t, `INSERT INTO events SELECT * FROM events WHERE kafka_partition = 0 AND kafka_offset = 3`)
+	ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (99, '%s', 0, 11, 0)`, e.topic))
+	ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (98, '%s', 1, %d, 0)`, e.topic, ends[1]))
+
+	code, out, rep = e.auditCLI(e.group, "--sink", url)
+	if code != 1 || rep == nil {
+		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+	}
+	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+		0: {"duplicated": {rg(3, 4)}, "aborted": {rg(11, 12)}},
+		1: {"missing": {rg(7, 8)}, "beyond": {rg(20, 21)}},
+	})
+
+	code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=nosuch", 1))
+	if code != 2 || !strings.Contains(out, "nosuch") || !strings.Contains(out, "does not exist") {
+		t.Errorf("audit of a table that is not there: exit %d, want 2 naming it:\n%s", code, out)
+	}
+	ch.Exec(t, `CREATE TABLE plain (i UInt64) ENGINE = MergeTree ORDER BY i`)
+	code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=plain", 1))
+	if code != 2 || !strings.Contains(out, "plain") || !strings.Contains(out, "no kafka_offset column") {
+		t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
 	}
 }

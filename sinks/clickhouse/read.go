@@ -96,27 +96,44 @@ func OpenOffsetReader(ctx context.Context, url string) (*OffsetReader, error) {
 
 func (r *OffsetReader) inspect(ctx context.Context) error {
 	t := r.s.cfg.table
-	cols, err := readColumns(ctx, r.s.conn, t)
+	have, err := columnNames(ctx, r.s.conn, t)
 	if err != nil {
 		return err
 	}
-	have := map[string]bool{}
-	for _, c := range cols {
-		have[c.name] = true
-	}
 	switch {
-	case len(cols) == 0:
+	case len(have) == 0:
 		return fmt.Errorf("%s: %w", t, ErrNoTable)
 	case !have["kafka_offset"]:
 		return fmt.Errorf("%s: %w", t, ErrNoOffsetColumn)
 	}
 	r.hasTopic, r.hasPartition = have["kafka_topic"], have["kafka_partition"]
-	dead, err := readColumns(ctx, r.s.conn, r.s.cfg.deadLetters)
+	dead, err := columnNames(ctx, r.s.conn, r.s.cfg.deadLetters)
 	if err != nil {
 		return err
 	}
-	r.hasDead = len(dead) > 0
+	r.hasDead = dead["kafka_offset"]
 	return nil
+}
+
+// columnNames is the set of t's columns, empty when there is no table t.
+func columnNames(ctx context.Context, conn driver.Conn, t ident) (map[string]bool, error) {
+	rows, err := conn.Query(ctx, `SELECT name FROM system.columns WHERE database = ? AND table = ?`, t.db, t.name)
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", t, err)
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("read the columns of %s: %w", t, err)
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", t, err)
+	}
+	return have, nil
 }
 
 // Table is the table, quoted.
