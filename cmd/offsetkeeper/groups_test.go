@@ -83,6 +83,9 @@ func TestOperatorHelp(t *testing.T) {
 			"offsetkeeper offsets reset --group orders --from-file plan.csv --execute",
 		}},
 		{[]string{"replicas", "list", "--help"}, []string{"LEASE-TTL-LEFT", "CLAIMS", "offsetkeeper replicas list"}},
+		{[]string{"audit", "--help"}, []string{"--sink", "--topic", "--kafka-timeout", "MISSING", "DUPLICATED", "NOT-COMMITTED", "in flight",
+			"ABORTED", "UNVERIFIABLE", "mode=raw", "mode=upsert", "stdout:, discard:", "cannot be audited", "Exit status: 0 clean, 1 findings",
+			"offsetkeeper audit --group orders"}},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
