@@ -169,6 +169,9 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		Kafka: kcfg,
 		Sink:  sink,
 		Scope: scope,
+		// Each exchange, not the whole audit, which takes as long as
+		// the records take to read.
+		KafkaTimeout: o.admin.kafkaTimeout,
 		Progress: func(p audit.Progress) {
 			// A line a second at most, and none for a short audit.
 			if now := time.Now(); now.Sub(last) >= progressEvery {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -102,6 +103,10 @@ type Config struct {
 	// Kafka is how the topics are read (brokers, TLS, SASL);
 	// IsolationLevel is forced to read_committed.
 	Kafka kafka.Config
+	// KafkaTimeout bounds each exchange with Kafka: the partitions, the
+	// log bounds, and each fetch beyond its wait for records (MaxWait).
+	// Zero waits until ctx ends; the fetches retry broker errors meanwhile.
+	KafkaTimeout time.Duration
 	// Sink is the sink to audit (OpenSink). Run does not close it.
 	Sink Sink
 	// Scope limits the audit to these topics, each whole (Partitions nil)
@@ -198,7 +203,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("audit group %s: %w", cfg.Group, err)
 	}
 	defer cons.Close()
-	parts, err := scope(ctx, kcfg, cfg.Group, topics, cfg.Scope)
+	pctx, cancel := kafkaContext(ctx, cfg.KafkaTimeout)
+	parts, err := scope(pctx, kcfg, cfg.Group, topics, cfg.Scope)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +239,9 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", tp, err)
 	}
-	start, end, err := cur.Bounds(ctx)
+	bctx, cancel := kafkaContext(ctx, cfg.KafkaTimeout)
+	start, end, err := cur.Bounds(bctx)
+	cancel()
 	if err != nil {
 		_ = cur.Close()
 		return nil, fmt.Errorf("audit %s: log bounds: %w", tp, err)
@@ -253,6 +262,9 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	// Kafka cannot deliver past its log end: a commit beyond it (a
 	// topic recreated) leaves those offsets undelivered.
 	delivered := newDeliveredStream(cur, start, min(b.Committed, end))
+	if cfg.KafkaTimeout > 0 {
+		delivered.timeout = cfg.KafkaTimeout + cfg.Kafka.WithDefaults().MaxWait
+	}
 	defer delivered.Close()
 	held, err := cfg.Sink.Offsets(ctx, tp.Topic, tp.Partition)
 	if err != nil {
@@ -260,6 +272,14 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	}
 	defer held.Close()
 	return Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
+}
+
+// kafkaContext is ctx bounded by d, if d is positive.
+func kafkaContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // snapTopics lists the topics the group's keys name, sorted.

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
@@ -16,6 +17,8 @@ type deliveredStream struct {
 	end  int64
 	offs []int64 // the offsets of the batch in hand, copied: its memory is freed at once
 	i    int
+	// timeout bounds each fetch; zero for none.
+	timeout time.Duration
 }
 
 // newDeliveredStream opens cur's records [from, end).
@@ -29,7 +32,7 @@ func (s *deliveredStream) Next(ctx context.Context) (int64, int64, bool, error) 
 		if s.pos >= s.end {
 			return 0, 0, false, nil
 		}
-		b, err := s.cur.Fetch(ctx)
+		b, err := s.fetch(ctx)
 		if err != nil {
 			return 0, 0, false, fmt.Errorf("read %s at %d: %w", s.cur.Partition(), s.pos, err)
 		}
@@ -48,6 +51,20 @@ func (s *deliveredStream) Next(ctx context.Context) (int64, int64, bool, error) 
 	off := s.offs[s.i]
 	s.i++
 	return off, 1, true, nil
+}
+
+// fetch is one Fetch, within the timeout.
+func (s *deliveredStream) fetch(ctx context.Context) (kafka.PolledBatch, error) {
+	if s.timeout <= 0 {
+		return s.cur.Fetch(ctx)
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	b, err := s.cur.Fetch(fctx)
+	if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+		return b, fmt.Errorf("kafka did not answer within %s: %w", s.timeout, err)
+	}
+	return b, err
 }
 
 func (s *deliveredStream) Close() error { return s.cur.Close() }
