@@ -87,7 +87,9 @@ What each sink can be audited for:
 Memory is bounded by the findings, not by the records: both sides are read
 in offset order and merged; each finding lists at most its first 100 ranges
 per partition, with exact counts. A long audit prints its progress on stderr
-at most once a second; stdout holds the report only.
+at most once a second; stdout holds the report only. --kafka-timeout bounds
+each exchange with Kafka (the partitions, the log bounds, each fetch), not the
+whole audit.
 
 Exit status: 0 clean, 1 findings (or etcd, Kafka or the sink failing), 2 bad
 usage: an unknown group, a sink URL that cannot be audited or read (a
