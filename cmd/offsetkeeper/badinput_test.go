@@ -161,9 +161,9 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"audit relative file sink", nil, auditCmd("--sink", "file://data/x"), []string{`--sink "file://data/x"`, "absolute"}, nil},
 		{"audit unknown scheme", nil, auditCmd("--sink", "s3://b/k"), []string{`"s3"`, "want"}, nil},
 		{"audit bad postgres mode", nil, auditCmd("--sink", "postgres://u@h/db?mode=sideways"), []string{"sideways", "raw"}, nil},
-		{"audit bad --topic", nil, auditCmd("--sink", "file:///tmp", "--topic", "orders:x"), []string{`--topic "orders:x"`, `partition "x"`}, nil},
-		{"audit bad -o", nil, auditCmd("--sink", "file:///tmp", "-o", "yaml"), []string{"yaml", "table", "json"}, nil},
-		{"audit zero --kafka-timeout", nil, auditCmd("--sink", "file:///tmp", "--kafka-timeout", "0s"), []string{"--kafka-timeout 0s"}, nil},
+		{"audit bad --topic", nil, auditCmd("--sink", "file:///data", "--topic", "orders:x"), []string{`--topic "orders:x"`, `partition "x"`}, nil},
+		{"audit bad -o", nil, auditCmd("--sink", "file:///data", "-o", "yaml"), []string{"yaml", "table", "json"}, nil},
+		{"audit zero --kafka-timeout", nil, auditCmd("--sink", "file:///data", "--kafka-timeout", "0s"), []string{"--kafka-timeout 0s"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
