@@ -9,6 +9,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -247,10 +248,16 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 		return nil, fmt.Errorf("audit %s: log bounds: %w", tp, err)
 	}
 	b := Bounds{LogStart: start, CheckMissing: caps.Missing}
-	if off, ok := snap.Offsets[cp]; ok {
-		b.Committed = off.Next
+	// The partition's keys again, now, just before its sink is read: in a
+	// running group, blocks committed since the snapshot would otherwise
+	// read as beyond the commit.
+	off, in, err := partitionState(ctx, cfg.Etcd, cfg.Group, cp, snap)
+	if err != nil {
+		_ = cur.Close()
+		return nil, err
 	}
-	if in, ok := snap.Intents[cp]; ok {
+	b.Committed = off
+	if in != nil {
 		b.InFlight = Range{From: in.From, Next: in.Next}
 	} else if next, ok, err := cfg.Sink.SinkNext(ctx, tp.Topic, tp.Partition); err != nil {
 		_ = cur.Close()
@@ -272,6 +279,38 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	}
 	defer held.Close()
 	return Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
+}
+
+// partitionState reads the committed offset and the intent (nil for none)
+// of p. A key that does not parse is taken as the snapshot had it (the
+// snapshot lists it as unreadable).
+func partitionState(ctx context.Context, cli *clientv3.Client, group string, p coordinator.Partition, snap *coordinator.Snapshot) (int64, *coordinator.Intent, error) {
+	keys := coordinator.KeysFor(group)
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(keys.Offsets(p)), clientv3.OpGet(keys.Intent(p))).Commit()
+	if err != nil {
+		return 0, nil, fmt.Errorf("audit %s: read its offsets in etcd: %w", p, err)
+	}
+	next := snap.Offsets[p].Next
+	var intent *coordinator.Intent
+	if in, ok := snap.Intents[p]; ok {
+		intent = &in
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		var o coordinator.Offsets
+		if json.Unmarshal(kvs[0].Value, &o) == nil {
+			next = o.Next
+		}
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		intent = nil
+	} else {
+		var in coordinator.Intent
+		if json.Unmarshal(kvs[0].Value, &in) == nil {
+			intent = &in
+		}
+	}
+	return next, intent, nil
 }
 
 // kafkaContext is ctx bounded by d, if d is positive.
