@@ -47,8 +47,9 @@ etcd. Findings, as offset ranges:
                  "in flight" inside the partition's intent in etcd (a block
                  being written, or a crash before its commit) or, for a
                  postgres sink, below the next offset its own offsets table
-                 holds (committed in the sink, not yet in etcd); else
-                 "beyond the commit"
+                 holds (committed in the sink, not yet in etcd): not a
+                 finding, the next owner replays that range or resumes after
+                 it; else "beyond the commit", a finding
   ABORTED        offsets below the committed offset that the sink holds but
                  that are not delivered records (aborted transactions, or
                  records compacted away since)
@@ -91,7 +92,11 @@ at most once a second; stdout holds the report only. --kafka-timeout bounds
 each exchange with Kafka (the partitions, the log bounds, each fetch), not the
 whole audit.
 
-Exit status: 0 clean, 1 findings (or etcd, Kafka or the sink failing), 2 bad
+A running group can be audited: each partition's offset and intent are read
+again just before its sink, so its blocks being written show as in flight.
+
+Exit status: 0 clean (offsets in flight and unverifiable ones are noted, not
+findings), 1 findings (or etcd, Kafka or the sink failing), 2 bad
 usage: an unknown group, a sink URL that cannot be audited or read (a
 directory or table that is not there, a table without kafka_offset), a
 --topic not in the group.`,
@@ -285,6 +290,9 @@ func (v *auditView) summary() string {
 		unverifiable += p.Unverifiable.Count
 	}
 	var notes []string
+	if flight > 0 && v.rep.Clean() {
+		notes = append(notes, fmt.Sprintf("%d offsets in flight (not findings)", flight))
+	}
 	if unverifiable > 0 {
 		notes = append(notes, fmt.Sprintf("%d offsets below the log start unverifiable", unverifiable))
 	}

@@ -84,7 +84,7 @@ func TestOperatorHelp(t *testing.T) {
 		}},
 		{[]string{"replicas", "list", "--help"}, []string{"LEASE-TTL-LEFT", "CLAIMS", "offsetkeeper replicas list"}},
 		{[]string{"audit", "--help"}, []string{"--sink", "--topic", "--kafka-timeout", "MISSING", "DUPLICATED", "NOT-COMMITTED", "in flight",
-			"ABORTED", "UNVERIFIABLE", "mode=raw", "mode=upsert", "stdout:, discard:", "cannot be audited", "Exit status: 0 clean, 1 findings",
+			"ABORTED", "UNVERIFIABLE", "mode=raw", "mode=upsert", "stdout:, discard:", "cannot be audited", "Exit status: 0 clean", "1 findings", "running group",
 			"offsetkeeper audit --group orders"}},
 	}
 	for _, tc := range tests {
