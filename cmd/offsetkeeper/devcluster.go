@@ -20,29 +20,43 @@ import (
 // devEtcdReadyTimeout bounds the start of dev's etcd.
 const devEtcdReadyTimeout = 30 * time.Second
 
-// startDevEtcd starts a single-member etcd in dir on free loopback ports and
-// returns it with its client address (host:port). Only `dev` runs an
-// embedded etcd; `run` always talks to a real cluster.
-func startDevEtcd(dir string) (*localetcd.Cluster, string, error) {
+// startDevEtcd starts an etcd of members members (1, or 3 for the leader
+// fault) in dir on free loopback ports and returns it with its members'
+// client addresses (host:port). Only `dev` runs an embedded etcd; `run`
+// always talks to a real cluster.
+func startDevEtcd(dir string, members int) (*localetcd.Cluster, []string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
 	defer cancel()
 	c, err := localetcd.Start(ctx, localetcd.Config{
-		Dir:  dir,
-		Name: "dev",
+		Dir:     dir,
+		Members: members,
+		Name:    "dev",
 		Configure: func(_ string, cfg *embed.Config) {
 			cfg.AutoCompactionMode = embed.CompactorModeRevision
 			cfg.AutoCompactionRetention = "10000"
+			if members > 1 {
+				// A lost leader is replaced well within a lease TTL,
+				// yet a loaded machine does not make leadership flap.
+				cfg.TickMs = 50
+				cfg.ElectionMs = 500
+				// The data lives only as long as this run.
+				cfg.UnsafeNoFsync = true
+			}
 		},
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("start embedded etcd: %w", err)
+		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
-	u, err := url.Parse(c.ClientURL(0))
-	if err != nil {
-		c.Close()
-		return nil, "", fmt.Errorf("embedded etcd: client URL: %w", err)
+	var hosts []string
+	for i := range c.Members() {
+		u, err := url.Parse(c.ClientURL(i))
+		if err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("embedded etcd: client URL of member %d: %w", i, err)
+		}
+		hosts = append(hosts, u.Host)
 	}
-	return c, u.Host, nil
+	return c, hosts, nil
 }
 
 // startDevKafka starts kfake, an in-process broker speaking the Kafka
@@ -199,20 +213,16 @@ func (r *recorder) record(b *sinks.Block) {
 
 // tally compares what was written with what was produced: distinct offsets
 // delivered, offsets never delivered, and extra copies.
-func (r *recorder) tally(produced map[int]int64) (delivered, lost, duplicates int64) {
+func (r *recorder) tally(topic string, produced map[int]int64) verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, n := range produced {
-		for off := int64(0); off < n; off++ {
-			if c := r.seen[p][off]; c > 0 {
-				delivered++
-				duplicates += int64(c - 1)
-			} else {
-				lost++
-			}
+	var v verdict
+	for _, p := range sortedKeys(produced) {
+		for off := int64(0); off < produced[p]; off++ {
+			v.note(topic, p, off, r.seen[p][off])
 		}
 	}
-	return delivered, lost, duplicates
+	return v
 }
 
 // distinct is how many different records were written.

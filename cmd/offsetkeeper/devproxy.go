@@ -1,0 +1,333 @@
+//go:build !nodev
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// errDevCut is what a cut-off dial returns.
+var errDevCut = errors.New("cut off by dev --chaos")
+
+// devProxy is a loopback TCP proxy in front of one etcd member for one dev
+// replica, so that --chaos can cut that replica off (etcd-cut), pause it
+// (zombie) or make the member look crashed (leader) without touching the
+// others. The integration harness has a richer one; product code must not
+// import it.
+type devProxy struct {
+	ln     net.Listener
+	target string
+	done   chan struct{} // closed by close: the accept loop ends
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	refuse  bool          // new connections are closed at once
+	resumed chan struct{} // non-nil while paused; closed on resume
+	pairs   map[*devPipe]struct{}
+}
+
+// devPipe is one proxied connection: the replica's side and the member's.
+type devPipe struct {
+	client, server net.Conn
+	done           chan struct{}
+	once           sync.Once
+}
+
+func (p *devPipe) close() {
+	p.once.Do(func() {
+		close(p.done)
+		_ = p.client.Close()
+		_ = p.server.Close()
+	})
+}
+
+func newDevProxy(target string) (*devProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy to %s: %w", target, err)
+	}
+	p := &devProxy{ln: ln, target: target, done: make(chan struct{}), pairs: map[*devPipe]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// addr is where clients connect (host:port).
+func (p *devProxy) addr() string { return p.ln.Addr().String() }
+
+// cut closes every connection; with refuse, new ones are closed at once until
+// restore.
+func (p *devProxy) cut(refuse bool) {
+	p.mu.Lock()
+	p.refuse = refuse
+	pairs := p.pairs
+	p.pairs = map[*devPipe]struct{}{}
+	p.mu.Unlock()
+	for pp := range pairs {
+		pp.close()
+	}
+}
+
+// restore lets new connections through again.
+func (p *devProxy) restore() {
+	p.mu.Lock()
+	p.refuse = false
+	p.mu.Unlock()
+}
+
+// pause holds every byte in both directions, of connections old and new,
+// as a stopped process would, until resume.
+func (p *devProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed == nil {
+		p.resumed = make(chan struct{})
+	}
+}
+
+func (p *devProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
+	}
+}
+
+// close stops accepting, closes every connection and waits for the
+// proxy's goroutines.
+func (p *devProxy) close() {
+	close(p.done)
+	_ = p.ln.Close()
+	p.resume()
+	p.cut(true)
+	p.wg.Wait()
+}
+
+// accept ends when the listener is closed.
+func (p *devProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.refuse
+		p.mu.Unlock()
+		if refuse {
+			_ = c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		pp := &devPipe{client: c, server: s, done: make(chan struct{})}
+		p.mu.Lock()
+		select {
+		case <-p.done:
+			p.mu.Unlock()
+			pp.close()
+			return
+		default:
+		}
+		p.pairs[pp] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pump(pp, c, s)
+		go p.pump(pp, s, c)
+	}
+}
+
+// pump copies src to dst until either side closes; it ends by closing both.
+func (p *devProxy) pump(pp *devPipe, src, dst net.Conn) {
+	defer p.wg.Done()
+	defer func() {
+		pp.close()
+		p.mu.Lock()
+		delete(p.pairs, pp)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.await(pp) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// await waits while the proxy is paused; false if the pipe closed meanwhile.
+func (p *devProxy) await(pp *devPipe) bool {
+	for {
+		p.mu.Lock()
+		resumed := p.resumed
+		p.mu.Unlock()
+		if resumed == nil {
+			return true
+		}
+		select {
+		case <-resumed:
+		case <-pp.done:
+			return false
+		}
+	}
+}
+
+// devDialer opens a replica's Kafka connections (replica.Kafka.Dial) and can
+// cut them all (kafka-cut). It cuts at the dialer rather than through a
+// proxy: the replica learns the brokers' addresses from metadata, and kfake
+// advertises its own listeners, so a proxy seeded as the bootstrap broker
+// would be bypassed after the first metadata response.
+type devDialer struct {
+	mu    sync.Mutex
+	cutOn bool
+	conns map[*devConn]struct{}
+}
+
+func newDevDialer() *devDialer { return &devDialer{conns: map[*devConn]struct{}{}} }
+
+// dial is replica.Kafka.Dial.
+func (d *devDialer) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	cut := d.cutOn
+	d.mu.Unlock()
+	if cut {
+		return nil, fmt.Errorf("dial %s: %w", address, errDevCut)
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	dc := &devConn{Conn: c, d: d}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cutOn {
+		_ = c.Close()
+		return nil, fmt.Errorf("dial %s: %w", address, errDevCut)
+	}
+	d.conns[dc] = struct{}{}
+	return dc, nil
+}
+
+// cut closes every connection and refuses new ones until restore.
+func (d *devDialer) cut() {
+	d.mu.Lock()
+	d.cutOn = true
+	conns := d.conns
+	d.conns = map[*devConn]struct{}{}
+	d.mu.Unlock()
+	for c := range conns {
+		_ = c.Conn.Close()
+	}
+}
+
+func (d *devDialer) restore() {
+	d.mu.Lock()
+	d.cutOn = false
+	d.mu.Unlock()
+}
+
+// devConn forgets itself in its dialer when closed.
+type devConn struct {
+	net.Conn
+	d *devDialer
+}
+
+func (c *devConn) Close() error {
+	c.d.mu.Lock()
+	delete(c.d.conns, c)
+	c.d.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// devGate holds a dev replica's sink writes while it is paused (zombie):
+// they go on, late, once it resumes, as a stopped process's would.
+type devGate struct {
+	mu      sync.Mutex
+	resumed chan struct{} // non-nil while paused
+}
+
+func (g *devGate) pause() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resumed == nil {
+		g.resumed = make(chan struct{})
+	}
+}
+
+func (g *devGate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resumed != nil {
+		close(g.resumed)
+		g.resumed = nil
+	}
+}
+
+// wait returns once the gate is open, or ctx's error.
+func (g *devGate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	resumed := g.resumed
+	g.mu.Unlock()
+	if resumed == nil {
+		return nil
+	}
+	select {
+	case <-resumed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// gatedSink is one dev replica's view of the shared sink, through its gate.
+// It is a sinks.Wrapper, so the inner sink's upgrades stay visible.
+type gatedSink struct {
+	inner sinks.Sink
+	gate  *devGate
+}
+
+// Unwrap returns the inner sink (sinks.Wrapper).
+func (s *gatedSink) Unwrap() sinks.Sink { return s.inner }
+
+// Write waits for the gate, then writes.
+func (s *gatedSink) Write(ctx context.Context, b *sinks.Block) error {
+	if err := s.gate.wait(ctx); err != nil {
+		return fmt.Errorf("write %s/%d at %d: %w", b.Topic, b.Partition, b.From, err)
+	}
+	return s.inner.Write(ctx, b)
+}
+
+// WriteBlocks (sinks.BatchWriter) waits for the gate, then writes through
+// the inner sink's batching.
+func (s *gatedSink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	if err := s.gate.wait(ctx); err != nil {
+		errs := make([]error, len(blocks))
+		for i := range errs {
+			errs[i] = fmt.Errorf("write blocks: %w", err)
+		}
+		return errs
+	}
+	return sinks.WriteBlocks(ctx, s.inner, blocks)
+}
+
+// Close does nothing: the shared sink is closed by dev.
+func (s *gatedSink) Close() error { return nil }
