@@ -45,20 +45,29 @@ const faultHelp = `  kill       crash a replica (no block finished, nothing rele
 
 // parseFaults parses --faults: "all" or a comma list of allFaults.
 func parseFaults(s string) ([]string, error) {
-	var out []string
+	on := map[string]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		switch {
 		case f == "all":
-			out = append(out, allFaults...)
+			for _, a := range allFaults {
+				on[a] = true
+			}
 		case slices.Contains(allFaults, f):
-			out = append(out, f)
+			on[f] = true
 		default:
 			return nil, usagef("--faults %q: unknown fault %q; want all or a comma list of %s", s, f, strings.Join(allFaults, ", "))
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	// In the menu's order, whatever the order given: the deck, and so
+	// --seed, then do not depend on how the list was written.
+	var out []string
+	for _, f := range allFaults {
+		if on[f] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // devChaos injects dev's faults. Faults are dealt from a deck: a seeded

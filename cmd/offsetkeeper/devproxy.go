@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -282,20 +283,22 @@ func (g *devGate) resume() {
 	}
 }
 
-// wait returns once the gate is open, or ctx's error.
-func (g *devGate) wait(ctx context.Context) error {
+// devLateWrite bounds a write that a pause held, once it goes on.
+const devLateWrite = 10 * time.Second
+
+// wait returns once the gate is open, with the context to write with. A
+// write the gate held goes on whatever became of ctx meanwhile, as one a
+// stopped process had started would when it resumes: the late write that
+// fencing must refuse, or make harmless.
+func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc) {
 	g.mu.Lock()
 	resumed := g.resumed
 	g.mu.Unlock()
 	if resumed == nil {
-		return nil
+		return ctx, func() {}
 	}
-	select {
-	case <-resumed:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	<-resumed
+	return context.WithTimeout(context.WithoutCancel(ctx), devLateWrite)
 }
 
 // gatedSink is one dev replica's view of the shared sink, through its gate.
@@ -310,22 +313,16 @@ func (s *gatedSink) Unwrap() sinks.Sink { return s.inner }
 
 // Write waits for the gate, then writes.
 func (s *gatedSink) Write(ctx context.Context, b *sinks.Block) error {
-	if err := s.gate.wait(ctx); err != nil {
-		return fmt.Errorf("write %s/%d at %d: %w", b.Topic, b.Partition, b.From, err)
-	}
+	ctx, cancel := s.gate.wait(ctx)
+	defer cancel()
 	return s.inner.Write(ctx, b)
 }
 
 // WriteBlocks (sinks.BatchWriter) waits for the gate, then writes through
 // the inner sink's batching.
 func (s *gatedSink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
-	if err := s.gate.wait(ctx); err != nil {
-		errs := make([]error, len(blocks))
-		for i := range errs {
-			errs[i] = fmt.Errorf("write blocks: %w", err)
-		}
-		return errs
-	}
+	ctx, cancel := s.gate.wait(ctx)
+	defer cancel()
 	return sinks.WriteBlocks(ctx, s.inner, blocks)
 }
 
