@@ -198,7 +198,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
+	defer etcd.close()
 	endpoint := strings.Join(endpoints, ",")
 	broker, brokers, err := startDevKafka(o.topic, o.partitions)
 	if err != nil {

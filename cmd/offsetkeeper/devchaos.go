@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/localetcd"
 )
 
 // The faults of dev --chaos, in the order the report counts them.
@@ -81,7 +80,7 @@ type devChaos struct {
 	faults []string
 	rng    *rand.Rand
 	fleet  *devFleet
-	etcd   *localetcd.Cluster
+	etcd   *devEtcd
 	coord  *coordinator.Coordinator
 	topic  string
 	ttl    time.Duration
@@ -99,7 +98,7 @@ type devChaos struct {
 	leaderDown bool
 }
 
-func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *localetcd.Cluster, coord *coordinator.Coordinator, topic string, ttl time.Duration, out io.Writer) *devChaos {
+func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *devEtcd, coord *coordinator.Coordinator, topic string, ttl time.Duration, out io.Writer) *devChaos {
 	return &devChaos{
 		faults: faults,
 		rng:    rand.New(rand.NewPCG(seed, seed)),
@@ -271,14 +270,12 @@ func (c *devChaos) stopLeader() (string, bool, error) {
 	c.leaderDown = true
 	c.mu.Unlock()
 	c.fleet.memberDown(l)
-	c.etcd.Stop(l)
+	c.etcd.stop(l)
 	c.later(c.ttl, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
 		defer cancel()
-		if err := c.etcd.Restart(ctx, l); err != nil {
+		if err := c.etcd.restart(ctx, l); err != nil {
 			fmt.Fprintf(c.out, "fault leader: restart etcd member %d: %v\n", l, err)
-		} else if err := c.etcd.WaitReady(ctx, l); err != nil {
-			fmt.Fprintf(c.out, "fault leader: etcd member %d: %v\n", l, err)
 		}
 		c.fleet.memberUp(l)
 		c.mu.Lock()
