@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -314,16 +315,17 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 				time.Since(started).Round(time.Millisecond), seed, rec.replayed())
 			if chaos != nil {
 				fmt.Fprintf(stderr, "faults:  %s\n", chaos.summary())
+				if slices.Contains(o.faults, faultZombie) {
+					fmt.Fprintf(stderr, "zombies: %d late writes, %d refused by the sink\n", fleet.late.writes.Load(), fleet.late.refused.Load())
+				}
 			}
 			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), v.delivered, v.lost, v.duplicates)
 			if fail := v.failure(o.target.scheme == "postgres"); fail != "" {
-				fmt.Fprintf(stderr, "FAILED: %s\nseed:    %d (dev --chaos --seed %d repeats the order of the faults)\n", fail, seed, seed)
+				var history []string
 				if chaos != nil {
-					fmt.Fprintln(stderr, "faults in order:")
-					for _, f := range chaos.faultsInOrder() {
-						fmt.Fprintln(stderr, "  "+f)
-					}
+					history = chaos.faultsInOrder()
 				}
+				reportFailure(stderr, fail, seed, history)
 				return fmt.Errorf("%s (seed %d)", fail, seed)
 			}
 			if o.hold {
@@ -399,6 +401,19 @@ func (v *verdict) note(topic string, p int, off int64, c int) {
 		if c > 1 && v.firstDuplicate == "" {
 			v.firstDuplicate = fmt.Sprintf("%s/%d at offset %d (%d copies)", topic, p, off, c)
 		}
+	}
+}
+
+// reportFailure prints what a failed run needs to be understood and
+// repeated: the first violation, the seed and the faults in order.
+func reportFailure(w io.Writer, fail string, seed uint64, faults []string) {
+	fmt.Fprintf(w, "FAILED:  %s\nseed:    %d (--seed %d repeats the order of the faults)\n", fail, seed, seed)
+	if len(faults) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "faults in order:")
+	for _, f := range faults {
+		fmt.Fprintln(w, "  "+f)
 	}
 }
 
@@ -489,6 +504,7 @@ type devFleet struct {
 	members []string // etcd members' client addresses, host:port
 	sink    sinks.Sink
 	log     *zap.Logger
+	late    devLate // a zombie's held writes
 
 	mu      sync.Mutex
 	next    int
@@ -554,7 +570,7 @@ func (f *devFleet) start(ctx context.Context) error {
 	}
 	d.cli = cli
 	cfg.Kafka.Dial = d.kafka.dial
-	r, err := replica.New(cfg, cli, &gatedSink{inner: f.sink, gate: d.gate}, f.log)
+	r, err := replica.New(cfg, cli, &gatedSink{inner: f.sink, gate: d.gate, late: &f.late}, f.log)
 	if err != nil {
 		d.close()
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -286,19 +287,36 @@ func (g *devGate) resume() {
 // devLateWrite bounds a write that a pause held, once it goes on.
 const devLateWrite = 10 * time.Second
 
-// wait returns once the gate is open, with the context to write with. A
-// write the gate held goes on whatever became of ctx meanwhile, as one a
-// stopped process had started would when it resumes: the late write that
-// fencing must refuse, or make harmless.
-func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc) {
+// wait returns once the gate is open, with the context to write with and
+// whether the write was held. A held write goes on whatever became of ctx
+// meanwhile, as one a stopped process had started would when it resumes:
+// the late write that fencing must refuse, or make harmless.
+func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc, bool) {
 	g.mu.Lock()
 	resumed := g.resumed
 	g.mu.Unlock()
 	if resumed == nil {
-		return ctx, func() {}
+		return ctx, func() {}, false
 	}
 	<-resumed
-	return context.WithTimeout(context.WithoutCancel(ctx), devLateWrite)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), devLateWrite)
+	return ctx, cancel, true
+}
+
+// devLate counts the writes a pause held, and those of them the sink
+// refused, over all the replicas of a run.
+type devLate struct {
+	writes, refused atomic.Int64
+}
+
+func (l *devLate) note(errs ...error) {
+	l.writes.Add(1)
+	for _, err := range errs {
+		if err != nil {
+			l.refused.Add(1)
+			return
+		}
+	}
 }
 
 // gatedSink is one dev replica's view of the shared sink, through its gate.
@@ -306,6 +324,7 @@ func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc
 type gatedSink struct {
 	inner sinks.Sink
 	gate  *devGate
+	late  *devLate
 }
 
 // Unwrap returns the inner sink (sinks.Wrapper).
@@ -313,17 +332,25 @@ func (s *gatedSink) Unwrap() sinks.Sink { return s.inner }
 
 // Write waits for the gate, then writes.
 func (s *gatedSink) Write(ctx context.Context, b *sinks.Block) error {
-	ctx, cancel := s.gate.wait(ctx)
+	ctx, cancel, held := s.gate.wait(ctx)
 	defer cancel()
-	return s.inner.Write(ctx, b)
+	err := s.inner.Write(ctx, b)
+	if held {
+		s.late.note(err)
+	}
+	return err
 }
 
 // WriteBlocks (sinks.BatchWriter) waits for the gate, then writes through
 // the inner sink's batching.
 func (s *gatedSink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
-	ctx, cancel := s.gate.wait(ctx)
+	ctx, cancel, held := s.gate.wait(ctx)
 	defer cancel()
-	return sinks.WriteBlocks(ctx, s.inner, blocks)
+	errs := sinks.WriteBlocks(ctx, s.inner, blocks)
+	if held {
+		s.late.note(errs...)
+	}
+	return errs
 }
 
 // Close does nothing: the shared sink is closed by dev.
