@@ -316,7 +316,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			if chaos != nil {
 				fmt.Fprintf(stderr, "faults:  %s\n", chaos.summary())
 				if slices.Contains(o.faults, faultZombie) {
-					fmt.Fprintf(stderr, "zombies: %d late writes, %d refused by the sink\n", fleet.late.writes.Load(), fleet.late.refused.Load())
+					fmt.Fprintf(stderr, "zombies: %s\n", &fleet.late)
 				}
 			}
 			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), v.delivered, v.lost, v.duplicates)
@@ -669,24 +669,36 @@ func (f *devFleet) memberUp(i int) {
 }
 
 // cutEtcd cuts replica d off from every etcd member, or restores it (but
-// not to a member the leader fault keeps down).
-func (f *devFleet) cutEtcd(d *devReplica, cut bool) {
+// not to a member the leader fault keeps down); it says how many
+// connections it cut.
+func (f *devFleet) cutEtcd(d *devReplica, cut bool) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	n := 0
 	for i, p := range d.proxies {
 		switch {
 		case cut:
-			p.cut(true)
+			n += p.cut(true)
 		case !f.down[i]:
 			p.restore()
 		}
 	}
+	return n
 }
 
 // pause stops replica d as SIGSTOP would, as far as etcd and the sink can
-// tell: its etcd bytes and its sink writes are held until resume.
-func (d *devReplica) pause() {
-	d.gate.pause()
+// tell: its etcd bytes and its sink writes are held until resume. The sink
+// is held first and etcd once a write is held (or after wait): the zombie
+// that fencing exists for is the one stopped in the middle of a block, its
+// intent written, its write to come.
+func (d *devReplica) pause(wait time.Duration) {
+	arrived := d.gate.pause()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-arrived:
+	case <-t.C:
+	}
 	for _, p := range d.proxies {
 		p.pause()
 	}

@@ -95,6 +95,14 @@ func devChaosAll(t *testing.T, args ...string) cliResult {
 		t.Logf("stderr:\n%s", r.stderr)
 	}
 	t.Logf("faults: %v", counts)
+	// The zombie is paused in the middle of a block (its sink write held),
+	// so that its write lands late, after its lease expired.
+	m := regexp.MustCompile(`(?m)^zombies: (\d+) late writes.*$`).FindStringSubmatch(r.stderr)
+	if m == nil || m[1] == "0" {
+		t.Errorf("no late write of a zombie (%q)\nstderr:\n%s", m, r.stderr)
+	} else {
+		t.Log(m[0])
+	}
 	return r
 }
 

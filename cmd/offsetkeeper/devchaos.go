@@ -151,30 +151,30 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 		}
 		return id, true, nil
 	case faultZombie:
-		return c.hold(2*c.ttl, func(d *devReplica) func() {
-			d.pause()
-			return d.resume
+		return c.hold(2*c.ttl, func(d *devReplica) (func(), string) {
+			d.pause(c.ttl)
+			return d.resume, "paused"
 		})
 	case faultEtcdCut:
-		return c.hold(2*c.ttl, func(d *devReplica) func() {
-			c.fleet.cutEtcd(d, true)
-			return func() { c.fleet.cutEtcd(d, false) }
+		return c.hold(2*c.ttl, func(d *devReplica) (func(), string) {
+			n := c.fleet.cutEtcd(d, true)
+			return func() { c.fleet.cutEtcd(d, false) }, fmt.Sprintf("%d connections cut", n)
 		})
 	case faultKafkaCut:
-		return c.hold(c.ttl, func(d *devReplica) func() {
-			d.kafka.cut()
-			return d.kafka.restore
+		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
+			n := d.kafka.cut()
+			return d.kafka.restore, fmt.Sprintf("%d connections cut", n)
 		})
 	case faultDrain:
-		return c.hold(c.ttl, func(d *devReplica) func() {
+		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
 			id := d.r.ID()
 			if err := c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, true) }); err != nil {
-				return nil
+				return nil, ""
 			}
 			return func() {
 				// Gone (killed) or rejoined (a lost session) is undrained.
 				_ = c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, false) })
-			}
+			}, "draining"
 		})
 	case faultLeader:
 		return c.stopLeader()
@@ -208,8 +208,8 @@ func (c *devChaos) pick() (int, *devReplica) {
 
 // hold runs a lasting fault on one replica, one replica at a time: do
 // starts it and returns its undo (nil: it did not start), run after d or at
-// finish.
-func (c *devChaos) hold(d time.Duration, do func(*devReplica) func()) (string, bool, error) {
+// finish, and a note for the fault's line.
+func (c *devChaos) hold(d time.Duration, do func(*devReplica) (func(), string)) (string, bool, error) {
 	c.mu.Lock()
 	busy := c.held != ""
 	c.mu.Unlock()
@@ -220,7 +220,7 @@ func (c *devChaos) hold(d time.Duration, do func(*devReplica) func()) (string, b
 	if r == nil {
 		return "", false, nil
 	}
-	undo := do(r)
+	undo, note := do(r)
 	if undo == nil {
 		return "", false, nil
 	}
@@ -234,7 +234,7 @@ func (c *devChaos) hold(d time.Duration, do func(*devReplica) func()) (string, b
 		c.held = ""
 		c.mu.Unlock()
 	})
-	return fmt.Sprintf("%s for %s", id, d), true, nil
+	return fmt.Sprintf("%s for %s (%s)", id, d, note), true, nil
 }
 
 // later runs undo after d, or at once when finish is called.

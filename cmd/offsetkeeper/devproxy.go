@@ -63,9 +63,9 @@ func newDevProxy(target string) (*devProxy, error) {
 // addr is where clients connect (host:port).
 func (p *devProxy) addr() string { return p.ln.Addr().String() }
 
-// cut closes every connection; with refuse, new ones are closed at once until
-// restore.
-func (p *devProxy) cut(refuse bool) {
+// cut closes every connection and says how many; with refuse, new ones are
+// closed at once until restore.
+func (p *devProxy) cut(refuse bool) int {
 	p.mu.Lock()
 	p.refuse = refuse
 	pairs := p.pairs
@@ -74,6 +74,7 @@ func (p *devProxy) cut(refuse bool) {
 	for pp := range pairs {
 		pp.close()
 	}
+	return len(pairs)
 }
 
 // restore lets new connections through again.
@@ -229,8 +230,9 @@ func (d *devDialer) dial(ctx context.Context, network, address string) (net.Conn
 	return dc, nil
 }
 
-// cut closes every connection and refuses new ones until restore.
-func (d *devDialer) cut() {
+// cut closes every connection, says how many, and refuses new ones until
+// restore.
+func (d *devDialer) cut() int {
 	d.mu.Lock()
 	d.cutOn = true
 	conns := d.conns
@@ -239,6 +241,7 @@ func (d *devDialer) cut() {
 	for c := range conns {
 		_ = c.Conn.Close()
 	}
+	return len(conns)
 }
 
 func (d *devDialer) restore() {
@@ -265,14 +268,17 @@ func (c *devConn) Close() error {
 type devGate struct {
 	mu      sync.Mutex
 	resumed chan struct{} // non-nil while paused
+	arrived chan struct{} // closed when a write is first held by this pause
 }
 
-func (g *devGate) pause() {
+// pause holds the writes to come; the channel is closed once one is held.
+func (g *devGate) pause() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.resumed == nil {
-		g.resumed = make(chan struct{})
+		g.resumed, g.arrived = make(chan struct{}), make(chan struct{})
 	}
+	return g.arrived
 }
 
 func (g *devGate) resume() {
@@ -294,6 +300,13 @@ const devLateWrite = 10 * time.Second
 func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc, bool) {
 	g.mu.Lock()
 	resumed := g.resumed
+	if resumed != nil {
+		select {
+		case <-g.arrived:
+		default:
+			close(g.arrived)
+		}
+	}
 	g.mu.Unlock()
 	if resumed == nil {
 		return ctx, func() {}, false
@@ -303,20 +316,33 @@ func (g *devGate) wait(ctx context.Context) (context.Context, context.CancelFunc
 	return ctx, cancel, true
 }
 
-// devLate counts the writes a pause held, and those of them the sink
-// refused, over all the replicas of a run.
+// devLate counts the writes a pause held, and how the sink took them, over
+// all the replicas of a run.
 type devLate struct {
-	writes, refused atomic.Int64
+	writes, fenced, failed atomic.Int64
 }
 
+// note counts one held write (one call, of one block or several) by its
+// worst outcome: fenced, failed otherwise, or stored.
 func (l *devLate) note(errs ...error) {
 	l.writes.Add(1)
+	failed := false
 	for _, err := range errs {
-		if err != nil {
-			l.refused.Add(1)
+		if errors.Is(err, sinks.ErrFenced) {
+			l.fenced.Add(1)
 			return
 		}
+		failed = failed || err != nil
 	}
+	if failed {
+		l.failed.Add(1)
+	}
+}
+
+// String is the zombies' line of the report.
+func (l *devLate) String() string {
+	w, f, e := l.writes.Load(), l.fenced.Load(), l.failed.Load()
+	return fmt.Sprintf("%d late writes: %d fenced by the sink, %d failed otherwise, %d stored", w, f, e, w-f-e)
 }
 
 // gatedSink is one dev replica's view of the shared sink, through its gate.
