@@ -122,6 +122,7 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"dev --faults without --chaos", nil, []string{"dev", "--faults", "kill"}, []string{`--faults "kill"`, "only with --chaos"}, nil},
 		{"dev zero --duration", nil, []string{"dev", "--chaos", "--duration", "0s"}, []string{"--duration 0s", "positive"}, nil},
 		{"dev negative --duration", nil, []string{"dev", "--duration", "-5s"}, []string{"--duration -5s", "positive"}, nil},
+		{"dev --duration past --timeout", nil, []string{"dev", "--chaos", "--duration", "2m", "--timeout", "1m"}, []string{"--duration 2m0s", "--timeout 1m0s"}, nil},
 
 		// offsets describe.
 		{"describe bad --topics", nil, describe("--topics", "a b"), []string{"--topics", `"a b"`}, nil},

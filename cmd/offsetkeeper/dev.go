@@ -158,6 +158,8 @@ func (o *devOptions) validate() error {
 		return usagef("--chaos-every %s: want at least 100ms", o.chaosEvery)
 	case o.duration <= 0:
 		return usagef("--duration %s: want a positive duration", o.duration)
+	case (o.chaos || o.durationSet) && o.duration >= o.timeout:
+		return usagef("--duration %s: want less than --timeout %s, which bounds the whole run", o.duration, o.timeout)
 	}
 	if err := validTopic(o.topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)

@@ -31,9 +31,9 @@ var allFaults = []string{faultKill, faultZombie, faultLeader, faultEtcdCut, faul
 
 // faultHelp is the menu of --faults, for --help.
 const faultHelp = `  kill       crash a replica (no block finished, nothing released) and start a fresh one
-  zombie     pause a replica (its etcd traffic and sink writes held) for twice
-             --lease-ttl, then resume it: it must find itself fenced, its
-             late writes refused or harmless
+  zombie     pause a replica in the middle of a block (its sink write held,
+             then its etcd traffic) for twice --lease-ttl, then resume it: it
+             must find itself fenced, its late write refused or harmless
   leader     crash the etcd leader (of three members) and restart it --lease-ttl later
   etcd-cut   cut a replica off from etcd for twice --lease-ttl
   kafka-cut  cut a replica off from Kafka for --lease-ttl
