@@ -83,6 +83,9 @@ func faultCounts(t *testing.T, r cliResult) map[string]int {
 // each kind happened at least once, and that nothing was lost (devRun).
 func devChaosAll(t *testing.T, args ...string) cliResult {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a 20s chaos run")
+	}
 	r := devRun(t, 3*time.Minute, 3000, append([]string{"--chaos", "--faults", "all", "--duration", "20s",
 		"--chaos-every", "1s", "--messages", "3000"}, args...)...)
 	counts := faultCounts(t, r)

@@ -35,7 +35,7 @@ const faultHelp = `  kill       crash a replica (no block finished, nothing rele
              then its etcd traffic) for twice --lease-ttl, then resume it: it
              must find itself fenced, its late write refused or harmless
   leader     crash the etcd leader (of three members) and restart it --lease-ttl later
-  etcd-cut   cut a replica off from etcd for twice --lease-ttl
+  etcd-cut   cut a replica off from etcd for 1.5 times --lease-ttl
   kafka-cut  cut a replica off from Kafka for --lease-ttl
   reset      'offsets reset' a partition live to an earlier offset (records
              delivered again: duplicates allowed, except with postgres)
@@ -156,7 +156,9 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 			return d.resume, "paused"
 		})
 	case faultEtcdCut:
-		return c.hold(2*c.ttl, func(d *devReplica) (func(), string) {
+		// Past the lease, so that the replica loses it; shorter than a
+		// zombie's pause, to leave the other faults time.
+		return c.hold(c.ttl*3/2, func(d *devReplica) (func(), string) {
 			n := c.fleet.cutEtcd(d, true)
 			return func() { c.fleet.cutEtcd(d, false) }, fmt.Sprintf("%d connections cut", n)
 		})
