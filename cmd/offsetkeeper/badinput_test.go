@@ -117,6 +117,13 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"dev bad --topic", nil, []string{"dev", "--topic", "bad topic"}, []string{"--topic", `"bad topic"`, "A-Z a-z 0-9 . _ -"}, nil},
 		{"dev bad --replicas", nil, []string{"dev", "--replicas", "x"}, []string{`--replicas "x"`, "whole number"}, nil},
 		{"dev bad --seed", nil, []string{"dev", "--seed", "-1"}, []string{`--seed "-1"`, "0 or more"}, nil},
+		{"dev unknown fault", nil, []string{"dev", "--chaos", "--faults", "kill,meteor"},
+			[]string{`--faults "kill,meteor"`, `unknown fault "meteor"`, "kill, zombie, leader, etcd-cut, kafka-cut, reset, release, drain"}, nil},
+		{"dev empty fault", nil, []string{"dev", "--chaos", "--faults", ""}, []string{`--faults ""`, `unknown fault ""`}, nil},
+		{"dev --faults without --chaos", nil, []string{"dev", "--faults", "kill"}, []string{`--faults "kill"`, "only with --chaos"}, nil},
+		{"dev zero --duration", nil, []string{"dev", "--chaos", "--duration", "0s"}, []string{"--duration 0s", "positive"}, nil},
+		{"dev negative --duration", nil, []string{"dev", "--duration", "-5s"}, []string{"--duration -5s", "positive"}, nil},
+		{"dev --duration past --timeout", nil, []string{"dev", "--chaos", "--duration", "2m", "--timeout", "1m"}, []string{"--duration 2m0s", "--timeout 1m0s"}, nil},
 
 		// offsets describe.
 		{"describe bad --topics", nil, describe("--topics", "a b"), []string{"--topics", `"a b"`}, nil},

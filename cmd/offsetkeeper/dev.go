@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,12 +46,16 @@ type devOptions struct {
 	sink       string
 	chaos      bool
 	chaosEvery time.Duration
+	faultsFlag string
+	duration   time.Duration
 	hold       bool
 	timeout    time.Duration
 	leaseTTL   time.Duration
 	seed       uint64
 
-	target sinkTarget
+	target      sinkTarget
+	faults      []string // parsed --faults
+	durationSet bool     // --duration given
 }
 
 func newDevCommand() *cobra.Command {
@@ -64,18 +70,29 @@ Kafka-protocol broker (kfake) with a topic of --partitions partitions,
 
 It prints the endpoints first, so that a second terminal can point the CLI at
 them, then one progress line a second: produced, in sink, committed, lag and
-the claims of each replica. With --chaos a random replica is crashed every
---chaos-every (stopped without finishing its block, releasing its claims or
-revoking its lease, so its lease must expire) and a fresh one is started.
+the claims of each replica.
+
+With --chaos, every --chaos-every one fault of --faults (default all) is
+dealt at random from a seeded deck (each kind once per round; --seed repeats
+the order), for --duration, over which the producer spreads --messages:
+
+` + faultHelp + `
+
+Each fault is printed on stderr as it happens (time, fault, target); after
+--duration the faults stop, those that last are undone, and the run waits for
+everything to be committed. The leader fault makes etcd three members.
 
 When every record is committed it reads the sink back and prints, as its last
-line, produced=N delivered=N lost=L duplicates=D. The exit status is 0 only
-when L is 0 (1 on a timeout). --hold keeps the cluster running afterwards,
-until SIGINT or SIGTERM.
+line, produced=N delivered=N lost=L duplicates=D, and on stderr the count of
+each fault. The exit status is 0 only when L is 0 and, with a postgres sink,
+D is 0; otherwise (1) it prints the seed, the faults in order and the first
+violation. 1 on a timeout as well; 2 for bad usage. --hold keeps the cluster
+running afterwards, until SIGINT or SIGTERM.
 
 Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 		Example: `  offsetkeeper dev
   offsetkeeper dev --chaos --messages 50000
+  offsetkeeper dev --chaos --faults zombie,leader --duration 30s --seed 42
   offsetkeeper dev --sink stdout: --messages 10 --replicas 1
   offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the printed endpoints`,
 		Args: noArgs,
@@ -89,8 +106,10 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.StringVar(&o.topic, "topic", "events", "topic name")
 	fs.StringVar(&o.group, "group", "dev", "group name")
 	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp+" (default: file:// in a new temporary folder)")
-	fs.BoolVar(&o.chaos, "chaos", false, "crash a random replica every --chaos-every and start a fresh one")
-	fs.DurationVar(&o.chaosEvery, "chaos-every", 2*time.Second, "time between crashes with --chaos")
+	fs.BoolVar(&o.chaos, "chaos", false, "inject a random fault of --faults every --chaos-every")
+	fs.DurationVar(&o.chaosEvery, "chaos-every", 2*time.Second, "time between faults with --chaos")
+	fs.StringVar(&o.faultsFlag, "faults", "all", "faults of --chaos: all or a comma list of "+strings.Join(allFaults, ", "))
+	fs.DurationVar(&o.duration, "duration", 15*time.Second, "with --chaos (or if given), produce --messages over this long, then stop the faults and wait for everything committed")
 	fs.BoolVar(&o.hold, "hold", false, "keep running after the report, until SIGINT or SIGTERM")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "replicas' lease TTL: a crashed replica's partitions move after this")
@@ -104,11 +123,18 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 // and an earlier run's epochs would fence this one (postgres), or its
 // deduplication tokens drop this run's blocks of the same ranges
 // (clickhouse).
-func (o *devOptions) complete(*cobra.Command) error {
+func (o *devOptions) complete(cmd *cobra.Command) error {
 	var err error
 	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
 	}
+	if cmd.Flags().Changed("faults") && !o.chaos {
+		return usagef("--faults %q: only with --chaos", o.faultsFlag)
+	}
+	if o.faults, err = parseFaults(o.faultsFlag); err != nil {
+		return err
+	}
+	o.durationSet = cmd.Flags().Changed("duration")
 	if (o.target.scheme == "postgres" || o.target.scheme == "clickhouse") && o.group == "dev" {
 		o.group = fmt.Sprintf("dev-%d", time.Now().UnixNano())
 	}
@@ -130,6 +156,10 @@ func (o *devOptions) validate() error {
 		return usagef("--timeout %s: want a positive duration", o.timeout)
 	case o.chaosEvery < 100*time.Millisecond:
 		return usagef("--chaos-every %s: want at least 100ms", o.chaosEvery)
+	case o.duration <= 0:
+		return usagef("--duration %s: want a positive duration", o.duration)
+	case (o.chaos || o.durationSet) && o.duration >= o.timeout:
+		return usagef("--duration %s: want less than --timeout %s, which bounds the whole run", o.duration, o.timeout)
 	}
 	if err := validTopic(o.topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)
@@ -153,21 +183,26 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 
 	tmp, err := os.MkdirTemp("", "offsetkeeper-dev-")
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: temporary folder: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	if o.target.scheme == "" {
 		dir, err := os.MkdirTemp("", "offsetkeeper-dev-sink-")
 		if err != nil {
-			return err
+			return fmt.Errorf("dev: sink folder: %w", err)
 		}
 		o.target = sinkTarget{scheme: "file", dir: dir}
 	}
-	etcd, endpoint, err := startDevEtcd(tmp)
+	members := 1
+	if o.chaos && slices.Contains(o.faults, faultLeader) {
+		members = 3 // a quorum that survives its leader
+	}
+	etcd, endpoints, err := startDevEtcd(tmp, members)
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
+	defer etcd.close()
+	endpoint := strings.Join(endpoints, ",")
 	broker, brokers, err := startDevKafka(o.topic, o.partitions)
 	if err != nil {
 		return err
@@ -192,7 +227,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		FlushInterval: 200 * time.Millisecond,
 		Version:       version,
 	}
-	fleet := &devFleet{cfg: cfg, endpoint: endpoint, sink: rec, log: log}
+	fleet := &devFleet{cfg: cfg, members: endpoints, sink: rec, log: log, down: map[int]bool{}}
 	defer fleet.stopAll()
 	for range o.replicas {
 		if err := fleet.start(ctx); err != nil {
@@ -209,27 +244,36 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 
-	prod := newDevProducer(brokers, o.topic, o.partitions)
-	prodDone := make(chan error, 1)
-	rate := o.rate
-	if o.chaos && rate == 0 {
-		// Crashes need records in flight: spread them over ~15 s.
-		rate = max(1000, o.messages/15)
-		fmt.Fprintf(stderr, "chaos: producing %d records/s, a crash every %s\n", rate, o.chaosEvery)
-	}
-	go func() { prodDone <- prod.run(deadline, o.messages, rate) }()
-	producing := true
-
 	seed := o.seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	rng := rand.New(rand.NewPCG(seed, seed))
-	chaos := time.NewTicker(o.chaosEvery)
-	defer chaos.Stop()
+	var chaos *devChaos
+	if o.chaos {
+		chaos = newDevChaos(o.faults, seed, fleet, etcd, coord, o.topic, o.leaseTTL, stderr)
+		defer chaos.finish()
+	}
+
+	prod := newDevProducer(brokers, o.topic, o.partitions)
+	prodDone := make(chan error, 1)
+	rate := o.rate
+	if rate == 0 && (o.chaos || o.durationSet) {
+		// Faults need records in flight: spread them over --duration.
+		rate = max(1, int((int64(o.messages)*int64(time.Second)+int64(o.duration)-1)/int64(o.duration)))
+	}
+	if o.chaos {
+		fmt.Fprintf(stderr, "chaos:   seed %d, faults %s, one every %s for %s, producing %d records/s\n",
+			seed, strings.Join(o.faults, ","), o.chaosEvery, o.duration, rate)
+	}
+	go func() { prodDone <- prod.run(deadline, o.messages, rate) }()
+	producing := true
+
+	ticker := time.NewTicker(o.chaosEvery)
+	defer ticker.Stop()
+	faultsOver := time.After(o.duration)
+	faulting := o.chaos
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
-	crashes := 0
 
 	for {
 		select {
@@ -243,20 +287,21 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			if err != nil {
 				return err
 			}
-		case <-chaos.C:
-			// Crash while records are still on their way to the sink.
-			if !o.chaos || (!producing && rec.distinct() >= prod.total()) {
+		case <-faultsOver:
+			if faulting {
+				faulting = false
+				chaos.finish()
+				fmt.Fprintf(stderr, "chaos:   faults over after %s; waiting for everything committed\n", o.duration)
+			}
+		case <-ticker.C:
+			if !faulting {
 				continue
 			}
-			if n := fleet.size(); n > 0 {
-				fleet.crash(rng.IntN(n))
-				crashes++
-				if err := fleet.start(ctx); err != nil {
-					return err
-				}
+			if err := chaos.tick(ctx); err != nil {
+				return err
 			}
 		case <-progress.C:
-			line, done := o.progress(ctx, coord, prod, rec, fleet, producing)
+			line, done := o.progress(ctx, coord, prod, rec, fleet, producing || faulting)
 			fmt.Fprintln(stderr, line)
 			if !done {
 				continue
@@ -264,15 +309,26 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			if !o.hold {
 				fleet.stopAll()
 			}
-			delivered, lost, dups, err := o.readBack(ctx, prod.counts(), rec)
+			v, err := o.readBack(ctx, prod.counts(), rec)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stderr, "elapsed=%s crashes=%d seed=%d replays=%d\n",
-				time.Since(started).Round(time.Millisecond), crashes, seed, rec.replayed())
-			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), delivered, lost, dups)
-			if lost > 0 {
-				return fmt.Errorf("%d records lost", lost)
+			fmt.Fprintf(stderr, "elapsed=%s seed=%d replays=%d\n",
+				time.Since(started).Round(time.Millisecond), seed, rec.replayed())
+			if chaos != nil {
+				fmt.Fprintf(stderr, "faults:  %s\n", chaos.summary())
+				if slices.Contains(o.faults, faultZombie) {
+					fmt.Fprintf(stderr, "zombies: %s\n", &fleet.late)
+				}
+			}
+			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), v.delivered, v.lost, v.duplicates)
+			if fail := v.failure(o.target.scheme == "postgres"); fail != "" {
+				var history []string
+				if chaos != nil {
+					history = chaos.faultsInOrder()
+				}
+				reportFailure(stderr, fail, seed, history)
+				return fmt.Errorf("%s (seed %d)", fail, seed)
 			}
 			if o.hold {
 				fmt.Fprintln(stderr, "holding: etcd, Kafka and the replicas stay up until SIGINT or SIGTERM")
@@ -314,10 +370,59 @@ func (o *devOptions) status(ctx context.Context, coord *coordinator.Coordinator,
 		produced, rec.distinct(), committed, produced-committed, strings.Join(per, ","))
 }
 
+// verdict is what readBack found: counts, and the first lost and first
+// duplicated record (partition/offset), if any.
+type verdict struct {
+	delivered, lost, duplicates int64
+	firstLost, firstDuplicate   string
+}
+
+// failure says what makes the run fail, "" if nothing: a lost record, or
+// with exactlyOnce (a postgres sink) a duplicate.
+func (v verdict) failure(exactlyOnce bool) string {
+	switch {
+	case v.lost > 0:
+		return fmt.Sprintf("%d records lost, the first %s", v.lost, v.firstLost)
+	case exactlyOnce && v.duplicates > 0:
+		return fmt.Sprintf("%d duplicates in a sink that must have none, the first %s", v.duplicates, v.firstDuplicate)
+	}
+	return ""
+}
+
+// note counts c copies of record p/off.
+func (v *verdict) note(topic string, p int, off int64, c int) {
+	switch {
+	case c == 0:
+		v.lost++
+		if v.firstLost == "" {
+			v.firstLost = fmt.Sprintf("%s/%d at offset %d", topic, p, off)
+		}
+	default:
+		v.delivered++
+		v.duplicates += int64(c - 1)
+		if c > 1 && v.firstDuplicate == "" {
+			v.firstDuplicate = fmt.Sprintf("%s/%d at offset %d (%d copies)", topic, p, off, c)
+		}
+	}
+}
+
+// reportFailure prints what a failed run needs to be understood and
+// repeated: the first violation, the seed and the faults in order.
+func reportFailure(w io.Writer, fail string, seed uint64, faults []string) {
+	fmt.Fprintf(w, "FAILED:  %s\nseed:    %d (--seed %d repeats the order of the faults)\n", fail, seed, seed)
+	if len(faults) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "faults in order:")
+	for _, f := range faults {
+		fmt.Fprintln(w, "  "+f)
+	}
+}
+
 // readBack counts what the sink holds: a file sink or a raw-mode postgres
 // sink by reading it (what any reader of it sees), other sinks from what was
 // written to them.
-func (o *devOptions) readBack(ctx context.Context, produced map[int]int64, rec *recorder) (delivered, lost, duplicates int64, err error) {
+func (o *devOptions) readBack(ctx context.Context, produced map[int]int64, rec *recorder) (verdict, error) {
 	var read func(p int) ([]sinks.Record, error)
 	switch {
 	case o.target.scheme == "file":
@@ -327,34 +432,39 @@ func (o *devOptions) readBack(ctx context.Context, produced map[int]int64, rec *
 	case o.target.scheme == "clickhouse":
 		read = func(p int) ([]sinks.Record, error) { return clickhouse.ReadAll(ctx, o.target.url, o.topic, p) }
 	default:
-		d, l, dups := rec.tally(produced)
-		return d, l, dups, nil
+		return rec.tally(o.topic, produced), nil
 	}
-	for p, n := range produced {
+	var v verdict
+	for _, p := range sortedKeys(produced) {
+		n := produced[p]
 		records, err := read(p)
 		if errors.Is(err, postgres.ErrURL) || errors.Is(err, clickhouse.ErrURL) {
 			// A columns-mode table keeps no offsets to read back.
-			d, l, dups := rec.tally(produced)
-			return d, l, dups, nil
+			return rec.tally(o.topic, produced), nil
 		}
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("read the sink back: %w", err)
+			return verdict{}, fmt.Errorf("read the sink back: %s/%d: %w", o.topic, p, err)
 		}
 		seen := make(map[int64]int, len(records))
 		for _, r := range records {
 			seen[r.Offset]++
 		}
 		for off := int64(0); off < n; off++ {
-			switch c := seen[off]; {
-			case c == 0:
-				lost++
-			default:
-				delivered++
-				duplicates += int64(c - 1)
-			}
+			v.note(o.topic, p, off, seen[off])
 		}
 	}
-	return delivered, lost, duplicates, nil
+	return v, nil
+}
+
+// sortedKeys are m's partitions in order, so the first violation is the
+// same from one reading to the next.
+func sortedKeys(m map[int]int64) []int {
+	ks := make([]int, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func (t sinkTarget) String() string {
@@ -388,27 +498,44 @@ func committedAll(ctx context.Context, c *coordinator.Coordinator, topic string,
 }
 
 // devFleet runs in-process replicas, each with its own etcd client, as
-// separate processes would.
+// separate processes would. Each replica reaches every etcd member through a
+// proxy of its own and Kafka through a dialer of its own, and writes through
+// a gate of its own, so that --chaos can fault one replica at a time.
 type devFleet struct {
-	cfg      replica.Config
-	endpoint string
-	sink     *recorder
-	log      *zap.Logger
+	cfg     replica.Config
+	members []string // etcd members' client addresses, host:port
+	sink    sinks.Sink
+	log     *zap.Logger
+	late    devLate // a zombie's held writes
 
 	mu      sync.Mutex
 	next    int
+	down    map[int]bool // etcd members stopped by the leader fault
 	running []*devReplica
 }
 
 type devReplica struct {
-	r      *replica.Replica
-	cli    *clientv3.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	r       *replica.Replica
+	cli     *clientv3.Client
+	proxies []*devProxy // to etcd member i
+	kafka   *devDialer
+	gate    *devGate
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
+// client is an etcd client of dev itself (the progress lines and the
+// operator's faults), straight to the members.
 func (f *devFleet) client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{f.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return devClient(f.members)
+}
+
+func devClient(endpoints []string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client of %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
 }
 
 func (f *devFleet) size() int {
@@ -418,22 +545,41 @@ func (f *devFleet) size() int {
 }
 
 func (f *devFleet) start(ctx context.Context) error {
-	cli, err := f.client()
-	if err != nil {
-		return err
-	}
+	d := &devReplica{kafka: newDevDialer(), gate: &devGate{}, done: make(chan struct{})}
 	f.mu.Lock()
 	f.next++
 	cfg := f.cfg
 	cfg.ReplicaID = fmt.Sprintf("dev-%d", f.next)
+	var endpoints []string
+	for i, m := range f.members {
+		p, err := newDevProxy(m)
+		if err != nil {
+			f.mu.Unlock()
+			d.closeProxies()
+			return err
+		}
+		if f.down[i] {
+			p.cut(true)
+		}
+		d.proxies = append(d.proxies, p)
+		endpoints = append(endpoints, p.addr())
+	}
 	f.mu.Unlock()
-	r, err := replica.New(cfg, cli, f.sink, f.log)
+	cli, err := devClient(endpoints)
 	if err != nil {
-		cli.Close()
+		d.closeProxies()
 		return err
 	}
+	d.cli = cli
+	cfg.Kafka.Dial = d.kafka.dial
+	r, err := replica.New(cfg, cli, &gatedSink{inner: f.sink, gate: d.gate, late: &f.late}, f.log)
+	if err != nil {
+		d.close()
+		return err
+	}
+	d.r = r
 	rctx, cancel := context.WithCancel(ctx)
-	d := &devReplica{r: r, cli: cli, cancel: cancel, done: make(chan struct{})}
+	d.cancel = cancel
 	go func() {
 		defer close(d.done)
 		_ = r.Run(rctx)
@@ -454,6 +600,18 @@ func (f *devFleet) ids() []string {
 	return out
 }
 
+// find is the running replica id, or nil.
+func (f *devFleet) find(id string) *devReplica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.running {
+		if d.r.ID() == id {
+			return d
+		}
+	}
+	return nil
+}
+
 func (f *devFleet) take(i int) *devReplica {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -467,21 +625,103 @@ func (f *devFleet) take(i int) *devReplica {
 func (f *devFleet) crash(i int) {
 	d := f.take(i)
 	d.r.Kill()
+	d.gate.resume() // a write held by a pause must not hold Run
 	<-d.done
 	d.cancel()
-	d.cli.Close()
+	d.close()
 }
 
 // stop stops replica i as SIGTERM would.
 func (f *devFleet) stop(i int) {
 	d := f.take(i)
+	d.gate.resume()
+	for _, p := range d.proxies {
+		p.resume()
+	}
 	d.cancel()
 	<-d.done
-	d.cli.Close()
+	d.close()
 }
 
 func (f *devFleet) stopAll() {
 	for f.size() > 0 {
 		f.stop(0)
+	}
+}
+
+// memberDown makes etcd member i look crashed to every replica, now and to
+// those started later: connections cut, new ones refused.
+func (f *devFleet) memberDown(i int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[i] = true
+	for _, d := range f.running {
+		d.proxies[i].cut(true)
+	}
+}
+
+// memberUp undoes memberDown.
+func (f *devFleet) memberUp(i int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.down, i)
+	for _, d := range f.running {
+		d.proxies[i].restore()
+	}
+}
+
+// cutEtcd cuts replica d off from every etcd member, or restores it (but
+// not to a member the leader fault keeps down); it says how many
+// connections it cut.
+func (f *devFleet) cutEtcd(d *devReplica, cut bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for i, p := range d.proxies {
+		switch {
+		case cut:
+			n += p.cut(true)
+		case !f.down[i]:
+			p.restore()
+		}
+	}
+	return n
+}
+
+// pause stops replica d as SIGSTOP would, as far as etcd and the sink can
+// tell: its etcd bytes and its sink writes are held until resume. The sink
+// is held first and etcd once a write is held (or after wait): the zombie
+// that fencing exists for is the one stopped in the middle of a block, its
+// intent written, its write to come.
+func (d *devReplica) pause(wait time.Duration) {
+	arrived := d.gate.pause()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-arrived:
+	case <-t.C:
+	}
+	for _, p := range d.proxies {
+		p.pause()
+	}
+}
+
+func (d *devReplica) resume() {
+	for _, p := range d.proxies {
+		p.resume()
+	}
+	d.gate.resume()
+}
+
+func (d *devReplica) close() {
+	if d.cli != nil {
+		_ = d.cli.Close()
+	}
+	d.closeProxies()
+}
+
+func (d *devReplica) closeProxies() {
+	for _, p := range d.proxies {
+		p.close()
 	}
 }

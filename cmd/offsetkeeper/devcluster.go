@@ -20,29 +20,110 @@ import (
 // devEtcdReadyTimeout bounds the start of dev's etcd.
 const devEtcdReadyTimeout = 30 * time.Second
 
-// startDevEtcd starts a single-member etcd in dir on free loopback ports and
-// returns it with its client address (host:port). Only `dev` runs an
-// embedded etcd; `run` always talks to a real cluster.
-func startDevEtcd(dir string) (*localetcd.Cluster, string, error) {
+// devEtcd is dev's embedded etcd. Its members reach each other through
+// proxies, so that a stopped member's peer connections are cut at once, as a
+// crash would, and none outlives Close (an embedded member leaves its peers'
+// HTTP connections open).
+type devEtcd struct {
+	*localetcd.Cluster
+	mu    sync.Mutex
+	peers map[int]*devProxy // in front of member i's peer address
+}
+
+// startDevEtcd starts an etcd of members members (1, or 3 for the leader
+// fault) in dir on free loopback ports and returns it with its members'
+// client addresses (host:port). Only `dev` runs an embedded etcd; `run`
+// always talks to a real cluster.
+func startDevEtcd(dir string, members int) (*devEtcd, []string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
 	defer cancel()
+	e := &devEtcd{peers: map[int]*devProxy{}}
 	c, err := localetcd.Start(ctx, localetcd.Config{
-		Dir:  dir,
-		Name: "dev",
+		Dir:       dir,
+		Members:   members,
+		Name:      "dev",
+		Advertise: e.advertise,
 		Configure: func(_ string, cfg *embed.Config) {
 			cfg.AutoCompactionMode = embed.CompactorModeRevision
 			cfg.AutoCompactionRetention = "10000"
+			if members > 1 {
+				// A lost leader is replaced well within a lease TTL,
+				// yet a loaded machine does not make leadership flap.
+				cfg.TickMs = 50
+				cfg.ElectionMs = 500
+				// The data lives only as long as this run.
+				cfg.UnsafeNoFsync = true
+			}
 		},
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("start embedded etcd: %w", err)
+		e.closePeers()
+		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
-	u, err := url.Parse(c.ClientURL(0))
+	e.Cluster = c
+	var hosts []string
+	for i := range c.Members() {
+		u, err := url.Parse(c.ClientURL(i))
+		if err != nil {
+			e.close()
+			return nil, nil, fmt.Errorf("embedded etcd: client URL of member %d: %w", i, err)
+		}
+		hosts = append(hosts, u.Host)
+	}
+	return e, hosts, nil
+}
+
+// advertise puts a proxy in front of member i's peer address
+// (localetcd.Config.Advertise), closing that of an earlier try to start.
+func (e *devEtcd) advertise(i int, client, peer string) (string, string, error) {
+	p, err := newDevProxy(peer)
 	if err != nil {
-		c.Close()
-		return nil, "", fmt.Errorf("embedded etcd: client URL: %w", err)
+		return "", "", fmt.Errorf("peer proxy of member %d: %w", i, err)
 	}
-	return c, u.Host, nil
+	e.mu.Lock()
+	old := e.peers[i]
+	e.peers[i] = p
+	e.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	return client, p.addr(), nil
+}
+
+// stop crashes member i: its peers' connections to it are cut with it.
+func (e *devEtcd) stop(i int) {
+	e.mu.Lock()
+	p := e.peers[i]
+	e.mu.Unlock()
+	p.cut(true)
+	e.Stop(i)
+}
+
+// restart starts member i again and waits until it is ready.
+func (e *devEtcd) restart(ctx context.Context, i int) error {
+	if err := e.Restart(ctx, i); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.peers[i].restore()
+	e.mu.Unlock()
+	return e.WaitReady(ctx, i)
+}
+
+// close stops every member, then their proxies.
+func (e *devEtcd) close() {
+	e.Cluster.Close()
+	e.closePeers()
+}
+
+func (e *devEtcd) closePeers() {
+	e.mu.Lock()
+	peers := e.peers
+	e.peers = map[int]*devProxy{}
+	e.mu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
 }
 
 // startDevKafka starts kfake, an in-process broker speaking the Kafka
@@ -199,20 +280,16 @@ func (r *recorder) record(b *sinks.Block) {
 
 // tally compares what was written with what was produced: distinct offsets
 // delivered, offsets never delivered, and extra copies.
-func (r *recorder) tally(produced map[int]int64) (delivered, lost, duplicates int64) {
+func (r *recorder) tally(topic string, produced map[int]int64) verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, n := range produced {
-		for off := int64(0); off < n; off++ {
-			if c := r.seen[p][off]; c > 0 {
-				delivered++
-				duplicates += int64(c - 1)
-			} else {
-				lost++
-			}
+	var v verdict
+	for _, p := range sortedKeys(produced) {
+		for off := int64(0); off < produced[p]; off++ {
+			v.note(topic, p, off, r.seen[p][off])
 		}
 	}
-	return delivered, lost, duplicates
+	return v
 }
 
 // distinct is how many different records were written.

@@ -85,9 +85,9 @@ func TestRecorderKeepsUpgrades(t *testing.T) {
 	if n := rec.distinct(); n != 3 {
 		t.Fatalf("recorded %d distinct records, want 3 (the refused block not counted)", n)
 	}
-	delivered, lost, dups := rec.tally(map[int]int64{0: 2, 1: 1, 9: 1})
-	if delivered != 3 || lost != 1 || dups != 0 {
-		t.Fatalf("tally = %d delivered, %d lost, %d duplicates; want 3, 1, 0", delivered, lost, dups)
+	v := rec.tally("t", map[int]int64{0: 2, 1: 1, 9: 1})
+	if v.delivered != 3 || v.lost != 1 || v.duplicates != 0 || v.firstLost != "t/9 at offset 0" {
+		t.Fatalf("tally = %+v, want 3 delivered, 1 lost (t/9 at offset 0), 0 duplicates", v)
 	}
 
 	if err := s.Write(context.Background(), blocks[1]); err != nil {

@@ -108,6 +108,7 @@ func TestHelp(t *testing.T) {
 			"--replicas", "--partitions", "--messages", "--rate", "--chaos", "--chaos-every", "--sink", "--hold",
 			"--timeout", "--seed", "produced=N delivered=N lost=L duplicates=D",
 			"offsetkeeper dev --chaos --messages 50000",
+			"--faults", "--duration", "kill", "zombie", "leader", "etcd-cut", "kafka-cut", "reset", "release", "drain",
 		}},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,415 @@
+//go:build !nodev
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
+)
+
+// The faults of dev --chaos, in the order the report counts them.
+const (
+	faultKill     = "kill"
+	faultZombie   = "zombie"
+	faultLeader   = "leader"
+	faultEtcdCut  = "etcd-cut"
+	faultKafkaCut = "kafka-cut"
+	faultReset    = "reset"
+	faultRelease  = "release"
+	faultDrain    = "drain"
+)
+
+var allFaults = []string{faultKill, faultZombie, faultLeader, faultEtcdCut, faultKafkaCut, faultReset, faultRelease, faultDrain}
+
+// faultHelp is the menu of --faults, for --help.
+const faultHelp = `  kill       crash a replica (no block finished, nothing released) and start a fresh one
+  zombie     pause a replica in the middle of a block (its sink write held,
+             then its etcd traffic) for twice --lease-ttl, then resume it: it
+             must find itself fenced, its late write refused or harmless
+  leader     crash the etcd leader (of three members) and restart it --lease-ttl later
+  etcd-cut   cut a replica off from etcd for 1.5 times --lease-ttl
+  kafka-cut  cut a replica off from Kafka for --lease-ttl
+  reset      'offsets reset' a partition live to an earlier offset (records
+             delivered again: duplicates allowed, except with postgres)
+  release    'claims release' a partition
+  drain      'replicas drain' a replica, undone --lease-ttl later`
+
+// parseFaults parses --faults: "all" or a comma list of allFaults.
+func parseFaults(s string) ([]string, error) {
+	on := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "all":
+			for _, a := range allFaults {
+				on[a] = true
+			}
+		case slices.Contains(allFaults, f):
+			on[f] = true
+		default:
+			return nil, usagef("--faults %q: unknown fault %q; want all or a comma list of %s", s, f, strings.Join(allFaults, ", "))
+		}
+	}
+	// In the menu's order, whatever the order given: the deck, and so
+	// --seed, then do not depend on how the list was written.
+	var out []string
+	for _, f := range allFaults {
+		if on[f] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// devChaos injects dev's faults. Faults are dealt from a deck: a seeded
+// shuffle of the enabled kinds, dealt one per tick and shuffled again when
+// empty, so that every kind comes up in every round and --seed repeats the
+// order. A fault that cannot run now (a second etcd leader down, a second
+// replica held) waits in the deck for a later tick. Faults that last (zombie,
+// leader, etcd-cut, kafka-cut, drain) are undone by a goroutine of their
+// own, which finish ends early and waits for.
+type devChaos struct {
+	faults []string
+	rng    *rand.Rand
+	fleet  *devFleet
+	etcd   *devEtcd
+	coord  *coordinator.Coordinator
+	topic  string
+	ttl    time.Duration
+	out    io.Writer
+	start  time.Time
+
+	deck   []string
+	stop   chan struct{} // closed by finish: undo every fault now
+	undone sync.WaitGroup
+
+	mu         sync.Mutex
+	history    []string       // faults in order, as printed
+	counts     map[string]int // faults done, by kind
+	held       string         // replica under a lasting fault, or ""
+	leaderDown bool
+}
+
+func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *devEtcd, coord *coordinator.Coordinator, topic string, ttl time.Duration, out io.Writer) *devChaos {
+	return &devChaos{
+		faults: faults,
+		rng:    rand.New(rand.NewPCG(seed, seed)),
+		fleet:  fleet, etcd: etcd, coord: coord, topic: topic, ttl: ttl, out: out,
+		start:  time.Now(),
+		stop:   make(chan struct{}),
+		counts: map[string]int{},
+	}
+}
+
+// tick deals the next fault that can run now and runs it.
+func (c *devChaos) tick(ctx context.Context) error {
+	if len(c.deck) == 0 {
+		c.deck = slices.Clone(c.faults)
+		c.rng.Shuffle(len(c.deck), func(i, j int) { c.deck[i], c.deck[j] = c.deck[j], c.deck[i] })
+	}
+	for i, f := range c.deck {
+		target, ok, err := c.inject(ctx, f)
+		if err != nil {
+			return fmt.Errorf("fault %s: %w", f, err)
+		}
+		if !ok {
+			continue
+		}
+		c.deck = slices.Delete(c.deck, i, i+1)
+		c.mu.Lock()
+		line := fmt.Sprintf("%6.1fs %-9s %s", time.Since(c.start).Seconds(), f, target)
+		c.history = append(c.history, strings.TrimSpace(line))
+		c.counts[f]++
+		c.mu.Unlock()
+		fmt.Fprintln(c.out, "fault "+line)
+		return nil
+	}
+	return nil
+}
+
+// inject starts fault f; ok is false when it cannot run now. An error is
+// one dev cannot go on after (a replica that does not start).
+func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool, err error) {
+	switch f {
+	case faultKill:
+		i, d := c.pick()
+		if d == nil {
+			return "", false, nil
+		}
+		id := d.r.ID()
+		c.fleet.crash(i)
+		if err := c.fleet.start(ctx); err != nil {
+			return "", false, err
+		}
+		return id, true, nil
+	case faultZombie:
+		return c.hold(2*c.ttl, func(d *devReplica) (func(), string) {
+			d.pause(c.ttl)
+			return d.resume, "paused"
+		})
+	case faultEtcdCut:
+		// Past the lease, so that the replica loses it; shorter than a
+		// zombie's pause, to leave the other faults time.
+		return c.hold(c.ttl*3/2, func(d *devReplica) (func(), string) {
+			n := c.fleet.cutEtcd(d, true)
+			return func() { c.fleet.cutEtcd(d, false) }, fmt.Sprintf("%d connections cut", n)
+		})
+	case faultKafkaCut:
+		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
+			n := d.kafka.cut()
+			return d.kafka.restore, fmt.Sprintf("%d connections cut", n)
+		})
+	case faultDrain:
+		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
+			id := d.r.ID()
+			if err := c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, true) }); err != nil {
+				return nil, ""
+			}
+			return func() {
+				// Gone (killed) or rejoined (a lost session) is undrained.
+				_ = c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, false) })
+			}, "draining"
+		})
+	case faultLeader:
+		return c.stopLeader()
+	case faultReset:
+		return c.reset()
+	case faultRelease:
+		return c.release()
+	}
+	return "", false, fmt.Errorf("unknown fault %q", f)
+}
+
+// pick is a random running replica not under a lasting fault.
+func (c *devChaos) pick() (int, *devReplica) {
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	c.fleet.mu.Lock()
+	defer c.fleet.mu.Unlock()
+	var free []int
+	for i, d := range c.fleet.running {
+		if d.r.ID() != held {
+			free = append(free, i)
+		}
+	}
+	if len(free) == 0 {
+		return 0, nil
+	}
+	i := free[c.rng.IntN(len(free))]
+	return i, c.fleet.running[i]
+}
+
+// hold runs a lasting fault on one replica, one replica at a time: do
+// starts it and returns its undo (nil: it did not start), run after d or at
+// finish, and a note for the fault's line.
+func (c *devChaos) hold(d time.Duration, do func(*devReplica) (func(), string)) (string, bool, error) {
+	c.mu.Lock()
+	busy := c.held != ""
+	c.mu.Unlock()
+	if busy {
+		return "", false, nil
+	}
+	_, r := c.pick()
+	if r == nil {
+		return "", false, nil
+	}
+	undo, note := do(r)
+	if undo == nil {
+		return "", false, nil
+	}
+	id := r.r.ID()
+	c.mu.Lock()
+	c.held = id
+	c.mu.Unlock()
+	c.later(d, func() {
+		undo()
+		c.mu.Lock()
+		c.held = ""
+		c.mu.Unlock()
+	})
+	return fmt.Sprintf("%s for %s (%s)", id, d, note), true, nil
+}
+
+// later runs undo after d, or at once when finish is called.
+func (c *devChaos) later(d time.Duration, undo func()) {
+	c.undone.Add(1)
+	go func() {
+		defer c.undone.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.stop:
+		}
+		undo()
+	}()
+}
+
+// stopLeader crashes the etcd leader, and restarts it after a TTL. The
+// replicas' proxies to it are cut too: an embedded member drains its
+// streams for seconds when closed, where a crashed one would not.
+func (c *devChaos) stopLeader() (string, bool, error) {
+	c.mu.Lock()
+	down := c.leaderDown
+	c.mu.Unlock()
+	if down || c.etcd.Members() < 3 {
+		return "", false, nil
+	}
+	l := c.etcd.Leader()
+	if l < 0 {
+		return "", false, nil // electing: try later
+	}
+	c.mu.Lock()
+	c.leaderDown = true
+	c.mu.Unlock()
+	c.fleet.memberDown(l)
+	c.etcd.stop(l)
+	c.later(c.ttl, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
+		defer cancel()
+		if err := c.etcd.restart(ctx, l); err != nil {
+			fmt.Fprintf(c.out, "fault leader: restart etcd member %d: %v\n", l, err)
+		}
+		c.fleet.memberUp(l)
+		c.mu.Lock()
+		c.leaderDown = false
+		c.mu.Unlock()
+	})
+	return fmt.Sprintf("etcd member %d for %s", l, c.ttl), true, nil
+}
+
+// reset is the operator's live `offsets reset` of a random partition to an
+// offset up to 200 records before its committed one, through the same
+// fenced transaction as the CLI's (Coordinator.ResetOffsets).
+func (c *devChaos) reset() (string, bool, error) {
+	snap, err := c.snapshot()
+	if err != nil {
+		return "", false, nil
+	}
+	var parts []coordinator.Partition
+	for p, o := range snap.Offsets {
+		if p.Topic == c.topic && o.Next > 0 {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return "", false, nil
+	}
+	sortPartitions(parts)
+	p := parts[c.rng.IntN(len(parts))]
+	seen := snap.Offsets[p]
+	to := max(0, seen.Next-1-c.rng.Int64N(200))
+	if err := c.admin(func(ctx context.Context) error {
+		_, err := c.coord.ResetOffsets(ctx, p, to, seen)
+		return err
+	}); err != nil {
+		return "", false, nil // a conflict or etcd away: another tick
+	}
+	return fmt.Sprintf("%s from %d to %d", p, seen.Next, to), true, nil
+}
+
+// release is the operator's `claims release` of a random claimed partition;
+// the request is cleared once served (or at finish), as the CLI's --wait
+// does.
+func (c *devChaos) release() (string, bool, error) {
+	snap, err := c.snapshot()
+	if err != nil {
+		return "", false, nil
+	}
+	var parts []coordinator.Partition
+	for p := range snap.Claims {
+		if p.Topic == c.topic {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return "", false, nil
+	}
+	sortPartitions(parts)
+	p := parts[c.rng.IntN(len(parts))]
+	var epoch int64
+	if err := c.admin(func(ctx context.Context) error {
+		var err error
+		epoch, err = c.coord.RequestRelease(ctx, p)
+		return err
+	}); err != nil {
+		return "", false, nil
+	}
+	c.undone.Add(1)
+	go func() {
+		defer c.undone.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*c.ttl)
+		defer cancel()
+		_ = poll(ctx, 50*time.Millisecond, func() (bool, error) {
+			select {
+			case <-c.stop:
+				return true, nil
+			default:
+			}
+			s, err := c.coord.Snapshot(ctx)
+			if err != nil {
+				return false, nil
+			}
+			cl, ok := s.Claims[p]
+			return ok && cl.Epoch != epoch, nil
+		})
+		_ = c.admin(func(ctx context.Context) error { return c.coord.ClearRelease(ctx, p) })
+	}()
+	return fmt.Sprintf("%s (%s, epoch %d)", p, snap.Claims[p].Replica, epoch), true, nil
+}
+
+func (c *devChaos) snapshot() (*coordinator.Snapshot, error) {
+	var snap *coordinator.Snapshot
+	err := c.admin(func(ctx context.Context) error {
+		var err error
+		snap, err = c.coord.Snapshot(ctx)
+		return err
+	})
+	return snap, err
+}
+
+// admin runs one operator call, bounded as the CLI's --etcd-timeout would.
+func (c *devChaos) admin(call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return call(ctx)
+}
+
+// finish undoes every lasting fault and waits until they are undone.
+func (c *devChaos) finish() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.undone.Wait()
+}
+
+// summary is the count of each enabled fault: "kill=2 zombie=1 ...".
+func (c *devChaos) summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	for _, f := range allFaults {
+		if slices.Contains(c.faults, f) {
+			parts = append(parts, fmt.Sprintf("%s=%d", f, c.counts[f]))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// faultsInOrder are the faults as they happened, one a line.
+func (c *devChaos) faultsInOrder() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.history)
+}
