@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/audit"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
@@ -309,7 +311,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			if !o.hold {
 				fleet.stopAll()
 			}
-			v, err := o.readBack(ctx, prod.counts(), rec)
+			v, err := o.verdict(ctx, watcher, brokers, prod.counts(), rec)
 			if err != nil {
 				return err
 			}
@@ -320,6 +322,9 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 				if slices.Contains(o.faults, faultZombie) {
 					fmt.Fprintf(stderr, "zombies: %s\n", &fleet.late)
 				}
+			}
+			if v.by != "" {
+				fmt.Fprintf(stderr, "verdict: %s\n", v.by)
 			}
 			fmt.Fprintf(stdout, "produced=%d delivered=%d lost=%d duplicates=%d\n", prod.total(), v.delivered, v.lost, v.duplicates)
 			if fail := v.failure(o.target.scheme == "postgres"); fail != "" {
@@ -375,6 +380,7 @@ func (o *devOptions) status(ctx context.Context, coord *coordinator.Coordinator,
 type verdict struct {
 	delivered, lost, duplicates int64
 	firstLost, firstDuplicate   string
+	by                          string // how it was found: the audit, or reading back
 }
 
 // failure says what makes the run fail, "" if nothing: a lost record, or
@@ -417,6 +423,58 @@ func reportFailure(w io.Writer, fail string, seed uint64, faults []string) {
 	for _, f := range faults {
 		fmt.Fprintln(w, "  "+f)
 	}
+}
+
+// verdict is what the audit finds in the sink (offsetkeeper audit: the
+// sink against Kafka and etcd), for a sink it can read; for others what
+// readBack counts. The producer's counts bound the run: every record it
+// produced is delivered and committed before the verdict is taken.
+func (o *devOptions) verdict(ctx context.Context, cli *clientv3.Client, brokers []string, produced map[int]int64, rec *recorder) (verdict, error) {
+	raw := o.target.url
+	if o.target.scheme == "file" {
+		raw = "file://" + o.target.dir
+	}
+	s, err := audit.OpenSink(ctx, raw, redactURL(raw), o.group)
+	if errors.Is(err, audit.ErrSinkUnsupported) || errors.Is(err, audit.ErrSinkUnreadable) {
+		return o.readBack(ctx, produced, rec)
+	}
+	if err != nil {
+		return verdict{}, fmt.Errorf("audit the sink: %w", err)
+	}
+	defer s.Close()
+	rep, err := audit.Run(ctx, audit.Config{Etcd: cli, Group: o.group, Kafka: kafka.Config{Brokers: brokers}, KafkaTimeout: 30 * time.Second,
+		Sink: s, Scope: []audit.Scope{{Topic: o.topic}}})
+	if err != nil {
+		return verdict{}, fmt.Errorf("audit the sink: %w", err)
+	}
+	v := auditVerdict(rep, produced)
+	v.by = "audit of " + redactURL(raw)
+	return v, nil
+}
+
+// auditVerdict is the verdict of an audit report; a record produced but
+// past a partition's committed offset (which the run waits for) is lost.
+func auditVerdict(rep *audit.Report, produced map[int]int64) verdict {
+	var v verdict
+	for i := range rep.Partitions {
+		p := &rep.Partitions[i]
+		v.lost += p.Missing.Count
+		v.duplicates += p.Copies
+		v.delivered += p.Delivered - p.Missing.Count
+		if len(p.Missing.Ranges) > 0 && v.firstLost == "" {
+			v.firstLost = fmt.Sprintf("%s/%d at offset %d", p.Topic, p.Partition, p.Missing.Ranges[0].From)
+		}
+		if len(p.Duplicated.Ranges) > 0 && v.firstDuplicate == "" {
+			v.firstDuplicate = fmt.Sprintf("%s/%d at offset %d", p.Topic, p.Partition, p.Duplicated.Ranges[0].From)
+		}
+		if short := produced[p.Partition] - p.Committed; short > 0 {
+			v.lost += short
+			if v.firstLost == "" {
+				v.firstLost = fmt.Sprintf("%s/%d at offset %d (not committed)", p.Topic, p.Partition, p.Committed)
+			}
+		}
+	}
+	return v
 }
 
 // readBack counts what the sink holds: a file sink or a raw-mode postgres

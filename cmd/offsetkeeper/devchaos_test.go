@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -137,5 +139,29 @@ func TestDevProxy(t *testing.T) {
 	_ = c3.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if got, err := bufio.NewReader(c3).ReadString('\n'); err != nil || got != "d\n" {
 		t.Fatalf("after restore echo = %q, %v", got, err)
+	}
+}
+
+// TestAuditVerdict: dev's verdict line counts what the audit found: its
+// missing records and extra copies, and records produced past a
+// partition's committed offset as lost; it names the first of each.
+func TestAuditVerdict(t *testing.T) {
+	rep := &audit.Report{Partitions: []audit.Partition{
+		{Topic: "events", Partition: 0, Committed: 100, Delivered: 100},
+		{Topic: "events", Partition: 1, Committed: 100, Delivered: 100,
+			Missing:    audit.Ranges{Count: 3, Ranges: []audit.Range{{From: 7, Next: 10}}},
+			Duplicated: audit.Ranges{Count: 2, Ranges: []audit.Range{{From: 20, Next: 22}}}, Copies: 2},
+		{Topic: "events", Partition: 2, Committed: 90, Delivered: 90},
+	}}
+	v := auditVerdict(rep, map[int]int64{0: 100, 1: 100, 2: 100})
+	if v.lost != 13 || v.duplicates != 2 || v.delivered != 287 {
+		t.Fatalf("lost %d, duplicates %d, delivered %d: want 13, 2, 287", v.lost, v.duplicates, v.delivered)
+	}
+	if v.firstLost != "events/1 at offset 7" || v.firstDuplicate != "events/1 at offset 20" {
+		t.Fatalf("first lost %q, first duplicate %q", v.firstLost, v.firstDuplicate)
+	}
+	clean := auditVerdict(&audit.Report{Partitions: rep.Partitions[:1]}, map[int]int64{0: 100})
+	if clean.lost != 0 || clean.duplicates != 0 || clean.failure(true) != "" {
+		t.Fatalf("a clean report gives %+v", clean)
 	}
 }
