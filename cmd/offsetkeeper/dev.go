@@ -449,6 +449,13 @@ func (o *devOptions) verdict(ctx context.Context, cli *clientv3.Client, brokers 
 	}
 	v := auditVerdict(rep, produced)
 	v.by = "audit of " + redactURL(raw)
+	if v.lost > 0 || v.duplicates > 0 {
+		// A second opinion, to tell a fault of the pipeline from one of
+		// the audit: what a reader of the sink sees.
+		if rb, err := o.readBack(ctx, produced, rec); err == nil {
+			v.by += fmt.Sprintf("; read back: delivered=%d lost=%d duplicates=%d, first lost %s", rb.delivered, rb.lost, rb.duplicates, rb.firstLost)
+		}
+	}
 	return v, nil
 }
 

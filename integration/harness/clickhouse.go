@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -131,6 +132,11 @@ type ClickHouse struct {
 
 	mu   sync.Mutex
 	proc *chProcess // nil when not running
+	// closed: the test is over, and nothing starts the engine again.
+	closed bool
+	// Aborts counts the times the engine exited on its own and was
+	// started again (see supervise).
+	Aborts atomic.Int64
 }
 
 // chProcess is one run of the engine.

@@ -86,6 +86,20 @@ func TestClickHouseLifecycle(t *testing.T) {
 	if n := ch.QueryInt(t, `SELECT count() FROM kept`); n != 2 {
 		t.Fatalf("after a kill from outside: %d rows, want 2", n)
 	}
+
+	// Aborting on its own (SIGABRT, as libchdb has been seen to under
+	// load), it is started again by itself, on the same data.
+	pid := ch.PID()
+	if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
+		t.Fatal(err)
+	}
+	harness.Await(t, 30*time.Second, "the engine started again after its abort", func() bool {
+		p := ch.PID()
+		return p != 0 && p != pid && ch.Aborts.Load() == 1
+	})
+	if n := ch.QueryInt(t, `SELECT count() FROM kept`); n != 2 {
+		t.Fatalf("after an abort: %d rows, want 2", n)
+	}
 }
 
 // TestClickHouseDeduplication checks what the ClickHouse sink builds on:
