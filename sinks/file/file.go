@@ -7,7 +7,10 @@
 //
 //	DIR/T/P/FFFFFFFFFFFFFFFFFFFF-NNNNNNNNNNNNNNNNNNNN.jsonl
 //
-// with From and Next in 20 decimal digits, so that names sort by offset. The
+// with From and Next in 20 decimal digits, so that names sort by offset
+// (beside them, .epoch holds the highest epoch written to the partition: a
+// block of a lower one, a fenced owner's late write, is refused with
+// sinks.ErrFenced, for it would delete the newer owner's blocks). The
 // file is written to a temporary file in the same directory (its name starts
 // with ".tmp-"), fsynced, renamed over its final name and the directory is
 // fsynced: when Write returns nil the block is on disk, and a crash leaves
@@ -79,6 +82,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -86,6 +90,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -183,6 +188,15 @@ func (s *Sink) write(ctx context.Context, b *sinks.Block) error {
 		p.ready = true
 	}
 
+	// The epoch fence, held to the end of the write: a block of an older
+	// claim than one already written here is a zombie's late write, and
+	// its deletions would take the newer owner's blocks with them.
+	unlock, err := fence(dir, b.Epoch)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
 	// Leftovers of a crashed write are removed here, under the partition's
 	// lock: only this partition's writer could still be using them.
 	entries, err := os.ReadDir(dir)
@@ -226,6 +240,59 @@ func (s *Sink) write(ctx context.Context, b *sinks.Block) error {
 }
 
 const tmpPrefix = ".tmp-"
+
+// epochFile is where a partition's directory keeps the highest epoch
+// written to it (decimal), for fence; readers ignore it.
+const epochFile = ".epoch"
+
+// fence locks the partition's epoch file (flock: writers of other
+// processes sharing the directory wait too) and refuses, with an error
+// wrapping sinks.ErrFenced, an epoch below the one it holds; else it
+// records the epoch. The returned func unlocks.
+func fence(dir string, epoch int64) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, epochFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", epochFile, err)
+	}
+	release := func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	var held int64
+	if s := strings.TrimSpace(string(raw)); s != "" {
+		if held, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("%s holds %q: %w", epochFile, s, err)
+		}
+	}
+	switch {
+	case epoch < held:
+		return nil, fmt.Errorf("epoch %d is below epoch %d written here: %w", epoch, held, sinks.ErrFenced)
+	case epoch > held:
+		if err := f.Truncate(0); err != nil {
+			return nil, err
+		}
+		if _, err := f.WriteAt([]byte(strconv.FormatInt(epoch, 10)+"\n"), 0); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	return release, nil
+}
 
 // writeTemp writes the block's lines to a new temporary file in dir, fsyncs
 // and closes it, and returns its path. On error nothing is left behind.

@@ -20,7 +20,7 @@ func TestConformance(t *testing.T) {
 	sinktest.Run(t, func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 		dir := t.TempDir()
 		return newSink(t, dir), reader(dir)
-	}, sinktest.Options{ReplayExact: true, ReplayOverlap: true})
+	}, sinktest.Options{ReplayExact: true, ReplayOverlap: true, Fences: true})
 }
 
 func reader(dir string) sinktest.Reader {
@@ -75,7 +75,9 @@ func files(t *testing.T, dir, topic, partition string) []string {
 	}
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if e.Name() != ".epoch" { // the fence's, not a block
+			names = append(names, e.Name())
+		}
 	}
 	return names
 }
@@ -349,5 +351,40 @@ func TestReadAllRefusesMisplacedLines(t *testing.T) {
 	}
 	if recs, err := file.ReadAll(dir, "orders", 7); err != nil || recs != nil {
 		t.Errorf("ReadAll of a partition never written: %v, %v", recs, err)
+	}
+}
+
+// TestZombieLateWriteIsFenced: a write held by a replica that lost its
+// claim (paused past its lease) lands after the new owner wrote a larger
+// block from the same offset. Superseding it would delete the new block and
+// lose its records; the sink refuses the older epoch instead.
+func TestZombieLateWriteIsFenced(t *testing.T) {
+	dir := t.TempDir()
+	s, err := file.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	fresh := &sinks.Block{Topic: "events", Partition: 3, Epoch: 137, From: 13, Next: 66}
+	for off := int64(13); off < 66; off++ {
+		fresh.Records = append(fresh.Records, sinks.Record{Offset: off, Value: []byte("new")})
+	}
+	if err := s.Write(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	late := &sinks.Block{Topic: "events", Partition: 3, Epoch: 6, From: 13, Next: 19}
+	for off := int64(13); off < 19; off++ {
+		late.Records = append(late.Records, sinks.Record{Offset: off, Value: []byte("old")})
+	}
+	if err := s.Write(ctx, late); !errors.Is(err, sinks.ErrFenced) {
+		t.Fatalf("the zombie's write: %v, want an error wrapping sinks.ErrFenced", err)
+	}
+	recs, err := file.ReadAll(dir, "events", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 53 || recs[0].Offset != 13 || recs[52].Offset != 65 || string(recs[0].Value) != "new" {
+		t.Fatalf("after the zombie's write the partition holds %d records (first %+v), want the new owner's 53", len(recs), recs[0])
 	}
 }
