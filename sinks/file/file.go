@@ -10,7 +10,9 @@
 // with From and Next in 20 decimal digits, so that names sort by offset
 // (beside them, .epoch holds the highest epoch written to the partition: a
 // block of a lower one, a fenced owner's late write, is refused with
-// sinks.ErrFenced, for it would delete the newer owner's blocks). The
+// sinks.ErrFenced, for it would delete the newer owner's blocks; epochs
+// are etcd revisions, so a group moved to a new etcd cluster, whose
+// revisions start again, needs its .epoch files removed). The
 // file is written to a temporary file in the same directory (its name starts
 // with ".tmp-"), fsynced, renamed over its final name and the directory is
 // fsynced: when Write returns nil the block is on disk, and a crash leaves
