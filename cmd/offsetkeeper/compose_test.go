@@ -1,9 +1,8 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -14,11 +13,14 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 )
 
 // No Docker engine runs where the tests do, so docker-compose.yml, the
-// Dockerfile and the README's walk-through are checked as data: every
+// Dockerfile and the README's walk-through are checked as data. The compose
+// file is loaded by compose-go, as `docker compose up` loads it, and on top
+// of the Compose specification's validation every
 // offsetkeeper command line must pass the CLI's own parsing and validation
 // (a dry run, with the service's environment), and the services must name
 // each other consistently.
@@ -31,104 +33,44 @@ const (
 	goModPath        = "../../go.mod"
 )
 
-// composeProject is the part of a compose file these tests read.
+// composeProjectName is the project's name when the file does not give
+// one: docker compose would take the directory's, which depends on where
+// the repository is checked out.
+const composeProjectName = "offsetkeeper"
+
+// composeVariables are the variables docker-compose.yml interpolates,
+// sorted: none, it writes its values out ($$ is a literal $).
+var composeVariables []string
+
+// composeProject is docker-compose.yml as docker compose loads it.
 type composeProject struct {
-	Services map[string]composeService `json:"services"`
+	// Services are the project's enabled services: no profile is
+	// selected, as in a plain `docker compose up`.
+	Services map[string]composeService
 }
 
+// composeService is a loaded service: anchors and << merges resolved,
+// $$ unescaped, environment, depends_on (default condition
+// service_started), command and ports normalised by the loader.
 type composeService struct {
-	Image       string          `json:"image"`
-	Build       json.RawMessage `json:"build"`
-	Hostname    string          `json:"hostname"`
-	Entrypoint  cmdLine         `json:"entrypoint"`
-	Command     cmdLine         `json:"command"`
-	Environment envVars         `json:"environment"`
-	DependsOn   dependsOn       `json:"depends_on"`
-	Restart     string          `json:"restart"`
-	Ports       []string        `json:"ports"`
-	Healthcheck *struct {
-		Test cmdLine `json:"test"`
-	} `json:"healthcheck"`
+	types.ServiceConfig
 }
 
-// cmdLine is a command or entrypoint: a list, or a string split at blanks.
-type cmdLine []string
-
-func (c *cmdLine) UnmarshalJSON(b []byte) error {
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		*c = strings.Fields(s)
-		return nil
-	}
-	var l []string
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("command: want a string or a list of strings: %w", err)
-	}
-	*c = l
-	return nil
-}
-
-// envVars is an environment: a mapping of scalars or a list of K=V.
-type envVars map[string]string
-
-func (e *envVars) UnmarshalJSON(b []byte) error {
-	out := envVars{}
-	var m map[string]any
-	if json.Unmarshal(b, &m) == nil {
-		for k, v := range m {
-			if v != nil {
-				out[k] = fmt.Sprint(v)
-			} else {
-				out[k] = ""
-			}
+// env is the service's environment; a variable without a value is "".
+func (s composeService) env() map[string]string {
+	out := make(map[string]string, len(s.Environment))
+	for k, v := range s.Environment {
+		if v != nil {
+			out[k] = *v
+		} else {
+			out[k] = ""
 		}
-		*e = out
-		return nil
 	}
-	var l []string
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("environment: want a mapping or a list of K=V: %w", err)
-	}
-	for _, kv := range l {
-		k, v, _ := strings.Cut(kv, "=")
-		out[k] = v
-	}
-	*e = out
-	return nil
-}
-
-// dependsOn maps each service depended on to its condition: a list of
-// names or a mapping of name to {condition}.
-type dependsOn map[string]string
-
-func (d *dependsOn) UnmarshalJSON(b []byte) error {
-	out := dependsOn{}
-	var l []string
-	if json.Unmarshal(b, &l) == nil {
-		for _, s := range l {
-			out[s] = "service_started"
-		}
-		*d = out
-		return nil
-	}
-	var m map[string]struct {
-		Condition string `json:"condition"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("depends_on: want a list or a mapping: %w", err)
-	}
-	for k, v := range m {
-		if v.Condition == "" {
-			v.Condition = "service_started"
-		}
-		out[k] = v.Condition
-	}
-	*d = out
-	return nil
+	return out
 }
 
 func (s composeService) isOffsetkeeper() bool {
-	return len(s.Build) > 0 || strings.HasPrefix(s.Image, "offsetkeeper")
+	return s.Build != nil || strings.HasPrefix(s.Image, "offsetkeeper")
 }
 func (s composeService) isEtcd() bool { return len(s.Command) > 0 && path.Base(s.Command[0]) == "etcd" }
 func (s composeService) isKafka() bool {
@@ -137,29 +79,177 @@ func (s composeService) isKafka() bool {
 }
 func (s composeService) isPostgres() bool { return strings.HasPrefix(s.Image, "postgres:") }
 
+// healthy reports whether the service has a healthcheck that runs.
+func (s composeService) healthy() bool {
+	h := s.HealthCheck
+	return h != nil && !h.Disable && len(h.Test) > 0 && h.Test[0] != "NONE"
+}
+
 // script is the service's entrypoint and command as one line.
 func (s composeService) script() string {
-	return strings.Join(append(slices.Clone(s.Entrypoint), s.Command...), " ")
+	return strings.Join(append(slices.Clone([]string(s.Entrypoint)), s.Command...), " ")
+}
+
+// loadComposeFile loads a compose file with compose-go, the loader of
+// docker compose itself: the file is validated against the Compose
+// specification's schema, interpolated, normalised and checked for
+// consistency (depends_on names a service, no cycles) as `docker compose
+// up` in workingDir would. The environment is env alone, not the test's
+// nor a .env file's, so the result does not depend on where it runs. It
+// returns the variables the file reads, sorted, once each.
+func loadComposeFile(filename string, content []byte, workingDir string, env map[string]string) (*types.Project, []string, error) {
+	var looked []string
+	details := types.ConfigDetails{
+		WorkingDir:  workingDir,
+		ConfigFiles: []types.ConfigFile{{Filename: filename, Content: content}},
+		Environment: types.Mapping(env),
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+		o.SetProjectName(composeProjectName, false) // the file's name: wins
+		lookup := o.Interpolate.LookupValue
+		o.Interpolate.LookupValue = func(k string) (string, bool) {
+			looked = append(looked, k)
+			return lookup(k)
+		}
+	})
+	slices.Sort(looked)
+	return p, slices.Compact(looked), err
 }
 
 func loadCompose(t *testing.T) composeProject {
 	t.Helper()
-	raw, err := os.ReadFile(composePath)
+	file, err := filepath.Abs(composePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := yaml.YAMLToJSON(raw) // resolves anchors and << merges
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No variables: the file is expected to interpolate nothing (only $$
+	// escapes), and whatever it did would take the defaults it gives.
+	project, looked, err := loadComposeFile(file, raw, filepath.Dir(file), map[string]string{})
 	if err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
-	var p composeProject
-	if err := json.Unmarshal(j, &p); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
-	}
-	if len(p.Services) == 0 {
+	if len(project.Services) == 0 {
 		t.Fatal("docker-compose.yml has no services")
 	}
+	if !slices.Equal(looked, composeVariables) {
+		t.Fatalf("docker-compose.yml interpolates %q, want %q: the checks here see only the defaults the file gives; write the values out, or add the variable (with a default) to composeVariables", looked, composeVariables)
+	}
+	p := composeProject{Services: map[string]composeService{}}
+	for name, s := range project.Services {
+		p.Services[name] = composeService{s}
+	}
 	return p
+}
+
+// The loader is the one docker compose uses: it refuses what the Compose
+// specification refuses, resolves anchors, merge keys and interpolation,
+// and reads no environment but the one it is given.
+func TestComposeLoaderValidates(t *testing.T) {
+	t.Setenv("GROUP", "from-the-test-environment")
+	tests := []struct {
+		name    string
+		file    string
+		env     map[string]string
+		wantErr string // "" for a file that loads
+		check   func(t *testing.T, p *types.Project)
+	}{
+		{
+			name: "anchors, merge keys and interpolation defaults",
+			file: `
+x-base: &base
+  image: busybox
+  environment:
+    GROUP: ${GROUP:-demo}
+services:
+  a:
+    <<: *base
+    command: echo $$HOME
+  b:
+    <<: *base
+    depends_on:
+      a: { condition: service_completed_successfully }
+`,
+			env: map[string]string{},
+			check: func(t *testing.T, p *types.Project) {
+				b := p.Services["b"]
+				if b.Image != "busybox" || *b.Environment["GROUP"] != "demo" || b.DependsOn["a"].Condition != types.ServiceConditionCompletedSuccessfully {
+					t.Errorf("b: image %q, GROUP %q, depends_on %v: want the anchor's, the default, a's completion", b.Image, *b.Environment["GROUP"], b.DependsOn)
+				}
+				if got := p.Services["a"].Command; !slices.Equal(got, []string{"echo", "$HOME"}) {
+					t.Errorf("a: command %q, want $$ unescaped", got)
+				}
+			},
+		},
+		{
+			name: "interpolation from the given environment",
+			file: "services:\n  a:\n    image: busybox\n    environment:\n      GROUP: ${GROUP:-demo}\n",
+			env:  map[string]string{"GROUP": "given"},
+			check: func(t *testing.T, p *types.Project) {
+				if got := *p.Services["a"].Environment["GROUP"]; got != "given" {
+					t.Errorf("GROUP %q, want the given environment's", got)
+				}
+			},
+		},
+		{
+			name:    "unknown service key",
+			file:    "services:\n  a:\n    image: busybox\n    comand: [echo]\n",
+			wantErr: "services.a.comand",
+		},
+		{
+			name:    "unknown top-level key",
+			file:    "service:\n  a:\n    image: busybox\n",
+			wantErr: "additional properties 'service' not allowed",
+		},
+		{
+			name:    "depends_on condition not of the spec",
+			file:    "services:\n  a:\n    image: busybox\n  b:\n    image: busybox\n    depends_on:\n      a: { condition: service_ready }\n",
+			wantErr: "depends_on.a.condition value must be one of",
+		},
+		{
+			name:    "depends_on a service that does not exist",
+			file:    "services:\n  b:\n    image: busybox\n    depends_on: [a]\n",
+			wantErr: `depends on undefined service "a"`,
+		},
+		{
+			name:    "a port that is not one",
+			file:    "services:\n  a:\n    image: busybox\n    ports: [\"9464:x\"]\n",
+			wantErr: "invalid containerPort: x",
+		},
+		{
+			name:    "a required variable that is not set",
+			file:    "services:\n  a:\n    image: busybox\n    environment:\n      GROUP: ${GROUP:?the group}\n",
+			env:     map[string]string{},
+			wantErr: "required variable GROUP is missing a value",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// docker compose reads .env from the project directory; the
+			// loader as the tests use it must not.
+			if err := os.WriteFile(filepath.Join(dir, ".env"), []byte("GROUP=from-dot-env\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, _, err := loadComposeFile(filepath.Join(dir, "compose.yml"), []byte(tt.file), dir, tt.env)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				tt.check(t, p)
+				return
+			}
+			if err == nil {
+				t.Fatalf("loaded, want an error naming %q", tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not name %q", err, tt.wantErr)
+			}
+		})
+	}
 }
 
 // argValue is the value of flag name in args, as --name=value or --name
@@ -245,8 +335,8 @@ func (p composeProject) addrs(t *testing.T) composeAddrs {
 				a.etcd[net.JoinHostPort(host, port)] = name
 			}
 		case s.isKafka():
-			listeners := s.Environment["KAFKA_LISTENERS"]
-			for _, l := range strings.Split(s.Environment["KAFKA_ADVERTISED_LISTENERS"], ",") {
+			listeners := s.env()["KAFKA_LISTENERS"]
+			for _, l := range strings.Split(s.env()["KAFKA_ADVERTISED_LISTENERS"], ",") {
 				lname, _, _ := strings.Cut(l, "://")
 				host, port := hostPort(t, name+" KAFKA_ADVERTISED_LISTENERS", l)
 				if host != name {
@@ -257,14 +347,14 @@ func (p composeProject) addrs(t *testing.T) composeAddrs {
 				}
 				a.kafka[net.JoinHostPort(host, port)] = name
 			}
-			for _, v := range strings.Split(s.Environment["KAFKA_CONTROLLER_QUORUM_VOTERS"], ",") {
+			for _, v := range strings.Split(s.env()["KAFKA_CONTROLLER_QUORUM_VOTERS"], ",") {
 				id, addr, _ := strings.Cut(v, "@")
-				if host, _ := hostPort(t, name+" KAFKA_CONTROLLER_QUORUM_VOTERS", addr); host != name || id != s.Environment["KAFKA_NODE_ID"] {
-					t.Errorf("%s: voter %s is not this broker (KAFKA_NODE_ID %s)", name, v, s.Environment["KAFKA_NODE_ID"])
+				if host, _ := hostPort(t, name+" KAFKA_CONTROLLER_QUORUM_VOTERS", addr); host != name || id != s.env()["KAFKA_NODE_ID"] {
+					t.Errorf("%s: voter %s is not this broker (KAFKA_NODE_ID %s)", name, v, s.env()["KAFKA_NODE_ID"])
 				}
 			}
 		case s.isPostgres():
-			port := s.Environment["PGPORT"]
+			port := s.env()["PGPORT"]
 			if port == "" {
 				port = "5432"
 			}
@@ -313,18 +403,19 @@ func TestComposeServicesReferToEachOther(t *testing.T) {
 		if s.Hostname != "" && s.Hostname != name {
 			t.Errorf("%s has hostname %q: other services reach it by its service name", name, s.Hostname)
 		}
-		for d, cond := range s.DependsOn {
+		for d, c := range s.DependsOn {
+			cond := c.Condition
 			dep, ok := p.Services[d]
 			switch {
 			case !ok:
 				t.Errorf("%s depends on %q, which is no service", name, d)
 			case d == name:
 				t.Errorf("%s depends on itself", name)
-			case cond == "service_healthy" && dep.Healthcheck == nil:
+			case cond == types.ServiceConditionHealthy && !dep.healthy():
 				t.Errorf("%s waits for %s to be healthy, which has no healthcheck", name, d)
-			case cond == "service_completed_successfully" && dep.Restart != "no":
+			case cond == types.ServiceConditionCompletedSuccessfully && dep.Restart != types.RestartPolicyNo:
 				t.Errorf("%s waits for %s to complete, which restarts (restart %q): make it restart \"no\"", name, d, dep.Restart)
-			case cond != "service_started" && cond != "service_healthy" && cond != "service_completed_successfully":
+			case cond != types.ServiceConditionStarted && cond != types.ServiceConditionHealthy && cond != types.ServiceConditionCompletedSuccessfully:
 				t.Errorf("%s depends on %s with condition %q", name, d, cond)
 			}
 		}
@@ -332,11 +423,13 @@ func TestComposeServicesReferToEachOther(t *testing.T) {
 			t.Errorf("%s depends on itself through others", name)
 		}
 		for _, port := range s.Ports {
-			parts := strings.Split(port, ":")
-			if len(parts) < 2 {
-				continue
+			if port.Published == "" {
+				continue // not published on the host
 			}
-			host := strings.Join(parts[:len(parts)-1], ":")
+			host := port.Published
+			if port.HostIP != "" {
+				host = net.JoinHostPort(port.HostIP, port.Published)
+			}
 			if other, ok := hostPorts[host]; ok {
 				t.Errorf("%s and %s both publish host port %s", name, other, host)
 			}
@@ -437,12 +530,12 @@ func TestComposeOffsetkeeperCommandsAreValid(t *testing.T) {
 			if len(s.Entrypoint) > 0 {
 				t.Fatalf("entrypoint %v: the image's (offsetkeeper) is assumed", s.Entrypoint)
 			}
-			for k, v := range s.Environment {
+			for k, v := range s.env() {
 				if strings.Contains(v, "$") {
-					t.Errorf("environment %s=%q: interpolation is not checked here; write the value out", k, v)
+					t.Errorf("environment %s=%q: a literal $ ($$ in the file) is not checked here; write the value out", k, v)
 				}
 			}
-			withEnv(t, s.Environment)
+			withEnv(t, s.env())
 			cmd, out, err := dryRun(t, s.Command...)
 			if !errors.Is(err, errDryRun) {
 				t.Fatalf("offsetkeeper %s (with the service's environment) is refused: %v\n%s", strings.Join(s.Command, " "), err, out)
@@ -488,7 +581,7 @@ func TestComposeOffsetkeeperCommandsAreValid(t *testing.T) {
 					t.Errorf("--topics %s: no job creates it", topic)
 					continue
 				}
-				if p.Services[name].DependsOn[job] != "service_completed_successfully" {
+				if p.Services[name].DependsOn[job].Condition != types.ServiceConditionCompletedSuccessfully {
 					t.Errorf("%s does not wait for %s, which creates its topic %s, to complete", name, job, topic)
 				}
 			}
@@ -502,10 +595,10 @@ func TestComposeOffsetkeeperCommandsAreValid(t *testing.T) {
 				t.Fatalf("--sink host %q is not the PostgreSQL service %v (host:port, port given)", sink.Host, addrs.postgres)
 			}
 			needs("database", pgName)
-			pg := p.Services[pgName].Environment
+			pg := p.Services[pgName].env()
 			pass, hasPass := sink.User.Password()
 			if !hasPass {
-				pass = s.Environment["PGPASSWORD"]
+				pass = s.env()["PGPASSWORD"]
 			}
 			if sink.User.Username() != pg["POSTGRES_USER"] || pass != pg["POSTGRES_PASSWORD"] || strings.TrimPrefix(sink.Path, "/") != pg["POSTGRES_DB"] {
 				t.Errorf("--sink user %q, password and database %q do not match %s's POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_DB",
@@ -553,7 +646,7 @@ func TestReadmeComposeCommandsAreValid(t *testing.T) {
 		execs++
 		args := strings.Fields(m[2])
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			withEnv(t, svc.Environment)
+			withEnv(t, svc.env())
 			_, out, err := dryRun(t, args...)
 			if !errors.Is(err, errDryRun) {
 				t.Errorf("README: offsetkeeper %s in %s is refused: %v\n%s", m[2], m[1], err, out)
