@@ -5,8 +5,12 @@ package prometheus_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,5 +57,53 @@ func TestRules(t *testing.T) {
 			}
 			t.Logf("promtool %v:\n%s", tc.args, out)
 		})
+	}
+}
+
+// TestDashboardQueries has promtool parse every query of the Grafana
+// dashboard, as recording rules, with Grafana's variables replaced by values
+// of their kind.
+func TestDashboardQueries(t *testing.T) {
+	bin := promtool(t)
+	b, err := os.ReadFile(filepath.Join("..", "grafana", "offsetkeeper.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	vars := strings.NewReplacer("$__rate_interval", "5m", "$group", ".+")
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			q, err := json.Marshal(vars.Replace(tg.Expr)) // a JSON string is a YAML string
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&rules, "      - record: panel_%d\n        expr: %s\n", n, q)
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	path := filepath.Join(t.TempDir(), "dashboard.rules.yml")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules (the dashboard's %d queries): %v\n%s", n, err, out)
 	}
 }
