@@ -14,6 +14,10 @@
 # integration/tools/schemaregistry (`go tool -n`, into Go's build cache: the
 # first build takes a minute or so); if it cannot be built they skip, except
 # with CI set, where they fail.
+# The alert rules' tests (deploy/prometheus) run promtool, from Debian's
+# package prometheus, which this script installs when it is missing and it
+# runs as root, without letting the package start its server; without
+# promtool they skip, except with CI set, where they fail.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,6 +35,36 @@ if ! have_postgres; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 	else
 		echo "test.sh: PostgreSQL's server binaries are missing (apt-get install postgresql); its tests will skip" >&2
+	fi
+fi
+
+have_promtool() {
+	command -v promtool >/dev/null || [ -x /usr/bin/promtool ]
+}
+
+if ! have_promtool; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing promtool (Debian package prometheus)" >&2
+		# The package would start a Prometheus server (listening on every
+		# interface, :9090) and enable it at boot: the tests want only
+		# promtool. A policy-rc.d that denies every start keeps invoke-rc.d
+		# and deb-systemd-invoke from starting it; one already there is
+		# left as it is.
+		policy=
+		if [ ! -e /usr/sbin/policy-rc.d ]; then
+			policy=/usr/sbin/policy-rc.d
+			printf '#!/bin/sh\nexit 101\n' >"$policy"
+			chmod +x "$policy"
+		fi
+		rc=0
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) || rc=$?
+		if [ -n "$policy" ]; then rm -f "$policy"; fi
+		if [ "$rc" != 0 ]; then exit "$rc"; fi
+		if [ -d /run/systemd/system ]; then
+			systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+		fi
+	else
+		echo "test.sh: promtool is missing (apt-get install prometheus); the alert rules' tests will skip" >&2
 	fi
 fi
 
