@@ -304,9 +304,12 @@ func TestK8sReplicaCommandIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grace := g.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds
-	if need := shutdown + httpShutdownTimeout + mirrorFlushTimeout; grace == nil || time.Duration(*grace)*time.Second <= need {
-		t.Errorf("terminationGracePeriodSeconds %v: want above --shutdown-timeout %s + %s (HTTP) + %s (offset mirror) = %s",
+	grace := time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
+	if s := g.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; s != nil {
+		grace = time.Duration(*s) * time.Second
+	}
+	if need := shutdown + httpShutdownTimeout + mirrorFlushTimeout; grace <= need {
+		t.Errorf("terminationGracePeriodSeconds %s: want above --shutdown-timeout %s + %s (HTTP) + %s (offset mirror) = %s",
 			grace, shutdown, httpShutdownTimeout, mirrorFlushTimeout, need)
 	}
 
