@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +32,10 @@ import (
 // replica do. deploy/kubernetes/manifests_test.go checks the manifests
 // against the API types and each other.
 
-const k8sDir = "../../deploy/kubernetes/"
+const (
+	k8sDir        = "../../deploy/kubernetes/"
+	k8sReadmePath = "../../README.md"
+)
 
 // k8sPodName stands for the name Kubernetes gives a pod of the Deployment.
 const k8sPodName = "offsetkeeper-6b7f9c8d5-x2kqp"
@@ -370,5 +374,40 @@ func TestK8sServiceLinksAreIgnored(t *testing.T) {
 	run.SetErr(&stderr)
 	if err := unknownEnv(run, links); err != nil || stderr.Len() > 0 {
 		t.Errorf("service links %v: %v %s", links, err, stderr.String())
+	}
+}
+
+// TestK8sReadmeExecCommandsAreValid: the READMEs' `kubectl exec
+// deploy/offsetkeeper -- offsetkeeper ...` lines pass the CLI's validation
+// with the pod's environment, which an exec'd command shares.
+func TestK8sReadmeExecCommandsAreValid(t *testing.T) {
+	g := loadK8s(t)
+	env := g.podEnv(t)
+	var execs int
+	for _, file := range []string{k8sReadmePath, k8sDir + "README.md"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("(?m)kubectl exec (\\S+) -- offsetkeeper ([^\\n`#]*)").FindAllStringSubmatch(string(raw), -1) {
+			execs++
+			if m[1] != "deploy/"+g.deployment.Name {
+				t.Errorf("%s: %q execs in %s, not deploy/%s", file, m[0], m[1], g.deployment.Name)
+			}
+			args := strings.Fields(m[2])
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				k8sSetEnv(t, env)
+				_, out, err := dryRun(t, args...)
+				if !errors.Is(err, errDryRun) {
+					t.Errorf("%s: offsetkeeper %s in a pod is refused: %v\n%s", file, m[2], err, out)
+				}
+				if strings.Contains(out, "Warning:") {
+					t.Errorf("%s: offsetkeeper %s in a pod warns:\n%s", file, m[2], out)
+				}
+			})
+		}
+	}
+	if execs < 2 {
+		t.Errorf("%d `kubectl exec deploy/... -- offsetkeeper ...` lines in the READMEs, want the main README's and deploy/kubernetes'", execs)
 	}
 }
