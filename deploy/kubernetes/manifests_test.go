@@ -30,7 +30,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const dockerfilePath = "../../Dockerfile"
+const (
+	dockerfilePath = "../../Dockerfile"
+	// wantJob is the job label the alerts of deploy/prometheus expect of
+	// the replicas' series (up{job="offsetkeeper"}).
+	wantJob = "offsetkeeper"
+)
 
 // kustomization is the part of kustomization.yaml these manifests use;
 // decoded strictly, a field kustomize would read but this test does not
@@ -405,6 +410,15 @@ func TestK8sObjectsReferToEachOther(t *testing.T) {
 		if ep.Path != "" && ep.Path != "/metrics" {
 			t.Errorf("the ServiceMonitor scrapes %s, want /metrics", ep.Path)
 		}
+	}
+	// The Prometheus Operator's job label: the value of the Service's label
+	// jobLabel names, else the Service's name.
+	job := g.service.Name
+	if g.monitor.Spec.JobLabel != "" {
+		job = g.service.Labels[g.monitor.Spec.JobLabel]
+	}
+	if job != wantJob {
+		t.Errorf("the ServiceMonitor gives the replicas job=%q, want %q (deploy/prometheus' alerts select it)", job, wantJob)
 	}
 	if g.service.Name == "offsetkeeper" {
 		t.Error("the Service is named offsetkeeper: its service links (OFFSETKEEPER_PORT...) would look like the CLI's variables")
