@@ -32,9 +32,9 @@ import (
 
 const (
 	dockerfilePath = "../../Dockerfile"
-	// wantJob is the job label the alerts of deploy/prometheus expect of
-	// the replicas' series (up{job="offsetkeeper"}).
-	wantJob = "offsetkeeper"
+	// rulesPath holds the alerts, which select the replicas' series by
+	// their job label (up{job="offsetkeeper"}).
+	rulesPath = "../prometheus/offsetkeeper.rules.yml"
 )
 
 // kustomization is the part of kustomization.yaml these manifests use;
@@ -417,8 +417,18 @@ func TestK8sObjectsReferToEachOther(t *testing.T) {
 	if g.monitor.Spec.JobLabel != "" {
 		job = g.service.Labels[g.monitor.Spec.JobLabel]
 	}
-	if job != wantJob {
-		t.Errorf("the ServiceMonitor gives the replicas job=%q, want %q (deploy/prometheus' alerts select it)", job, wantJob)
+	rules, err := os.ReadFile(rulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := regexp.MustCompile(`job="([^"]*)"`).FindAllSubmatch(rules, -1)
+	if len(jobs) == 0 {
+		t.Errorf("%s selects no job: update this test", rulesPath)
+	}
+	for _, m := range jobs {
+		if string(m[1]) != job {
+			t.Errorf("the ServiceMonitor gives the replicas job=%q, but %s selects job=%q", job, rulesPath, m[1])
+		}
 	}
 	if g.service.Name == "offsetkeeper" {
 		t.Error("the Service is named offsetkeeper: its service links (OFFSETKEEPER_PORT...) would look like the CLI's variables")
