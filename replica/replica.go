@@ -7,8 +7,10 @@
 // A Go service embeds a replica with a sink of its own: any
 // sinks.Sink, optionally upgraded with sinks.Resumer (offsets stored with
 // the rows: exactly-once), sinks.BatchWriter, sinks.Pinger or
-// sinks.DeadLetterCounter. Configure it with Config, start it with New and
-// Run, watch it with Stats, Lag, Timings and Ready; package replica/metrics
+// sinks.DeadLetterCounter. Config.Formats decodes Avro, Protobuf and JSON
+// Schema records (Confluent's wire format) into JSON for the sink.
+// Configure it with Config, start it with New and Run, watch it with
+// Stats, Lag, Timings and Ready; package replica/metrics
 // exports those to Prometheus, and Mirror copies the committed offsets to
 // Kafka's consumer group for Kafka's own tools.
 //
