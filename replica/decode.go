@@ -49,7 +49,7 @@ func newCodec(f Formats, sink sinks.Sink) (*codec, error) {
 	if dl, ok := sinks.As[sinks.DeadLetterer](sink); ok && dl.TakesUndecodable() {
 		c.deadLetters = true
 	}
-	if registryFormat(f.Key) || registryFormat(f.Value) {
+	if f.Key.Registered() || f.Value.Registered() {
 		reg, err := registry.New(registry.Config{URL: f.Registry.URL, TLS: f.Registry.TLS,
 			Username: f.Registry.Username, Password: f.Registry.Password, Timeout: f.Registry.Timeout})
 		if err != nil {
@@ -60,7 +60,7 @@ func newCodec(f Formats, sink sinks.Sink) (*codec, error) {
 	// One decoder per format, shared by key and value when they agree.
 	made := map[sinks.Format]*format.Decoder{}
 	get := func(ff sinks.Format) (decoder, error) {
-		if !registryFormat(ff) {
+		if !ff.Registered() {
 			return nil, nil
 		}
 		if d := made[ff]; d != nil {

@@ -115,11 +115,6 @@ func formatList() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// registryFormat reports whether f reads its schemas from the registry.
-func registryFormat(f sinks.Format) bool {
-	return f == sinks.Avro || f == sinks.Protobuf || f == sinks.JSONSchema
-}
-
 func (f Formats) withDefaults() Formats {
 	orDefault(&f.Key, sinks.JSON)
 	orDefault(&f.Value, sinks.JSON)
@@ -141,7 +136,7 @@ func (f Formats) validate() error {
 	if err := decodeErrorNames.Check(f.OnDecodeError); err != nil {
 		errs = append(errs, err)
 	}
-	needs := registryFormat(f.Key) || registryFormat(f.Value)
+	needs := f.Key.Registered() || f.Value.Registered()
 	switch {
 	case needs && f.Registry.URL == "":
 		errs = append(errs, fmt.Errorf("formats key %s, value %s read schemas from a Schema Registry: want its URL", f.Key, f.Value))

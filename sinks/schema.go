@@ -33,6 +33,10 @@ type Format string
 // String returns the format's name.
 func (f Format) String() string { return string(f) }
 
+// Registered reports whether f reads its schemas from a Schema Registry:
+// Avro, Protobuf and JSONSchema.
+func (f Format) Registered() bool { return f == Avro || f == Protobuf || f == JSONSchema }
+
 // The formats a replica reads (--key-format, --value-format).
 const (
 	JSON       Format = "json"        // JSON, or any bytes, passed through: the default

@@ -16,7 +16,13 @@ import (
 const envRegistryPassword = "OFFSETKEEPER_SCHEMA_REGISTRY_PASSWORD"
 
 // formatNames is what --key-format and --value-format accept.
-var formatNames = []string{"json", "bytes", "avro", "protobuf", "json-schema"}
+var formatNames = func() []string {
+	names := make([]string, len(replica.FormatNames))
+	for i, f := range replica.FormatNames {
+		names[i] = f.String()
+	}
+	return names
+}()
 
 // formatFlags are run's --key-format, --value-format and the Schema
 // Registry they read schemas from.
@@ -53,8 +59,7 @@ func (f *formatFlags) register(fs *pflag.FlagSet) {
 
 // build checks the flags by name and returns the replica's Formats.
 func (f *formatFlags) build() (replica.Formats, error) {
-	needs := f.key == sinks.Avro || f.key == sinks.Protobuf || f.key == sinks.JSONSchema ||
-		f.value == sinks.Avro || f.value == sinks.Protobuf || f.value == sinks.JSONSchema
+	needs := f.key.Registered() || f.value.Registered()
 	switch {
 	case needs && f.registry == "":
 		return replica.Formats{}, usagef("--key-format %s --value-format %s read schemas from a Schema Registry: set --schema-registry http://host:8081", f.key, f.value)
