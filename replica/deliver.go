@@ -26,6 +26,13 @@ func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 
 // deliver writes one block and commits its offset, through a guard.
 func (pt *partition) deliver(ctx context.Context, b *block) error {
+	// Before the guard, for decoding may end the block early (at a record
+	// that stops the partition); a block that cannot be decoded yet (the
+	// registry away) rolls back to be read again, as the guard would.
+	if err := pt.decode(ctx, b); err != nil {
+		pt.Rewind(b.from)
+		return err
+	}
 	blk := &sinks.Block{
 		Topic:      pt.p.Topic,
 		Partition:  pt.p.Partition,
@@ -35,14 +42,6 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Next:       b.next,
 		Records:    b.records,
 	}
-	// Before the guard, for decoding may end the block early (at a record
-	// that stops the partition); a block that cannot be decoded yet (the
-	// registry away) rolls back to be read again, as the guard would.
-	if err := pt.decode(ctx, b); err != nil {
-		pt.Rewind(b.from)
-		return err
-	}
-	blk.Records, blk.Next = b.records, b.next
 	opts := pt.writeOptions(b)
 	g := guard.New(committer{pt.claim, b, opts}, pt, b.from, b.next)
 	defer g.Release()
