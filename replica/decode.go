@@ -50,8 +50,7 @@ func newCodec(f Formats, sink sinks.Sink) (*codec, error) {
 		c.deadLetters = true
 	}
 	if f.Key.Registered() || f.Value.Registered() {
-		reg, err := registry.New(registry.Config{URL: f.Registry.URL, TLS: f.Registry.TLS,
-			Username: f.Registry.Username, Password: f.Registry.Password, Timeout: f.Registry.Timeout})
+		reg, err := registry.New(f.Registry.client())
 		if err != nil {
 			return nil, err
 		}

@@ -7,11 +7,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/internal/registry"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -141,14 +141,9 @@ func (f Formats) validate() error {
 	case needs && f.Registry.URL == "":
 		errs = append(errs, fmt.Errorf("formats key %s, value %s read schemas from a Schema Registry: want its URL", f.Key, f.Value))
 	case f.Registry.URL != "":
-		for _, u := range strings.Split(f.Registry.URL, ",") {
-			if err := validRegistryURL(strings.TrimSpace(u)); err != nil {
-				errs = append(errs, err)
-			}
+		if err := f.Registry.client().Validate(); err != nil {
+			errs = append(errs, err)
 		}
-	}
-	if f.Registry.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("schema registry timeout %s: want a positive duration", f.Registry.Timeout))
 	}
 	if f.Registry.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("schema registry cache size %d: want 1 or more", f.Registry.CacheSize))
@@ -156,16 +151,7 @@ func (f Formats) validate() error {
 	return errors.Join(errs...)
 }
 
-// validRegistryURL checks one registry URL, naming it without its
-// password.
-func validRegistryURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		shown := s
-		if err == nil {
-			shown = u.Redacted()
-		}
-		return fmt.Errorf("schema registry URL %q: want http://host:port or https://host:port", shown)
-	}
-	return nil
+// client is the registry client's configuration of r.
+func (r SchemaRegistry) client() registry.Config {
+	return registry.Config{URL: r.URL, TLS: r.TLS, Username: r.Username, Password: r.Password, Timeout: r.Timeout}
 }

@@ -37,6 +37,12 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// Validate checks cfg as New would, without making a client.
+func (cfg Config) Validate() error {
+	_, err := cfg.validate()
+	return err
+}
+
 // validate checks cfg and returns the base URLs, without trailing slashes.
 func (cfg *Config) validate() ([]string, error) {
 	if strings.TrimSpace(cfg.URL) == "" {
