@@ -45,18 +45,23 @@ func (c *ClickHouse) kill() {
 // ports, and waits until it answers. No-op when running.
 func (c *ClickHouse) Start() {
 	c.t.Helper()
-	// The ports are free again, but an outgoing connection may have been
-	// given one as its local port meanwhile: retry for a while.
+	if err := c.restart(); err != nil {
+		c.t.Fatalf("clickhouse: start: %v\n%s", err, c.log())
+	}
+}
+
+// restart starts the engine again on its ports. They are free again, but
+// an outgoing connection may have been given one as its local port
+// meanwhile: a start that fails to bind is retried for a while.
+func (c *ClickHouse) restart() error {
 	var err error
 	for try := 0; try < chStartTries; try++ {
 		if err = c.start(); err == nil || !c.bindFailed() {
-			break
+			return err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err != nil {
-		c.t.Fatalf("clickhouse: start: %v\n%s", err, c.log())
-	}
+	return err
 }
 
 // Restart is Kill then Start.
@@ -144,14 +149,7 @@ func (c *ClickHouse) supervise(p *chProcess) {
 	}
 	n := c.Aborts.Add(1)
 	c.t.Logf("clickhouse: the engine exited on its own (%v), %d time(s) in this test; starting it again on the same data", p.err, n)
-	var err error
-	for try := 0; try < chStartTries; try++ {
-		if err = c.start(); err == nil || !c.bindFailed() {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if err != nil {
+	if err := c.restart(); err != nil {
 		c.t.Logf("clickhouse: starting the engine again failed: %v", err)
 	}
 }
