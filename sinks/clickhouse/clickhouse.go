@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,11 +89,35 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.setup(ctx); err != nil {
+	if err := s.setupRetrying(ctx); err != nil {
 		_ = s.conn.Close()
 		return nil, fmt.Errorf("clickhouse sink %s: %w", c.table, err)
 	}
 	return s, nil
+}
+
+// setupRetrying is setup, tried again with backoff for up to
+// retry_timeout while the server cannot be reached: a replica started
+// while its ClickHouse restarts waits for it, as its inserts would. Any
+// other failure (a missing table, a refused login) fails at once.
+func (s *Sink) setupRetrying(ctx context.Context) error {
+	giveUp := time.Now().Add(s.cfg.retryTimeout)
+	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
+	for attempt := 1; ; attempt++ {
+		err := s.setup(ctx)
+		var netErr net.Error
+		if err == nil || !errors.As(err, &netErr) || ctx.Err() != nil {
+			return err
+		}
+		wait := retry.Next()
+		if time.Now().Add(wait).After(giveUp) {
+			return fmt.Errorf("unreachable for %s (%d attempts): %w", s.cfg.retryTimeout, attempt, err)
+		}
+		s.cfg.log.Warn("clickhouse unreachable at start; retrying", zap.Int("attempt", attempt), zap.Error(err))
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
 }
 
 // open is a sink of url's connection alone, without its setup: for

@@ -394,3 +394,34 @@ func TestUndecodableDeadLetters(t *testing.T) {
 		})
 	}
 }
+
+// TestNewWaitsForTheServer: a sink opened while ClickHouse is down (a
+// replica started while its store restarts) waits for it, within
+// retry_timeout, instead of failing.
+func TestNewWaitsForTheServer(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	url, _ := sinkURL(chs, "")
+	chs.Kill()
+	opened := make(chan error, 1)
+	go func() {
+		s, err := tryOpen(url)
+		if err == nil {
+			err = s.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("New returned while the server was down: %v", err)
+	case <-time.After(time.Second):
+	}
+	chs.Start()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("New after the server came back: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("New did not return within 30s of the server coming back")
+	}
+}

@@ -28,7 +28,7 @@
 //	password_file=PATH         the password, read at start (one trailing newline dropped)
 //	at_least_once=true|false   accept a table that does not deduplicate (default false)
 //	dial_timeout=DURATION      opening a connection (default 10s)
-//	retry_timeout=DURATION     how long an insert is retried (default 30s; 0 never)
+//	retry_timeout=DURATION     how long an insert is retried, and New waits for an unreachable server (default 30s; 0 never)
 //	compression=lz4|zstd|none  on the wire (default lz4; http: lz4 or none)
 //
 // The password is the URL's, or password_file's, or else the environment
