@@ -223,9 +223,11 @@ func (ic *Interceptor) serve(client net.Conn) {
 	}
 	c := &icConn{client: client, server: server, releaseDone: make(chan struct{})}
 	ic.mu.Lock()
-	if ic.closed {
+	if ic.closed || ic.refuse {
+		// Accepted before a loss but not yet known to it when it closed
+		// the connections: it goes the same way.
 		ic.mu.Unlock()
-		_ = client.Close()
+		reset(client)
 		_ = server.Close()
 		return
 	}
