@@ -288,7 +288,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(work)); i = next.Add(1) - 1 {
 				part := work[i]
-				part.batch, part.err = part.cur.f.decodePartition(ctx, part.from, part.raw)
+				part.batch, part.err = part.cur.f.decodePartition(part.from, part.raw)
 				part.raw = nil
 			}
 		}()

@@ -3,7 +3,6 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/segmentio/kafka-go/compress"
@@ -92,10 +91,6 @@ type decoder struct {
 
 	records []sinks.Record
 	next    int64
-	// stuckBase is the base offset of the last batch seen that started at
-	// or before from, or -1: when nothing moves next, that batch has a
-	// compacted tail covering from.
-	stuckBase int64
 	// abortedPIDs are producers whose current transaction is aborted.
 	abortedPIDs map[int64]struct{}
 	// headerKeys interns header keys, which repeat from record to record.
@@ -109,7 +104,6 @@ type decoder struct {
 // holds them.
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
-	d.stuckBase = -1
 	d.inflated = 0
 	if len(raw) == 0 {
 		return nil
@@ -137,6 +131,14 @@ func (d *decoder) decode(raw []byte) error {
 		}
 		raw = rest
 		d.batchStart(b.baseOffset)
+		if d.committed && b.hasProducerID() {
+			// As Kafka's own consumer does: the aborted transactions
+			// listed up to this batch's end are those of producers whose
+			// batches from here on are aborted until their marker. For
+			// every batch of a producer, markers too: a response may
+			// start at an abort marker whose transaction the list names.
+			d.activateAborts(b.lastOffset())
+		}
 		data, err := d.payload(&b)
 		if err != nil {
 			return err
@@ -146,7 +148,6 @@ func (d *decoder) decode(raw []byte) error {
 		} else {
 			deliver := true
 			if d.committed && b.attributes&attrTransactional != 0 {
-				d.activateAborts(b.baseOffset)
 				_, isAborted := d.abortedPIDs[b.producerID]
 				deliver = !isAborted
 			}
@@ -155,6 +156,9 @@ func (d *decoder) decode(raw []byte) error {
 		if err != nil {
 			return err
 		}
+		// The batch ends at its last offset whatever records compaction
+		// left in it.
+		d.next = max(d.next, b.lastOffset()+1)
 	}
 }
 
@@ -164,9 +168,6 @@ func (d *decoder) decode(raw []byte) error {
 func (d *decoder) batchStart(base int64) {
 	if base > d.next {
 		d.next = base
-	}
-	if base <= d.from {
-		d.stuckBase = base
 	}
 }
 
@@ -221,33 +222,4 @@ func (d *decoder) limit() int {
 		return 0
 	}
 	return d.maxBytes
-}
-
-// firstBatchBase returns the base offset of the first whole batch of raw.
-func firstBatchBase(raw []byte) (int64, bool, error) {
-	if n := legacyEntry(raw); n > 0 {
-		if m, ok := parseLegacy(raw[:n]); ok {
-			if _, compressed := m.compression(); compressed {
-				recs, err := (&decoder{}).unwrapLegacy(nil, m)
-				if err != nil || len(recs) == 0 {
-					return 0, false, err
-				}
-				return recs[0].Offset, true, nil
-			}
-		}
-		rr, err := readLegacy(raw[:n])
-		if err != nil || rr == nil {
-			return 0, false, err
-		}
-		r, err := rr.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return 0, false, nil
-		}
-		if err != nil {
-			return 0, false, fmt.Errorf("read record: %w", err)
-		}
-		return r.Offset, true, nil
-	}
-	b, _, ok, err := nextBatch(raw)
-	return b.baseOffset, ok, err
 }

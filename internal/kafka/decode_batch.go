@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	"github.com/segmentio/kafka-go/compress"
 )
@@ -17,9 +18,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // recordBatch is the header of one v2 batch and its records, still encoded
 // and possibly compressed.
 type recordBatch struct {
-	baseOffset     int64
-	attributes     int16
-	firstTimestamp int64
+	baseOffset      int64
+	attributes      int16
+	lastOffsetDelta int32
+	leaderEpoch     int32
+	firstTimestamp  int64
 	producerID     int64
 	numRecords     int32
 	records        []byte
@@ -48,7 +51,12 @@ func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
 	if got := crc32.Checksum(raw[batchAttrOffset:end], castagnoli); got != want {
 		return b, nil, false, fmt.Errorf("record batch at %d: crc32c checksum mismatch (computed %08x, stored %08x)", b.baseOffset, got, want)
 	}
+	b.leaderEpoch = int32(binary.BigEndian.Uint32(raw[batchLengthEnd:]))
 	b.attributes = int16(binary.BigEndian.Uint16(raw[21:]))
+	b.lastOffsetDelta = int32(binary.BigEndian.Uint32(raw[23:]))
+	if b.lastOffsetDelta < 0 || b.baseOffset < 0 || b.baseOffset > math.MaxInt64-1-int64(b.lastOffsetDelta) {
+		return b, nil, false, fmt.Errorf("record batch at %d: last offset delta %d out of range", b.baseOffset, b.lastOffsetDelta)
+	}
 	b.firstTimestamp = int64(binary.BigEndian.Uint64(raw[27:]))
 	b.producerID = int64(binary.BigEndian.Uint64(raw[43:]))
 	b.numRecords = int32(binary.BigEndian.Uint32(raw[57:]))
@@ -85,6 +93,14 @@ func scanBatches(raw []byte) (records int) {
 	}
 	return records
 }
+
+// lastOffset is the offset of the batch's last record as the producer wrote
+// it: compaction keeps it in the header even when it removes that record
+// (KAFKA-5443), so the batch after this one starts past it.
+func (b *recordBatch) lastOffset() int64 { return b.baseOffset + int64(b.lastOffsetDelta) }
+
+// hasProducerID tells a batch of an idempotent or transactional producer.
+func (b *recordBatch) hasProducerID() bool { return b.producerID >= 0 }
 
 func (b *recordBatch) compression() compress.Compression {
 	return compress.Compression(b.attributes & attrCompression)

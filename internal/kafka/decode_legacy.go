@@ -164,6 +164,11 @@ func (d *decoder) decodeLegacy(raw []byte) error {
 					d.next = max(d.next, r.Offset+1)
 				}
 			}
+			// The wrapper's offset is that of the last message it held
+			// when written: compaction may have removed that one.
+			if m.offset >= d.from && m.offset < math.MaxInt64 {
+				d.next = max(d.next, m.offset+1)
+			}
 			return nil
 		}
 	}

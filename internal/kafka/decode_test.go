@@ -176,36 +176,49 @@ func TestDecodeRecordBatches(t *testing.T) {
 		aborted   []fetchapi.ResponseTransaction
 		want      string // offset:value of the records
 		next      int64
-		stuck     int64
 		err       string
 	}{
-		{name: "empty", raw: nil, from: 5, next: 5, stuck: -1},
-		{name: "fields", raw: concat(t, full), from: 10, want: "10:v0 11: 12:" + strings.Repeat("long", 100), next: 13, stuck: 10},
-		{name: "from inside batch", raw: concat(t, full), from: 12, want: "12:" + strings.Repeat("long", 100), next: 13, stuck: 10},
-		{name: "from after batch", raw: concat(t, full), from: 20, next: 20, stuck: 10},
+		{name: "empty", raw: nil, from: 5, next: 5},
+		{name: "fields", raw: concat(t, full), from: 10, want: "10:v0 11: 12:" + strings.Repeat("long", 100), next: 13},
+		{name: "from inside batch", raw: concat(t, full), from: 12, want: "12:" + strings.Repeat("long", 100), next: 13},
+		{name: "from after batch", raw: concat(t, full), from: 20, next: 20},
 		{name: "gap between batches", raw: concat(t,
 			testBatch{base: 0, records: values3("a", 0, 1)},
 			testBatch{base: 10, records: values3("b", 0, 1)}),
-			from: 0, want: "0:a0 1:a1 10:b0 11:b1", next: 12, stuck: 0},
+			from: 0, want: "0:a0 1:a1 10:b0 11:b1", next: 12},
+		// The next offset after a batch is its header's last offset + 1,
+		// whatever compaction left of its records (KAFKA-5443).
 		{name: "compacted batch", raw: concat(t, testBatch{base: 0, records: values3("a", 0, 4, 9), lastDelta: 12}),
-			from: 0, want: "0:a0 4:a4 9:a9", next: 10, stuck: 0},
+			from: 0, want: "0:a0 4:a4 9:a9", next: 13},
 		{name: "compacted tail", raw: concat(t, testBatch{base: 0, records: values3("a", 0, 1), numRecords: 10, lastDelta: 9}),
-			from: 5, next: 5, stuck: 0},
+			from: 5, next: 10},
+		{name: "emptied by compaction", raw: concat(t, testBatch{base: 4, lastDelta: 6}),
+			from: 5, next: 11},
 		{name: "truncated last batch", raw: concat(t, testBatch{base: 0, records: values3("a", 0, 1)}, testBatch{base: 2, records: values3("b", 0, 1)})[:140],
-			from: 0, want: "0:a0 1:a1", next: 2, stuck: 0},
-		{name: "truncated length", raw: concat(t, testBatch{base: 0, records: values3("a", 0)})[:10], from: 0, next: 0, stuck: -1},
+			from: 0, want: "0:a0 1:a1", next: 2},
+		{name: "truncated length", raw: concat(t, testBatch{base: 0, records: values3("a", 0)})[:10], from: 0, next: 0},
 		{name: "read_committed", committed: true, aborted: aborted, raw: concat(t,
 			testBatch{base: 0, records: values3("plain", 0, 1, 2)},
 			txBatch(3, 7, "abort", 2), txBatch(5, 8, "commit", 2),
 			controlBatch(7, 7, false), txBatch(8, 7, "later", 1), controlBatch(9, 7, true), controlBatch(10, 8, true)),
-			from: 0, want: "0:plain0 1:plain1 2:plain2 5:commit0 6:commit1 8:later0", next: 11, stuck: 0},
+			from: 0, want: "0:plain0 1:plain1 2:plain2 5:commit0 6:commit1 8:later0", next: 11},
 		{name: "read_uncommitted", aborted: aborted, raw: concat(t,
 			txBatch(3, 7, "abort", 2), controlBatch(5, 7, false)),
-			from: 3, want: "3:abort0 4:abort1", next: 6, stuck: 3},
+			from: 3, want: "3:abort0 4:abort1", next: 6},
 		{name: "aborted at the end", committed: true, aborted: aborted, raw: concat(t,
 			txBatch(3, 7, "abort", 2), controlBatch(5, 7, false)),
-			from: 3, next: 6, stuck: 3},
-		{name: "control only", committed: true, raw: concat(t, controlBatch(4, 1, true)), from: 4, next: 5, stuck: 4},
+			from: 3, next: 6},
+		// A response that starts at an abort marker: the list names the
+		// aborted transaction (its marker is at or after the fetch
+		// offset), which the marker itself must consume, or the
+		// producer's next, committed, transaction is dropped.
+		{name: "starting at an abort marker", committed: true, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 2}},
+			raw: concat(t, controlBatch(5, 7, false), txBatch(6, 7, "commit", 2), controlBatch(8, 7, true)),
+			from: 5, want: "6:commit0 7:commit1", next: 9},
+		{name: "an abort in the same batch's range", committed: true, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 5}},
+			raw: concat(t, txBatch(2, 7, "commit", 2), controlBatch(4, 8, true), txBatch(5, 7, "abort", 2), controlBatch(7, 7, false), txBatch(8, 7, "later", 1), controlBatch(9, 7, true)),
+			from: 2, want: "2:commit0 3:commit1 8:later0", next: 10},
+		{name: "control only", committed: true, raw: concat(t, controlBatch(4, 1, true)), from: 4, next: 5},
 		{name: "bad crc", raw: concat(t, testBatch{base: 3, records: values3("a", 0), badCRC: true}), err: "record batch at 3: crc32c checksum mismatch"},
 		{name: "unknown codec", raw: concat(t, testBatch{base: 3, records: values3("a", 0), attributes: 5}), err: "unsupported compression codec 5"},
 		{name: "negative count", raw: concat(t, testBatch{base: 3, records: values3("a", 0), numRecords: -2}), err: "negative record count"},
@@ -222,8 +235,8 @@ func TestDecodeRecordBatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := recordValues(d.records); got != tc.want || d.next != tc.next || d.stuckBase != tc.stuck {
-				t.Fatalf("decoded %q next %d stuck %d\nwant    %q next %d stuck %d", got, d.next, d.stuckBase, tc.want, tc.next, tc.stuck)
+			if got := recordValues(d.records); got != tc.want || d.next != tc.next {
+				t.Fatalf("decoded %q next %d\nwant    %q next %d", got, d.next, tc.want, tc.next)
 			}
 		})
 	}
@@ -330,6 +343,11 @@ func TestDecodeMatchesKafkaGo(t *testing.T) {
 				b.records = append(b.records, r)
 				delta += 1 + int64(rng.IntN(3)) // compaction leaves holes
 			}
+			if rng.IntN(4) == 0 {
+				// Compaction removed the batch's last records too.
+				delta += int64(rng.IntN(5))
+				b.lastDelta = int32(delta - 1)
+			}
 			bs = append(bs, b)
 			off += delta + int64(rng.IntN(3))
 		}
@@ -347,9 +365,9 @@ func TestDecodeMatchesKafkaGo(t *testing.T) {
 		if err := slow.decodeWithKafkaGo(raw); err != nil {
 			t.Fatalf("iteration %d: kafka-go: %v", iter, err)
 		}
-		if fast.next != slow.next || fast.stuckBase != slow.stuckBase || len(fast.records) != len(slow.records) {
-			t.Fatalf("iteration %d: next %d stuck %d, %d records; kafka-go: next %d stuck %d, %d records",
-				iter, fast.next, fast.stuckBase, len(fast.records), slow.next, slow.stuckBase, len(slow.records))
+		if fast.next != slow.next || len(fast.records) != len(slow.records) {
+			t.Fatalf("iteration %d: next %d, %d records; kafka-go: next %d, %d records",
+				iter, fast.next, len(fast.records), slow.next, len(slow.records))
 		}
 		for i, a := range fast.records {
 			b := slow.records[i]
@@ -497,8 +515,9 @@ func TestDecodeLimit(t *testing.T) {
 		{name: "uncompressed is free", maxBytes: -1, raw: concat(t, testBatch{base: 0, records: big[:2]}, testBatch{base: 2, codec: compress.Gzip, records: big[:1]}),
 			want: "0:102400 1:102400", next: 2,
 			err: &BatchTooLargeError{BaseOffset: 2, Codec: compress.Gzip, Size: 1, Limit: 0}},
+		// Nothing to decompress, and the batch still covers its offset.
 		{name: "empty compressed batch", maxBytes: -1, raw: concat(t, testBatch{base: 0, codec: compress.Zstd, numRecords: 1, lastDelta: 0}),
-			next: 0},
+			next: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decoder{maxBytes: tc.maxBytes}
@@ -607,14 +626,26 @@ func FuzzDecodeRecordBatches(f *testing.F) {
 			}
 			prev = r.Offset
 		}
-		firstBatchBase(raw)
 	})
 }
 
 // decodeWithKafkaGo is how the fetcher decoded record sets before it parsed
-// them itself: with kafka-go's decoder.
+// them itself: with kafka-go's decoder, and the rules of Kafka's Java
+// consumer for transactions (aborted transactions consumed up to each
+// batch's last offset, for every batch of a producer, markers included) and
+// for where a batch ends (its header's last offset, KAFKA-5443), which it
+// reads from the header itself since kafka-go does not expose it.
 func (d *decoder) decodeWithKafkaGo(raw []byte) error {
-	d.next, d.stuckBase = d.from, -1
+	d.next = d.from
+	var lasts []int64
+	for rest := raw; len(rest) >= batchHeaderLength; {
+		n := int(binary.BigEndian.Uint32(rest[8:])) + batchLengthEnd
+		if n > len(rest) {
+			break
+		}
+		lasts = append(lasts, int64(binary.BigEndian.Uint64(rest))+int64(int32(binary.BigEndian.Uint32(rest[23:]))))
+		rest = rest[n:]
+	}
 	rr, err := readLegacy(raw)
 	if err != nil || rr == nil {
 		return err
@@ -654,19 +685,24 @@ func (d *decoder) decodeWithKafkaGo(raw []byte) error {
 			}
 		}
 	}
-	for _, batch := range rr.(*protocol.RecordStream).Records {
+	for i, batch := range rr.(*protocol.RecordStream).Records {
 		switch b := batch.(type) {
 		case *protocol.RecordBatch:
 			d.batchStart(b.BaseOffset)
+			if d.committed && b.ProducerID >= 0 {
+				d.activateAborts(lasts[i])
+			}
 			deliver := true
 			if d.committed && b.Attributes.Transactional() {
-				d.activateAborts(b.BaseOffset)
 				_, isAborted := d.abortedPIDs[b.ProducerID]
 				deliver = !isAborted
 			}
 			err = readAll(b.Records, deliver, false, 0)
 		case *protocol.ControlBatch:
 			d.batchStart(b.BaseOffset)
+			if d.committed && b.ProducerID >= 0 {
+				d.activateAborts(lasts[i])
+			}
 			err = readAll(b.Records, false, true, b.ProducerID)
 		default:
 			err = fmt.Errorf("unexpected batch %T", batch)
@@ -674,6 +710,7 @@ func (d *decoder) decodeWithKafkaGo(raw []byte) error {
 		if err != nil {
 			return err
 		}
+		d.next = max(d.next, lasts[i]+1)
 	}
 	return nil
 }

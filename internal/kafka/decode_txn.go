@@ -24,8 +24,9 @@ func (d *decoder) sortAborted() {
 }
 
 // activateAborts marks as aborted the producers of the aborted transactions
-// that start at or before offset. A transaction starts with a batch of its
-// own, so comparing with the base offset of the current batch is enough.
+// that start at or before offset, the last offset of the current batch, and
+// consumes them from the list: each is activated once, then cleared by its
+// producer's abort marker.
 func (d *decoder) activateAborts(offset int64) {
 	for len(d.aborted) > 0 && d.aborted[0].FirstOffset <= offset {
 		if d.abortedPIDs == nil {

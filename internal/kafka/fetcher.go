@@ -323,14 +323,12 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Durati
 	if err != nil {
 		return PolledBatch{}, err
 	}
-	return f.decodePartition(ctx, from, p)
+	return f.decodePartition(from, p)
 }
 
 // decodePartition decodes the partition's part of a fetch response sent at
-// from. When the batch holding from has nothing at or after it (its tail
-// was compacted away) it finds, with small fetches of its own, where the
-// next batch starts.
-func (f *Fetcher) decodePartition(ctx context.Context, from int64, p *rawFetchPartition) (PolledBatch, error) {
+// from.
+func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch, error) {
 	b := PolledBatch{From: from, Next: from, HighWatermark: p.HighWatermark, LastStable: p.LastStableOffset}
 	if p.LastStableOffset < 0 {
 		b.LastStable = p.HighWatermark // before fetch v4
@@ -344,21 +342,6 @@ func (f *Fetcher) decodePartition(ctx context.Context, from int64, p *rawFetchPa
 	}
 	b.Records, b.Next = d.records, d.next
 	b.Bytes = len(p.Records) + d.inflated
-	if d.next == from && d.stuckBase >= 0 {
-		// The batch holding from has no record at or after it: its tail
-		// was removed by compaction, and the broker does not move past
-		// it: find where the next batch starts.
-		end := b.HighWatermark
-		if f.cfg.IsolationLevel == ReadCommitted {
-			end = b.LastStable
-		}
-		next, err := f.skipGap(ctx, from, d.stuckBase, end)
-		if err != nil {
-			return PolledBatch{}, err
-		}
-		f.log.Debug("skipped compacted tail of a batch", zap.Int64("from", from), zap.Int64("next", next))
-		b.Next = next
-	}
 	return b, nil
 }
 
@@ -413,56 +396,4 @@ func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Durati
 		}
 	}
 	return nil, fmt.Errorf("response without the partition: %w", protocol.ErrNoPartition)
-}
-
-// skipGap finds the first offset after the batch based at gapBase, which
-// holds from but no record at or after it. A fetch at an offset inside that
-// batch returns the batch again; at or past its end it returns a later batch
-// or nothing. The answer lies in (from, end]: the search probes
-// exponentially then bisects, so a gap of n offsets costs about 2*log2(n)
-// small fetches.
-func (f *Fetcher) skipGap(ctx context.Context, from, gapBase, end int64) (int64, error) {
-	past := func(x int64) (bool, error) {
-		p, err := f.request(ctx, x, 0, 0, 1)
-		if errors.Is(err, kafkago.OffsetOutOfRange) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		base, ok, err := firstBatchBase(p.Records)
-		if err != nil {
-			return false, err
-		}
-		return !ok || base > gapBase, nil
-	}
-	if end <= from {
-		return from, nil // nothing known past from: fetch it again later
-	}
-	lo, hi := from, from+1 // invariant: !past(lo); past(hi) once the loop ends
-	for step := int64(1); hi < end; {
-		p, err := past(hi)
-		if err != nil {
-			return 0, err
-		}
-		if p {
-			break
-		}
-		lo = hi
-		step *= 2
-		hi = min(lo+step, end)
-	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		p, err := past(mid)
-		if err != nil {
-			return 0, err
-		}
-		if p {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi, nil
 }
