@@ -23,9 +23,9 @@ type recordBatch struct {
 	lastOffsetDelta int32
 	leaderEpoch     int32
 	firstTimestamp  int64
-	producerID     int64
-	numRecords     int32
-	records        []byte
+	producerID      int64
+	numRecords      int32
+	records         []byte
 }
 
 // nextBatch splits the first batch off raw. ok is false when raw does not

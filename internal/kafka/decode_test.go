@@ -213,10 +213,10 @@ func TestDecodeRecordBatches(t *testing.T) {
 		// offset), which the marker itself must consume, or the
 		// producer's next, committed, transaction is dropped.
 		{name: "starting at an abort marker", committed: true, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 2}},
-			raw: concat(t, controlBatch(5, 7, false), txBatch(6, 7, "commit", 2), controlBatch(8, 7, true)),
+			raw:  concat(t, controlBatch(5, 7, false), txBatch(6, 7, "commit", 2), controlBatch(8, 7, true)),
 			from: 5, want: "6:commit0 7:commit1", next: 9},
 		{name: "an abort in the same batch's range", committed: true, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 5}},
-			raw: concat(t, txBatch(2, 7, "commit", 2), controlBatch(4, 8, true), txBatch(5, 7, "abort", 2), controlBatch(7, 7, false), txBatch(8, 7, "later", 1), controlBatch(9, 7, true)),
+			raw:  concat(t, txBatch(2, 7, "commit", 2), controlBatch(4, 8, true), txBatch(5, 7, "abort", 2), controlBatch(7, 7, false), txBatch(8, 7, "later", 1), controlBatch(9, 7, true)),
 			from: 2, want: "2:commit0 3:commit1 8:later0", next: 10},
 		{name: "control only", committed: true, raw: concat(t, controlBatch(4, 1, true)), from: 4, next: 5},
 		{name: "bad crc", raw: concat(t, testBatch{base: 3, records: values3("a", 0), badCRC: true}), err: "record batch at 3: crc32c checksum mismatch"},
