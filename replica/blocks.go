@@ -82,8 +82,8 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if batch.Reset != nil {
 			pt.r.stats.offsetResets.Add(1)
-			pt.log.Warn("offset out of range; reset by the start policy",
-				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("policy", batch.Reset.Policy))
+			pt.log.Warn("offset out of range; resuming where the log is",
+				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("reason", batch.Reset.Reason))
 			if b.empty() {
 				b.from, b.next = batch.Next, batch.Next
 			}

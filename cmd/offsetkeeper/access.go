@@ -8,7 +8,6 @@ import (
 
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -113,24 +112,7 @@ func kafkaRefused(err error) bool { return kafka.Refused(err) || tlsRefused(err)
 // tlsRefused tells whether err is a TLS handshake that failed: a
 // certificate that does not verify, a peer that is not TLS, or an alert
 // from the peer (which refused our certificate).
-func tlsRefused(err error) bool {
-	var (
-		unknownCA  x509.UnknownAuthorityError
-		hostname   x509.HostnameError
-		invalid    x509.CertificateInvalidError
-		verify     *tls.CertificateVerificationError
-		record     tls.RecordHeaderError
-		alert      tls.AlertError
-		netOpError *net.OpError
-	)
-	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
-		return true
-	}
-	// A broker that refuses the client's certificate sends an alert, which
-	// crypto/tls reports as a *net.OpError around a tls.alert.
-	return errors.As(err, &netOpError) && netOpError.Op == "remote error"
-}
+func tlsRefused(err error) bool { return kafka.TLSRefused(err) }
 
 // explainEtcd makes the error of connecting to etcd say what to fix where
 // it can: gRPC reports a TLS handshake that fails as a timeout, and a

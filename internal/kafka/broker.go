@@ -15,6 +15,12 @@ import (
 	"go.uber.org/zap"
 )
 
+// overdueSlack is how long past MaxWait a fetch may go unanswered before
+// the loop asks for fresh metadata: a broker that is paused or cut off
+// answers nothing, and its partitions' new leaders are to be found while
+// the request waits out its timeout.
+const overdueSlack = 2 * time.Second
+
 // brokerLoop fetches the cursors whose leader is one broker: one Fetch
 // request covers all of them that may be fetched, each at its own offset and
 // with its own byte limit, in an order that rotates so that every partition
@@ -35,28 +41,33 @@ type brokerLoop struct {
 	budgetWait bool
 
 	// Owned by run.
-	inFlight int
+	inFlight []*fetchRequest
 	// quietPolls counts the requests in flight that carry quiet cursors:
 	// while one does, it is the long poll others join when it is back.
 	quietPolls int
 	attempt    int
-	retryAt    time.Time
+	retryAt    time.Time // a backoff after a failure, or the broker's throttle
+	overdueAsk time.Time // when the loop last asked for metadata over a late answer
 }
 
 // fetchRequest is one request in flight and, once back, its outcome.
 type fetchRequest struct {
-	parts   []*fetchPart
-	reserve int64 // budget bytes set aside for the answer
-	quiet   bool  // it carries quiet cursors
-	err     error // the request as a whole failed
+	parts    []*fetchPart
+	reserve  int64 // budget bytes set aside for the answer
+	quiet    bool  // it carries quiet cursors
+	sent     time.Time
+	err      error         // the request as a whole failed
+	throttle time.Duration // the broker mutes the connection this long (KIP-219)
 }
 
 // fetchPart is one cursor's part of a request.
 type fetchPart struct {
-	cur  *Cursor
-	seq  uint64
-	from int64
-	max  int32
+	cur   *Cursor
+	seq   uint64
+	from  int64
+	limit int32 // the bytes the cursor may take in a response
+	max   int32 // the limit sent: limit, or 1 for a big batch first in the request
+	epoch int32
 
 	raw     *rawFetchPartition // its part of the response, until decoded
 	batch   PolledBatch
@@ -90,12 +101,14 @@ func (b *brokerLoop) add(cur *Cursor) {
 	b.poke()
 }
 
-// remove takes cur out of the loop, to be looked up again. c.mu is held.
+// remove takes cur out of the loop, to be looked up again. A request in
+// flight for it is left to end on its own, its answer for cur unused. c.mu
+// is held.
 func (b *brokerLoop) remove(cur *Cursor) {
 	if i := slices.Index(b.cursors, cur); i >= 0 {
 		b.cursors = slices.Delete(b.cursors, i, i+1)
 	}
-	cur.loop, cur.leader = nil, -1
+	cur.loop, cur.leader, cur.flight = nil, -1, nil
 }
 
 // run sends requests while there are cursors to fetch, until ctx ends; it
@@ -103,33 +116,70 @@ func (b *brokerLoop) remove(cur *Cursor) {
 func (b *brokerLoop) run(ctx context.Context) {
 	defer b.c.wg.Done()
 	for {
+		at := b.launch(ctx)
+		if due := b.overdueAt(); !due.IsZero() && (at.IsZero() || due.Before(at)) {
+			at = due
+		}
 		var timer <-chan time.Time
-		if at := b.launch(ctx); !at.IsZero() {
+		if !at.IsZero() {
 			timer = time.After(time.Until(at))
 		}
 		select {
 		case <-ctx.Done():
-			for ; b.inFlight > 0; b.inFlight-- {
+			for range b.inFlight {
 				<-b.done
 			}
 			return
 		case <-b.wake:
 		case r := <-b.done:
-			b.inFlight--
+			b.inFlight = slices.DeleteFunc(b.inFlight, func(x *fetchRequest) bool { return x == r })
 			if r.quiet {
 				b.quietPolls--
 			}
 			b.handle(r)
 		case <-timer:
+			b.checkOverdue()
 		}
 	}
 }
 
+// overdueAt is when the oldest request in flight becomes overdue, or, once
+// it is, when to ask again; zero when none is in flight.
+func (b *brokerLoop) overdueAt() time.Time {
+	if len(b.inFlight) == 0 {
+		return time.Time{}
+	}
+	oldest := b.inFlight[0].sent
+	for _, r := range b.inFlight[1:] {
+		if r.sent.Before(oldest) {
+			oldest = r.sent
+		}
+	}
+	due := oldest.Add(b.c.cfg.MaxWait + overdueSlack)
+	if next := b.overdueAsk.Add(overdueSlack); next.After(due) {
+		return next
+	}
+	return due
+}
+
+// checkOverdue asks for fresh metadata when a request has waited past its
+// due time: the partitions' leaders may have moved away from a broker that
+// stopped answering.
+func (b *brokerLoop) checkOverdue() {
+	now := time.Now()
+	if due := b.overdueAt(); due.IsZero() || now.Before(due) {
+		return
+	}
+	b.overdueAsk = now
+	b.log.Debug("fetch overdue; looking the leaders up again")
+	b.c.askLeaders()
+}
+
 // launch sends requests while fewer than maxInFlight are out and some
-// cursor may be fetched. It returns when to try again, if a backoff is what
-// holds it.
+// cursor may be fetched. It returns when to try again, if a backoff or a
+// throttle is what holds it.
 func (b *brokerLoop) launch(ctx context.Context) time.Time {
-	for b.inFlight < maxInFlight {
+	for len(b.inFlight) < maxInFlight {
 		now := time.Now()
 		if now.Before(b.retryAt) {
 			return b.retryAt
@@ -138,7 +188,8 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 		if r == nil {
 			return wait
 		}
-		b.inFlight++
+		r.sent = now
+		b.inFlight = append(b.inFlight, r)
 		if r.quiet {
 			b.quietPolls++
 		}
@@ -149,6 +200,12 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 
 // pick gathers the cursors to fetch now into a request and sets aside the
 // budget its answer may take. With none, it returns when a backoff ends.
+//
+// A cursor whose next batch is larger than its limit (big) goes only first
+// in a request, where the broker returns that batch whole (KIP-74): one
+// further back would get the batch's first bytes only, which are thrown
+// away and fetched again. Parts are added while their limits fit the
+// request's, so that the broker does not cut the last ones short either.
 func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	c := b.c
 	c.mu.Lock()
@@ -160,11 +217,13 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 		return nil, time.Time{}
 	}
 	share := c.share()
+	limit := min(int64(c.cfg.MaxRequestBytes), left)
 	// While a long poll carries the quiet cursors (their last answer was
 	// empty), a request beside it is for cursors that may have more now:
 	// the quiet ones wait for the next request of all, so that an idle
 	// replica keeps one long poll per broker, not two.
 	second := b.quietPolls > 0
+	var first *fetchPart
 	var parts, starved []*fetchPart
 	var wait time.Time
 	var sum int64
@@ -176,27 +235,50 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			}
 			continue
 		}
-		p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, max: int32(min(int64(c.cfg.MaxBytes), share-cur.held))}
-		cur.inFlight = true
-		sum += int64(p.max)
-		if cur.starved {
-			cur.starved = false
-			starved = append(starved, p)
+		p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch,
+			limit: int32(min(int64(c.cfg.MaxBytes), max(share-cur.held, 1)))}
+		p.max = p.limit
+		if cur.big > int64(p.limit) {
+			if first != nil {
+				continue // big too: first in a later request
+			}
+			// First, its first batch comes whole whatever the limit,
+			// and with a limit of one byte nothing after it: no batch
+			// cut short.
+			p.max = 1
+			first = p
+			sum += cur.big
 		} else {
-			parts = append(parts, p)
+			if sum > 0 && sum+int64(p.max) > limit {
+				continue // would be cut short: the next request
+			}
+			if cur.starved {
+				starved = append(starved, p)
+			} else {
+				parts = append(parts, p)
+			}
+			sum += int64(p.max)
 		}
 	}
 	b.rot = (b.rot + 1) % n
-	if len(parts)+len(starved) == 0 {
+	all := append(starved, parts...)
+	if first != nil {
+		all = append([]*fetchPart{first}, all...)
+	}
+	if len(all) == 0 {
 		return nil, wait
 	}
-	reserve := max(1, min(sum, int64(c.cfg.MaxRequestBytes), left))
+	reserve := max(1, min(sum, limit))
+	if first != nil {
+		reserve = max(reserve, first.cur.big)
+	}
 	c.held.Add(reserve)
-	r := &fetchRequest{parts: append(starved, parts...), reserve: reserve}
-	for _, p := range r.parts {
+	r := &fetchRequest{parts: all, reserve: reserve}
+	for _, p := range all {
+		p.cur.flight = r
+		p.cur.starved = false
 		if p.cur.quiet {
 			r.quiet = true
-			break
 		}
 	}
 	return r, time.Time{}
@@ -207,7 +289,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 // and the delivery of earlier batches.
 func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	c := b.c
-	req := &rawFetchRequest{clientID: c.cfg.ClientID, broker: b.id, direct: true, Request: fetchapi.Request{
+	req := &rawFetchRequest{clientID: c.cfg.ClientID, broker: b.id, direct: true, versions: c.kc.versions, Request: fetchapi.Request{
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(c.cfg.MaxWait / time.Millisecond),
 		MinBytes:       int32(c.cfg.MinBytes),
@@ -219,7 +301,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	for _, p := range r.parts {
 		rp := fetchapi.RequestPartition{
 			Partition:          int32(p.cur.tp.Partition),
-			CurrentLeaderEpoch: -1,
+			CurrentLeaderEpoch: p.epoch,
 			FetchOffset:        p.from,
 			LogStartOffset:     -1,
 			PartitionMaxBytes:  p.max,
@@ -243,6 +325,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		r.err = fmt.Errorf("unexpected response %T", m)
 		return r
 	}
+	r.throttle = time.Duration(res.ThrottleMs) * time.Millisecond
 	if res.ErrorCode != 0 {
 		r.err = kafkago.Error(res.ErrorCode)
 		return r
@@ -297,88 +380,74 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	return r
 }
 
-// handle hands a request's outcome to its cursors.
+// handle hands a request's outcome to its cursors. Parts whose cursor has
+// moved to another loop, closed or been repositioned since the request
+// went are dropped: their answers are stale.
 func (b *brokerLoop) handle(r *fetchRequest) {
 	c := b.c
 	now := time.Now()
 	relookup := false
 	c.mu.Lock()
-	c.held.Add(-r.reserve)
-	c.budgetFreed()
-	if r.err != nil {
-		for _, p := range r.parts {
-			p.cur.inFlight = false
-		}
-		if retriable(r.err) && b.c.ctx.Err() == nil {
-			d := backoff(c.cfg, b.attempt)
-			b.attempt++
-			b.retryAt = now.Add(d)
-			if b.attempt == 1 || b.attempt%10 == 0 {
-				b.log.Warn("fetch failed; retrying", zap.Int("partitions", len(r.parts)), zap.Int("attempt", b.attempt),
-					zap.Duration("backoff", d), zap.Error(r.err))
-			}
-			// The broker may be gone or no longer lead these: look the
-			// leaders up again, from fresh metadata.
-			for _, p := range r.parts {
-				if p.cur.loop == b {
-					b.remove(p.cur)
-				}
-			}
-			relookup = true
-		} else if c.ctx.Err() == nil {
-			for _, p := range r.parts {
-				p.cur.fail(r.err)
-			}
-		}
+	defer func() {
 		c.mu.Unlock()
 		if relookup {
-			c.transport.CloseIdleConnections()
 			c.askLeaders()
 		}
+	}()
+	c.held.Add(-r.reserve)
+	c.budgetFreed()
+	if r.throttle > 0 {
+		// The broker reads nothing more from the connection until the
+		// throttle ends: send nothing either, rather than time out.
+		b.retryAt = maxTime(b.retryAt, now.Add(r.throttle))
+		c.throttled.Add(int64(r.throttle))
+	}
+	if r.err != nil {
+		b.failed(r, now)
+		relookup = true
 		return
 	}
 	b.attempt = 0
 	for _, p := range r.parts {
 		cur := p.cur
-		cur.inFlight = false
+		if cur.flight != r {
+			continue // moved to another loop since: its answer is stale
+		}
+		cur.flight = nil
 		if cur.closed || p.seq != cur.seq || cur.loop != b {
-			continue // moved, closed or repositioned since: the result is stale
+			continue // closed or repositioned since
 		}
 		if p.present {
 			cur.hw, cur.lso = p.hw, p.lso
 		}
 		switch {
 		case p.code != 0:
-			err := kafkago.Error(p.code)
-			switch {
-			case errors.Is(err, kafkago.OffsetOutOfRange):
-				cur.outOfRange = true
-				cur.notify()
-			case leaderMoved(err) || unknownTopic(err):
-				cur.retryAt = now.Add(backoff(c.cfg, cur.attempt))
-				cur.attempt++
-				b.remove(cur)
-				relookup = true
-			case err.Temporary():
-				cur.retryAt = now.Add(backoff(c.cfg, cur.attempt))
-				cur.attempt++
-			default:
-				cur.fail(err)
-			}
+			relookup = b.partitionError(cur, kafkago.Error(p.code), now) || relookup
 		case p.err != nil:
 			if retriable(p.err) {
-				cur.retryAt = now.Add(backoff(c.cfg, cur.attempt))
-				cur.attempt++
+				cur.backoff(now)
 			} else {
 				cur.fail(p.err)
 			}
 		case p.batch.Next > p.batch.From:
-			cur.attempt, cur.quiet = 0, false
+			cur.attempt, cur.quiet, cur.oorStreak = 0, false, 0
 			cur.queue = append(cur.queue, p.batch)
 			cur.held += int64(p.batch.Bytes)
 			c.held.Add(int64(p.batch.Bytes))
 			cur.fetchAt = p.batch.Next
+			// A batch larger than the limit came whole because it was
+			// first: its successors are likely as large.
+			cur.big = 0
+			if big := max(p.batch.largest, p.batch.truncated); big > int(p.limit) {
+				cur.big = int64(big)
+			}
 			cur.notify()
+		case p.batch.truncated > int(p.limit):
+			// Only the start of a batch larger than the limit: it
+			// comes whole when its partition is first.
+			cur.attempt, cur.quiet = 0, false
+			cur.big = int64(p.batch.truncated)
+			b.poke()
 		default:
 			cur.attempt = 0
 			end := cur.hw
@@ -391,20 +460,84 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			cur.quiet = !cur.starved
 		}
 	}
-	c.mu.Unlock()
-	if relookup {
-		c.transport.CloseIdleConnections()
-		c.askLeaders()
+}
+
+// failed handles a request that failed as a whole: a retriable failure
+// (the broker gone, the connection cut, a timeout) sends its cursors to be
+// looked up again after a backoff; another fails them. c.mu is held.
+func (b *brokerLoop) failed(r *fetchRequest, now time.Time) {
+	c := b.c
+	var mine []*Cursor
+	for _, p := range r.parts {
+		if p.cur.flight == r {
+			p.cur.flight = nil
+			mine = append(mine, p.cur)
+		}
+	}
+	if c.ctx.Err() != nil {
+		return
+	}
+	if !retriable(r.err) {
+		for _, cur := range mine {
+			cur.fail(r.err)
+		}
+		return
+	}
+	d := backoff(c.cfg, b.attempt)
+	b.attempt++
+	b.retryAt = maxTime(b.retryAt, now.Add(d))
+	if b.attempt == 1 || b.attempt%10 == 0 {
+		b.log.Warn("fetch failed; retrying", zap.Int("partitions", len(r.parts)), zap.Int("attempt", b.attempt),
+			zap.Duration("backoff", d), zap.String("why", explain(r.err)), zap.Error(r.err))
+	}
+	// The broker may be gone or no longer lead these: look the leaders
+	// up again. Only this broker's connection is dropped (by the
+	// transport, the one that failed); the others' stay.
+	for _, cur := range mine {
+		if cur.loop == b {
+			b.remove(cur)
+		}
 	}
 }
 
+// partitionError handles the broker's error for one partition, and tells
+// whether the leaders must be looked up again. c.mu is held.
+func (b *brokerLoop) partitionError(cur *Cursor, err kafkago.Error, now time.Time) (relookup bool) {
+	switch {
+	case errors.Is(err, kafkago.OffsetOutOfRange):
+		cur.outOfRange = true
+		cur.oorStreak++
+		cur.notify()
+	case errors.Is(err, kafkago.UnknownLeaderEpoch):
+		// The broker has not yet learned of the epoch the metadata
+		// gave: it will.
+		cur.backoff(now)
+	case leaderMoved(err) || unknownTopic(err):
+		cur.backoff(now)
+		b.remove(cur)
+		return true
+	case err.Temporary():
+		cur.backoff(now)
+	default:
+		cur.fail(err)
+	}
+	return false
+}
+
 // leaderMoved tells whether a partition error means the broker no longer
-// leads it.
+// leads it, or that the metadata that sent the request here is stale.
 func leaderMoved(err kafkago.Error) bool {
 	switch err {
 	case kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable, kafkago.ReplicaNotAvailable,
-		kafkago.FencedLeaderEpoch, kafkago.UnknownLeaderEpoch, kafkago.KafkaStorageError, kafkago.BrokerNotAvailable:
+		kafkago.FencedLeaderEpoch, kafkago.KafkaStorageError, kafkago.BrokerNotAvailable:
 		return true
 	}
 	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
-	"strings"
 	"sync"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -23,10 +21,16 @@ import (
 type Client struct {
 	cfg       Config // defaults applied
 	addr      net.Addr
+	dialer    *dialer
+	versions  *apiVersions
 	transport *kafkago.Transport
 	client    *kafkago.Client
 	stop      context.CancelFunc
 	closeOnce sync.Once
+
+	metaMu      sync.Mutex
+	metaBrokers []int32 // the brokers of the last metadata answer
+	metaGood    int32   // the broker that gave it
 }
 
 // NewClient checks cfg and returns a client of its brokers. topics are the
@@ -37,20 +41,22 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	t := &kafkago.Transport{
-		Dial:           cfg.Dial,
-		DialTimeout:    cfg.DialTimeout,
-		TLS:            cfg.TLS,
-		ClientID:       cfg.ClientID,
-		MetadataTTL:    cfg.MetadataTTL,
-		MetadataTopics: topics,
-	}
+	versions := newAPIVersions()
+	d := &dialer{dial: cfg.Dial, tls: cfg.TLS, clientID: cfg.ClientID, versions: versions}
 	if cfg.SASL != nil {
 		m, err := cfg.SASL.kafkaMechanism()
 		if err != nil {
 			return nil, err
 		}
-		t.SASL = m
+		d.mech = m
+	}
+	// TLS and SASL are the dialer's: see dial.go.
+	t := &kafkago.Transport{
+		Dial:           d.DialContext,
+		DialTimeout:    cfg.DialTimeout,
+		ClientID:       cfg.ClientID,
+		MetadataTTL:    cfg.MetadataTTL,
+		MetadataTopics: topics,
 	}
 	bg, stop := context.WithCancel(context.Background())
 	t.Context = bg // ends the transport's goroutines
@@ -58,9 +64,12 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	return &Client{
 		cfg:       cfg,
 		addr:      addr,
+		dialer:    d,
+		versions:  versions,
 		transport: t,
 		client:    &kafkago.Client{Addr: addr, Transport: t, Timeout: cfg.RequestTimeout},
 		stop:      stop,
+		metaGood:  -1,
 	}, nil
 }
 
@@ -82,86 +91,23 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Partitions returns the partition ids of each topic, sorted, and the
-// topics the cluster does not know.
-func (c *Client) Partitions(ctx context.Context, topics ...string) (found map[string][]int, missing []string, err error) {
-	found = make(map[string][]int, len(topics))
-	if len(topics) == 0 {
-		return found, nil, nil
-	}
-	res, err := c.client.Metadata(ctx, &kafkago.MetadataRequest{Addr: c.addr, Topics: topics})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list partitions of %s: %w", strings.Join(topics, ", "), err)
-	}
-	for _, t := range res.Topics {
-		if !slices.Contains(topics, t.Name) {
-			continue
-		}
-		if t.Error != nil {
-			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
-				continue
-			}
-			return nil, nil, fmt.Errorf("list partitions of topic %q: %w", t.Name, t.Error)
-		}
-		ids := make([]int, len(t.Partitions))
-		for i, p := range t.Partitions {
-			ids[i] = p.ID
-		}
-		slices.Sort(ids)
-		found[t.Name] = ids
-	}
-	for _, t := range topics {
-		if _, ok := found[t]; !ok {
-			missing = append(missing, t)
-		}
-	}
-	return found, missing, nil
-}
-
-// AllPartitions is Partitions where a topic the cluster does not know is an
-// error naming it.
-func (c *Client) AllPartitions(ctx context.Context, topics ...string) (map[string][]int, error) {
-	found, missing, err := c.Partitions(ctx, topics...)
-	if err != nil {
-		return nil, err
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("list partitions of topic %q: %w", missing[0], kafkago.UnknownTopicOrPartition)
-	}
-	return found, nil
-}
-
-// ListOffsets is the package function ListOffsets on the client's
-// transport, brokers and client ID.
-func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64, tps []TopicPartition) (map[TopicPartition]int64, map[TopicPartition]error, error) {
-	return ListOffsets(ctx, c.transport, c.cfg.Brokers, c.cfg.ClientID, level, ts, tps)
-}
-
-// CheckAccess asks the first broker that answers for the metadata of
-// topics over a connection of its own, with the client's dial, TLS and SASL
-// settings, and returns its error. Unlike the transport, which sees only an
-// unexpected EOF when a broker closes the connection during the SASL
-// exchange (the way brokers reject a login), kafka-go's Dialer used here
-// reports that as SASLAuthenticationFailed. refused tells the errors that
-// end the search (a refusal, see Refused); after any other the next broker
-// is tried.
+// CheckAccess asks for the metadata of topics, which needs a connection
+// (TLS, the SASL login) and the right to describe them, and returns the
+// error of the first broker that answers (or of the last one tried). A
+// missing topic is not an error here, and is never created. refused tells
+// the errors that end the search (a refusal, see Refused); after any other
+// the next broker is tried.
 func (c *Client) CheckAccess(ctx context.Context, refused func(error) bool, topics ...string) error {
-	d := &kafkago.Dialer{ClientID: c.cfg.ClientID, Timeout: c.cfg.DialTimeout, TLS: c.cfg.TLS, SASLMechanism: c.transport.SASL}
-	if c.cfg.Dial != nil {
-		d.DialFunc = c.cfg.Dial
+	m, err := c.metadata(ctx, topics)
+	if err != nil {
+		return err
 	}
-	var err error
-	for _, b := range c.cfg.Brokers {
-		var conn *kafkago.Conn
-		if conn, err = d.DialContext(ctx, "tcp", b); err == nil {
-			_, err = conn.ReadPartitions(topics...)
-			_ = conn.Close()
-		}
-		if err == nil || refused(err) {
-			break
+	for _, name := range topics {
+		if t := m.topics[name]; t != nil && t.err != nil && refused(t.err) {
+			return fmt.Errorf("topic %q: %w", name, t.err)
 		}
 	}
-	return err
+	return nil
 }
 
 // Refused tells an error of Kafka refusing the client's credentials or

@@ -44,8 +44,10 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
-	held     atomic.Int64 // bytes held and reserved by requests in flight
-	requests atomic.Int64 // fetch requests sent
+	held      atomic.Int64 // bytes held and reserved by requests in flight
+	requests  atomic.Int64 // fetch requests sent
+	throttled atomic.Int64 // nanoseconds brokers throttled the fetches
+	lookups   atomic.Int64 // metadata lookups of the leaders
 }
 
 // TopicPartition names one partition.
@@ -114,10 +116,14 @@ func (c *Consumer) Close() error {
 
 // Stats are the consumer's counters.
 type Stats struct {
-	FetchRequests int64 // fetch requests sent, all brokers
-	BytesHeld     int64 // fetched and not freed, plus what requests in flight may return
-	BudgetBytes   int64 // Config.MaxBufferBytes
-	Partitions    int   // cursors open
+	FetchRequests int64         // fetch requests sent, all brokers
+	BytesHeld     int64         // fetched and not freed, plus what requests in flight may return
+	BudgetBytes   int64         // Config.MaxBufferBytes
+	Partitions    int           // cursors open
+	Throttled     time.Duration // time brokers throttled the fetches by their quotas (KIP-219), all brokers
+	Lookups       int64         // metadata lookups of the partitions' leaders
+	Logins        int64         // SASL logins: one per connection
+	Relogins      int64         // SASL logins again on open connections, before their sessions ended (KIP-368)
 }
 
 // Stats reads the counters.
@@ -125,7 +131,9 @@ func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	n := len(c.cursors)
 	c.mu.Unlock()
-	return Stats{FetchRequests: c.requests.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n}
+	return Stats{FetchRequests: c.requests.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
+		Throttled: time.Duration(c.throttled.Load()), Lookups: c.lookups.Load(),
+		Logins: c.kc.dialer.logins.Load(), Relogins: c.kc.dialer.relogins.Load()}
 }
 
 // Open adds a partition to the consumer and returns its cursor, which
@@ -139,7 +147,7 @@ func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur := &Cursor{c: c, tp: tp, f: f, leader: -1, fetchAt: unset, hw: -1, lso: -1, signal: make(chan struct{}, 1)}
+	cur := &Cursor{c: c, tp: tp, f: f, leader: -1, epoch: -1, fetchAt: unset, hw: -1, lso: -1, signal: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -178,11 +186,15 @@ func (c *Consumer) askLeaders() {
 	}
 }
 
-// leaders assigns cursors without a leader to the loop of their broker. It
-// runs until the consumer closes, woken by askLeaders, and retries with a
-// backoff while some partition has no known leader.
+// leaders keeps every cursor with the loop of its partition's leader. It
+// looks the leaders up when asked (a cursor without one, a leader that
+// answered that it no longer leads, a request overdue) and every
+// MetadataTTL, and retries with a backoff while some partition has no
+// known leader. It runs until the consumer closes.
 func (c *Consumer) leaders() {
 	defer c.wg.Done()
+	every := time.NewTicker(c.metadataInterval())
+	defer every.Stop()
 	var retry <-chan time.Time
 	attempt := 0
 	for {
@@ -191,6 +203,7 @@ func (c *Consumer) leaders() {
 			return
 		case <-c.refresh:
 		case <-retry:
+		case <-every.C:
 		}
 		retry = nil
 		pending, err := c.assign(c.ctx)
@@ -200,10 +213,9 @@ func (c *Consumer) leaders() {
 		if err != nil || pending {
 			d := backoff(c.cfg, attempt)
 			attempt++
-			if err != nil {
-				c.log.Warn("reading partition leaders failed; retrying", zap.Duration("backoff", d), zap.Error(err))
-				// The next lookup reloads the metadata from the brokers.
-				c.transport.CloseIdleConnections()
+			if err != nil && (attempt == 1 || attempt%10 == 0) {
+				c.log.Warn("reading partition leaders failed; retrying", zap.Duration("backoff", d), zap.Int("attempt", attempt),
+					zap.String("why", explain(err)), zap.Error(err))
 			}
 			retry = time.After(d)
 			continue
@@ -212,13 +224,23 @@ func (c *Consumer) leaders() {
 	}
 }
 
-// assign looks up the leaders of cursors that have none and hands each to
-// its broker's loop. pending reports cursors still without one.
+// metadataInterval is how often the leaders are looked up when nothing
+// asks for it: MetadataTTL, by default kafka-go's 6 s.
+func (c *Consumer) metadataInterval() time.Duration {
+	if c.cfg.MetadataTTL > 0 {
+		return c.cfg.MetadataTTL
+	}
+	return 6 * time.Second
+}
+
+// assign looks up the leaders of the cursors' partitions and moves each
+// cursor whose leader or leader epoch changed to its leader's loop. pending
+// reports cursors still without a leader.
 func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 	c.mu.Lock()
 	var topics []string
-	for tp, cur := range c.cursors {
-		if cur.leader < 0 && !slices.Contains(topics, tp.Topic) {
+	for tp := range c.cursors {
+		if !slices.Contains(topics, tp.Topic) {
 			topics = append(topics, tp.Topic)
 		}
 	}
@@ -226,40 +248,71 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 	if len(topics) == 0 {
 		return false, nil
 	}
-	mctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	defer cancel()
-	res, err := c.client.Metadata(mctx, &kafkago.MetadataRequest{Addr: c.kc.addr, Topics: topics})
+	c.lookups.Add(1)
+	m, err := c.kc.metadata(ctx, topics)
 	if err != nil {
-		return true, fmt.Errorf("metadata of %v: %w", topics, err)
-	}
-	leaders := map[TopicPartition]int32{}
-	for _, t := range res.Topics {
-		for _, p := range t.Partitions {
-			if p.Error == nil && p.Leader.ID >= 0 && p.Leader.Host != "" {
-				leaders[TopicPartition{t.Name, p.ID}] = int32(p.Leader.ID)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cur := range c.cursors {
+			if cur.leader < 0 {
+				return true, err
 			}
 		}
+		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	for tp, cur := range c.cursors {
-		if cur.leader >= 0 || cur.closed {
+		if cur.closed || cur.recreated != nil {
 			continue
 		}
-		id, ok := leaders[tp]
-		if !ok {
-			if cur.unknownSince.IsZero() {
-				cur.unknownSince = now
-			} else if now.Sub(cur.unknownSince) > c.cfg.UnknownTopicTimeout {
-				cur.fail(fmt.Errorf("%w (no leader for %s)", kafkago.UnknownTopicOrPartition, c.cfg.UnknownTopicTimeout))
-				cur.unknownSince = now
+		t := m.topics[tp.Topic]
+		if t != nil && t.err == nil && !t.id.IsZero() {
+			switch {
+			case cur.topicID.IsZero():
+				cur.topicID = t.id
+			case cur.topicID != t.id:
+				// Deleted and created again under the same name: the
+				// offsets read so far mean nothing in the new topic.
+				cur.recreated = &TopicRecreatedError{Topic: tp.Topic, Was: cur.topicID, Now: t.id}
+				if cur.loop != nil {
+					cur.loop.remove(cur)
+				}
+				cur.fail(cur.recreated)
+				continue
 			}
-			pending = true
+		}
+		pm, ok := m.partition(tp)
+		if !ok || pm.leader < 0 {
+			if cur.loop != nil && (!ok || t == nil) {
+				cur.loop.remove(cur)
+			}
+			if cur.leader < 0 {
+				if !ok {
+					if cur.unknownSince.IsZero() {
+						cur.unknownSince = now
+					} else if now.Sub(cur.unknownSince) > c.cfg.UnknownTopicTimeout {
+						cur.fail(fmt.Errorf("%w (no leader for %s)", kafkago.UnknownTopicOrPartition, c.cfg.UnknownTopicTimeout))
+						cur.unknownSince = now
+					}
+				}
+				pending = true
+			}
 			continue
 		}
 		cur.unknownSince = time.Time{}
-		c.loop(id).add(cur)
+		if cur.leader == pm.leader && cur.epoch == pm.epoch {
+			continue
+		}
+		if cur.leader >= 0 && pm.epoch >= 0 && cur.epoch > pm.epoch {
+			continue // an answer older than what the cursor knows
+		}
+		if cur.loop != nil {
+			cur.loop.remove(cur)
+		}
+		cur.epoch = pm.epoch
+		c.loop(pm.leader).add(cur)
 	}
 	return pending, nil
 }

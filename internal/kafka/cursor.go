@@ -25,18 +25,23 @@ type Cursor struct {
 	// Guarded by c.mu.
 	loop         *brokerLoop // nil while the leader is unknown
 	leader       int32
+	epoch        int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
+	topicID      TopicID // the topic's id when first seen (or as given by ExpectTopicID)
+	recreated    *TopicRecreatedError
 	unknownSince time.Time
 	fetchAt      int64  // where the next fetch starts
 	expect       int64  // where the queue starts: the reader's position if it follows it
 	seq          uint64 // bumped when the position moves: older results are dropped
 	queue        []PolledBatch
-	inFlight     bool
-	held         int64 // bytes of the queue and of batches not yet freed
-	throttled    bool  // Fetch reported the share used since the last Free
+	flight       *fetchRequest // the request in flight for it, nil when none
+	held         int64         // bytes of the queue and of batches not yet freed
+	throttled    bool          // Fetch reported the share used since the last Free
 	hw, lso      int64
 	err          error // a failure to return from the next Fetch
-	outOfRange   bool  // the broker refused fetchAt: the reader resets it
+	outOfRange   bool  // the broker refused fetchAt: the reader looks where the log is
+	oorStreak    int   // answers out of range in a row, with no progress between
 	starved      bool  // the broker had data for it that did not fit a response
+	big          int64 // its next batch is larger than its limit (this many bytes): fetched first in a request
 	quiet        bool  // its last answer was empty
 	woken        bool  // Wake was called: the next wait returns at once
 	retryAt      time.Time
@@ -48,6 +53,36 @@ type Cursor struct {
 
 // Partition names the cursor's partition.
 func (cur *Cursor) Partition() TopicPartition { return cur.tp }
+
+// TopicID returns the id of the cursor's topic as first seen (zero until
+// the metadata gave it, and with brokers before Kafka 2.8).
+func (cur *Cursor) TopicID() TopicID {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	return cur.topicID
+}
+
+// ExpectTopicID tells the cursor the id its topic had when its offset was
+// committed: if the topic now has another, it was deleted and created
+// again, and Fetch fails with a *TopicRecreatedError rather than read the
+// new topic from the old offset. A zero id changes nothing.
+func (cur *Cursor) ExpectTopicID(id TopicID) {
+	if id.IsZero() {
+		return
+	}
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	switch {
+	case cur.topicID.IsZero():
+		cur.topicID = id
+	case cur.topicID != id && cur.recreated == nil:
+		cur.recreated = &TopicRecreatedError{Topic: cur.tp.Topic, Was: id, Now: cur.topicID}
+		if cur.loop != nil {
+			cur.loop.remove(cur)
+		}
+		cur.fail(cur.recreated)
+	}
+}
 
 // notify wakes a Fetch that waits. c.mu is held.
 func (cur *Cursor) notify() {
@@ -66,8 +101,15 @@ func (cur *Cursor) fail(err error) {
 // fetchable reports whether the broker loop may fetch for the cursor now.
 // c.mu is held.
 func (cur *Cursor) fetchable(now time.Time, share int64) bool {
-	return !cur.closed && !cur.inFlight && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
+	return !cur.closed && cur.flight == nil && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
 		len(cur.queue) < maxQueued && cur.held < share && !now.Before(cur.retryAt)
+}
+
+// backoff delays the cursor's next fetch after an error that passes. c.mu
+// is held.
+func (cur *Cursor) backoff(now time.Time) {
+	cur.retryAt = now.Add(backoff(cur.c.cfg, cur.attempt))
+	cur.attempt++
 }
 
 // queuedBytes is what the batches fetched ahead hold. c.mu is held.
@@ -108,7 +150,7 @@ func (cur *Cursor) align(pos int64) {
 	cur.release(dropped)
 	cur.fetchAt, cur.expect = pos, pos
 	cur.seq++
-	cur.outOfRange, cur.err, cur.starved, cur.quiet = false, nil, false, false
+	cur.outOfRange, cur.oorStreak, cur.err, cur.starved, cur.quiet = false, 0, nil, false, false
 	cur.retryAt, cur.attempt = time.Time{}, 0
 	if cur.loop != nil {
 		cur.loop.poke()
@@ -127,6 +169,19 @@ func (cur *Cursor) SeekTo(offset int64) {
 	}
 	cur.align(unset)
 	cur.fetchAt, cur.expect = unset, unset
+}
+
+// AcceptTopic makes the cursor read its topic as it is now, after an
+// operator reset its offset: a topic that was re-created is read from there,
+// and its new id is the one expected from then on.
+func (cur *Cursor) AcceptTopic() {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	if r := cur.recreated; r != nil {
+		cur.topicID, cur.recreated = r.Now, nil
+		cur.err = nil
+		cur.c.askLeaders()
+	}
 }
 
 // Rewind is SeekTo(from): a block that was not committed is read again.
@@ -212,6 +267,14 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			c.mu.Unlock()
 			return PolledBatch{}, f.errorf(f.offset, errClosed)
 		}
+		if rec := cur.recreated; rec != nil {
+			// What was fetched may be the new topic's: drop it.
+			n := cur.queuedBytes()
+			cur.queue = nil
+			cur.release(n)
+			c.mu.Unlock()
+			return PolledBatch{}, f.errorf(f.offset, rec)
+		}
 		cur.align(f.offset)
 		// The reader's block may take half the share; the other half is
 		// fetched ahead while the block is written and committed.
@@ -243,13 +306,15 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			return PolledBatch{}, f.errorf(f.offset, err)
 		}
 		if cur.outOfRange {
+			streak := cur.oorStreak
 			c.mu.Unlock()
-			b, ok, err := f.reset(ctx, f.offset)
+			b, ok, err := f.reset(ctx, f.offset, streak)
 			c.mu.Lock()
 			cur.outOfRange = false
-			if err != nil {
-				cur.retryAt = time.Now().Add(backoff(f.cfg, cur.attempt))
-				cur.attempt++
+			if err != nil || !ok {
+				// In range after all, or not yet sure: fetch again after
+				// a backoff, not at once.
+				cur.backoff(time.Now())
 			}
 			if cur.loop != nil {
 				cur.loop.poke()
@@ -264,7 +329,7 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 				cur.SeekTo(b.Next)
 				return b, nil
 			}
-			continue // in range after all, or a passing failure: fetch again
+			continue
 		}
 		empty := PolledBatch{From: f.offset, Next: f.offset, HighWatermark: cur.hw, LastStable: cur.lso}
 		if cur.woken {

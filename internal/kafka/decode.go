@@ -88,6 +88,11 @@ type decoder struct {
 	// its size, of several members, is read into a buffer that may have
 	// up to twice that capacity).
 	inflated int
+	// largest is the size of the largest whole batch, and truncated that
+	// of the batch the response ends in the middle of (0: none): a
+	// partition that gets nothing but the start of a batch needs a limit
+	// of at least that, or to come first in a response (KIP-74).
+	largest, truncated int
 
 	records []sinks.Record
 	next    int64
@@ -104,7 +109,7 @@ type decoder struct {
 // holds them.
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
-	d.inflated = 0
+	d.inflated, d.largest, d.truncated = 0, 0, 0
 	if len(raw) == 0 {
 		return nil
 	}
@@ -127,8 +132,10 @@ func (d *decoder) decode(raw []byte) error {
 			return err
 		}
 		if !ok {
+			d.truncated = truncatedSize(raw)
 			return nil
 		}
+		d.largest = max(d.largest, len(raw)-len(rest))
 		raw = rest
 		d.batchStart(b.baseOffset)
 		if d.committed && b.hasProducerID() {

@@ -67,6 +67,19 @@ func nextBatch(raw []byte) (b recordBatch, rest []byte, ok bool, err error) {
 	return b, raw[end:], true, nil
 }
 
+// truncatedSize is the size a batch cut short at the end of a response
+// declares, 0 when too little of it is there to tell.
+func truncatedSize(raw []byte) int {
+	if len(raw) < batchLengthEnd {
+		return 0
+	}
+	length := int32(binary.BigEndian.Uint32(raw[8:]))
+	if length < 0 {
+		return 0
+	}
+	return batchLengthEnd + int(length)
+}
+
 // scanBatches walks the whole batches of raw without checking them and
 // returns the number of records they claim, to size the records slice: at
 // most what the bytes of an uncompressed batch can hold, and one a byte of a

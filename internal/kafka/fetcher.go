@@ -13,15 +13,54 @@ import (
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 	"go.uber.org/zap"
 
+	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// OffsetReset reports that the offset to fetch was out of range (deleted by
-// retention, or past the log end) and was moved by the start policy.
+// ResetReason says why an offset was out of range.
+type ResetReason int
+
+const (
+	// ResetLogStart: the log start moved past the offset (retention, or
+	// DeleteRecords): the records in between are gone from Kafka, and
+	// reading resumes at the log start.
+	ResetLogStart ResetReason = iota
+	// ResetTruncated: the offset is past the log end, which moved back (an
+	// unclean leader election truncated records that had been read):
+	// reading resumes at the log end, where the next records will be.
+	ResetTruncated
+)
+
+func (r ResetReason) String() string {
+	if r == ResetTruncated {
+		return "log truncated"
+	}
+	return "log start moved past it"
+}
+
+// OffsetReset reports that the offset to fetch was out of range and where
+// reading resumes. The start policy plays no part: records still in Kafka
+// are never skipped, and records already read are not read again from the
+// start of the log.
 type OffsetReset struct {
 	From   int64 // the offset Kafka refused
 	To     int64 // where fetching resumes
-	Policy StartPolicy
+	Reason ResetReason
+}
+
+// TopicRecreatedError reports that a partition's topic was deleted and
+// created again under the same name: its id changed. The offsets read so far
+// do not apply to the new topic, so nothing is read from it until an
+// operator resets the partition's offset.
+type TopicRecreatedError struct {
+	Topic    string
+	Was, Now TopicID
+}
+
+func (e *TopicRecreatedError) Error() string {
+	return fmt.Sprintf("topic %q was deleted and created again (its id was %s, it is %s): its offsets start anew, "+
+		"so nothing is read from it until its partitions' offsets are reset (offsetkeeper offsets reset --topic %s --to earliest)",
+		e.Topic, e.Was, e.Now, e.Topic)
 }
 
 // PolledBatch is what one Fetch returns: the records of one partition in
@@ -57,6 +96,10 @@ type PolledBatch struct {
 	// freed: it ends its block then, and the other half is fetched ahead
 	// while that block is written.
 	Throttled bool
+
+	// largest is the size of the largest whole batch the response held,
+	// truncated that of a batch it held only the start of (0: none).
+	largest, truncated int
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -76,6 +119,9 @@ type Fetcher struct {
 	closed    atomic.Bool
 
 	offset int64 // next offset to fetch, or unset
+	// leader and epoch are where Fetch sends its requests, from the
+	// metadata; leader is -1 until looked up, and after a failure.
+	leader, epoch int32
 }
 
 const unset = -1
@@ -117,6 +163,8 @@ func newFetcher(kc *Client, owns bool, topic string, partition int, log *zap.Log
 		transport: kc.transport,
 		client:    kc.client,
 		offset:    unset,
+		leader:    -1,
+		epoch:     -1,
 	}, nil
 }
 
@@ -199,6 +247,7 @@ func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch
 		f.offset = start
 	}
 	r := f.retrier()
+	streak := 0
 	for {
 		from := f.offset
 		b, err := f.fetchOnce(ctx, from, maxWait)
@@ -213,7 +262,8 @@ func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch
 			return PolledBatch{}, f.errorf(from, errClosed)
 		}
 		if errors.Is(err, kafkago.OffsetOutOfRange) {
-			b, ok, rerr := f.reset(ctx, from)
+			streak++
+			b, ok, rerr := f.reset(ctx, from, streak)
 			if rerr == nil && ok {
 				f.offset = b.Next
 				return b, nil
@@ -260,61 +310,66 @@ func (f *Fetcher) startOffset(ctx context.Context) (int64, error) {
 	return earliest, nil
 }
 
-// reset moves an out-of-range offset by the start policy. ok is false when
-// from turns out to lie within the log after all (a lagging replica that
-// just became leader can answer so for a moment): the fetch is retried.
-func (f *Fetcher) reset(ctx context.Context, from int64) (PolledBatch, bool, error) {
+// oorConfirmations is how many answers in a row must refuse an offset past
+// the high watermark before it counts as truncated: a new leader's high
+// watermark may lag the old one's for a moment after an election.
+const oorConfirmations = 2
+
+// reset finds where to resume after the broker refused from as out of
+// range, streak times in a row. Below the log start, reading resumes at the
+// log start; past the log end (streak confirms it), at the log end. ok is
+// false when from lies within the log after all, or it is too soon to tell:
+// the fetch is tried again.
+func (f *Fetcher) reset(ctx context.Context, from int64, streak int) (PolledBatch, bool, error) {
 	// Whether from is in range depends on the high watermark, whatever
 	// the isolation level.
 	earliest, hw, err := f.boundsOnce(ctx, ReadUncommitted)
 	if err != nil {
 		return PolledBatch{}, false, err
 	}
-	if from >= earliest && from <= hw {
+	var r OffsetReset
+	switch {
+	case from < earliest:
+		r = OffsetReset{From: from, To: earliest, Reason: ResetLogStart}
+	case from > hw && streak >= oorConfirmations:
+		r = OffsetReset{From: from, To: hw, Reason: ResetTruncated}
+	default:
 		return PolledBatch{}, false, nil
 	}
-	to, logEnd := earliest, hw
+	logEnd := hw
 	if f.cfg.IsolationLevel == ReadCommitted {
 		if _, logEnd, err = f.boundsOnce(ctx, ReadCommitted); err != nil {
 			return PolledBatch{}, false, err
 		}
 	}
-	if f.cfg.StartPolicy == StartLatest {
-		to = logEnd
-	}
-	f.log.Warn("offset out of range, reset by policy",
-		zap.Int64("from", from), zap.Int64("to", to), zap.Stringer("policy", f.cfg.StartPolicy),
-		zap.Int64("log_start", earliest), zap.Int64("log_end", logEnd))
-	return PolledBatch{
-		From:          to,
-		Next:          to,
-		HighWatermark: hw,
-		LastStable:    logEnd,
-		Reset:         &OffsetReset{From: from, To: to, Policy: f.cfg.StartPolicy},
-	}, true, nil
+	f.log.Warn("offset out of range; resuming where the log is", zap.Stringer("reason", r.Reason),
+		zap.Int64("from", from), zap.Int64("to", r.To), zap.Int64("log_start", earliest), zap.Int64("log_end", hw))
+	return PolledBatch{From: r.To, Next: r.To, HighWatermark: hw, LastStable: logEnd, Reset: &r}, true, nil
 }
 
 func (f *Fetcher) boundsOnce(ctx context.Context, level IsolationLevel) (earliest, logEnd int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	res, err := f.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{
-		Addr:           f.addr,
-		Topics:         map[string][]kafkago.OffsetRequest{f.topic: {kafkago.FirstOffsetOf(f.partition), kafkago.LastOffsetOf(f.partition)}},
-		IsolationLevel: level.kafka(),
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, p := range res.Topics[f.topic] {
-		if p.Partition != f.partition {
-			continue
+	tp := TopicPartition{f.topic, f.partition}
+	for i, ts := range []int64{ListEarliest, ListLatest} {
+		got, errs, err := f.kc.listOffsetsOnce(ctx, level, ts, []TopicPartition{tp})
+		if err == nil {
+			err = errs[tp]
 		}
-		if p.Error != nil {
-			return 0, 0, p.Error
+		if err != nil {
+			return 0, 0, err
 		}
-		return p.FirstOffset, p.LastOffset, nil
+		off, ok := got[tp]
+		if !ok {
+			return 0, 0, errNoLeader
+		}
+		if i == 0 {
+			earliest = off
+		} else {
+			logEnd = off
+		}
 	}
-	return 0, 0, kafkago.UnknownTopicOrPartition
+	return earliest, logEnd, nil
 }
 
 // fetchOnce sends one fetch request and decodes its answer.
@@ -342,39 +397,54 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 	}
 	b.Records, b.Next = d.records, d.next
 	b.Bytes = len(p.Records) + d.inflated
+	b.largest, b.truncated = d.largest, d.truncated
 	return b, nil
 }
 
-// request sends one fetch of the partition at offset and returns its part of
-// the response, turning error codes into errors.
+// request sends one fetch of the partition at offset to its leader, with
+// the leader's epoch so that a broker that no longer leads refuses it, and
+// returns its part of the response, turning error codes into errors.
 func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Duration, minBytes, maxBytes int) (*rawFetchPartition, error) {
+	if f.leader < 0 {
+		if err := f.locate(ctx); err != nil {
+			return nil, err
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, maxWait+f.cfg.RequestTimeout)
 	defer cancel()
-	m, err := f.transport.RoundTrip(rctx, f.addr, &rawFetchRequest{clientID: f.cfg.ClientID, Request: fetchapi.Request{
-		ReplicaID:      -1,
-		MaxWaitTime:    int32(maxWait / time.Millisecond),
-		MinBytes:       int32(minBytes),
-		MaxBytes:       int32(maxBytes),
-		IsolationLevel: int8(f.cfg.IsolationLevel.kafka()),
-		SessionID:      -1,
-		SessionEpoch:   -1,
-		Topics: []fetchapi.RequestTopic{{
-			Topic: f.topic,
-			Partitions: []fetchapi.RequestPartition{{
-				Partition:          int32(f.partition),
-				CurrentLeaderEpoch: -1,
-				FetchOffset:        offset,
-				LogStartOffset:     -1,
-				PartitionMaxBytes:  int32(maxBytes),
+	m, err := f.transport.RoundTrip(rctx, f.addr, &rawFetchRequest{clientID: f.cfg.ClientID, broker: f.leader, direct: true,
+		versions: f.kc.versions, Request: fetchapi.Request{
+			ReplicaID:      -1,
+			MaxWaitTime:    int32(maxWait / time.Millisecond),
+			MinBytes:       int32(minBytes),
+			MaxBytes:       int32(maxBytes),
+			IsolationLevel: int8(f.cfg.IsolationLevel.kafka()),
+			SessionID:      -1,
+			SessionEpoch:   -1,
+			Topics: []fetchapi.RequestTopic{{
+				Topic: f.topic,
+				Partitions: []fetchapi.RequestPartition{{
+					Partition:          int32(f.partition),
+					CurrentLeaderEpoch: f.epoch,
+					FetchOffset:        offset,
+					LogStartOffset:     -1,
+					PartitionMaxBytes:  int32(maxBytes),
+				}},
 			}},
-		}},
-	}})
+		}})
 	if err != nil {
 		return nil, err
 	}
 	res, ok := m.(*rawFetchResponse)
 	if !ok {
 		return nil, fmt.Errorf("unexpected response %T", m)
+	}
+	if res.ThrottleMs > 0 {
+		// The broker reads nothing more from the connection until the
+		// throttle ends (KIP-219).
+		if err := retrypolicy.Sleep(ctx, time.Duration(res.ThrottleMs)*time.Millisecond); err != nil {
+			return nil, err
+		}
 	}
 	if res.ErrorCode != 0 {
 		return nil, kafkago.Error(res.ErrorCode)
@@ -397,3 +467,26 @@ func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Durati
 	}
 	return nil, fmt.Errorf("response without the partition: %w", protocol.ErrNoPartition)
 }
+
+// locate looks the partition's leader and its epoch up.
+func (f *Fetcher) locate(ctx context.Context) error {
+	m, err := f.kc.metadata(ctx, []string{f.topic})
+	if err != nil {
+		return err
+	}
+	pm, ok := m.partition(TopicPartition{f.topic, f.partition})
+	switch {
+	case !ok:
+		if t := m.topics[f.topic]; t != nil && t.err != nil {
+			return t.err
+		}
+		return kafkago.UnknownTopicOrPartition
+	case pm.leader < 0:
+		return protocol.ErrNoLeader
+	}
+	f.leader, f.epoch = pm.leader, pm.epoch
+	return nil
+}
+
+// forgetLeader makes the next request look the leader up again.
+func (f *Fetcher) forgetLeader() { f.leader, f.epoch = -1, -1 }

@@ -453,7 +453,11 @@ func TestFetchOpenTransaction(t *testing.T) {
 	}
 }
 
-// Test 4: out-of-range offsets are reset by the start policy.
+// Test 4: an out-of-range offset resumes where the log is, whatever the
+// start policy: at the log start when retention passed it (nothing still
+// in Kafka is skipped), at the log end when it is past the end (the log was
+// truncated: nothing is read twice from the start). The start policy only
+// places a partition that has no offset.
 func TestFetchOffsetOutOfRange(t *testing.T) {
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "oor", 1)
@@ -463,7 +467,7 @@ func TestFetchOffsetOutOfRange(t *testing.T) {
 	}
 	k.ProduceValues(t, "oor", 0, vals...)
 
-	fetchReset := func(t *testing.T, policy StartPolicy, seek int64) (*Fetcher, PolledBatch) {
+	fetchReset := func(t *testing.T, policy StartPolicy, seek int64, reason ResetReason) (*Fetcher, PolledBatch) {
 		t.Helper()
 		cfg := testFetchConfig(k)
 		cfg.StartPolicy = policy
@@ -478,49 +482,37 @@ func TestFetchOffsetOutOfRange(t *testing.T) {
 		if b.Reset == nil {
 			t.Fatalf("fetch at %d: no reset; batch [%d, %d) of %d records", seek, b.From, b.Next, len(b.Records))
 		}
-		if b.Reset.From != seek || b.Reset.Policy != policy || b.From != b.Reset.To || b.Next != b.Reset.To || len(b.Records) != 0 {
+		if b.Reset.From != seek || b.Reset.Reason != reason || b.From != b.Reset.To || b.Next != b.Reset.To || len(b.Records) != 0 {
 			t.Fatalf("fetch at %d: reset %+v, batch [%d, %d) of %d records", seek, *b.Reset, b.From, b.Next, len(b.Records))
 		}
 		return f, b
 	}
 
-	t.Run("past end/earliest", func(t *testing.T) {
-		f, b := fetchReset(t, StartEarliest, 1000)
-		if b.Reset.To != 0 {
-			t.Fatalf("reset to %d, want 0", b.Reset.To)
-		}
-		got, _ := drain(t, f, 100)
-		if len(got) != 100 || got[0].Offset != 0 {
-			t.Fatalf("after reset read %d records from %d", len(got), got[0].Offset)
-		}
-	})
-	t.Run("past end/latest", func(t *testing.T) {
-		f, b := fetchReset(t, StartLatest, 1000)
-		if b.Reset.To != 100 {
-			t.Fatalf("reset to %d, want 100", b.Reset.To)
-		}
-		if b, err := f.Fetch(context.Background()); err != nil || b.From != 100 || len(b.Records) != 0 {
-			t.Fatalf("fetch after reset: [%d, %d) %d records, %v", b.From, b.Next, len(b.Records), err)
-		}
-	})
+	for _, policy := range []StartPolicy{StartEarliest, StartLatest} {
+		t.Run("past end/"+policy.String(), func(t *testing.T) {
+			f, b := fetchReset(t, policy, 1000, ResetTruncated)
+			if b.Reset.To != 100 {
+				t.Fatalf("reset to %d, want 100", b.Reset.To)
+			}
+			if b, err := f.Fetch(context.Background()); err != nil || b.From != 100 || len(b.Records) != 0 {
+				t.Fatalf("fetch after reset: [%d, %d) %d records, %v", b.From, b.Next, len(b.Records), err)
+			}
+		})
+	}
 
 	k.DeleteRecords(t, "oor", 0, 40)
-	t.Run("before start/earliest", func(t *testing.T) {
-		f, b := fetchReset(t, StartEarliest, 10)
-		if b.Reset.To != 40 {
-			t.Fatalf("reset to %d, want 40", b.Reset.To)
-		}
-		got, _ := drain(t, f, 100)
-		if len(got) != 60 || got[0].Offset != 40 || string(got[0].Value) != "v040" {
-			t.Fatalf("after reset read %d records from %d", len(got), got[0].Offset)
-		}
-	})
-	t.Run("before start/latest", func(t *testing.T) {
-		_, b := fetchReset(t, StartLatest, 10)
-		if b.Reset.To != 100 {
-			t.Fatalf("reset to %d, want 100", b.Reset.To)
-		}
-	})
+	for _, policy := range []StartPolicy{StartEarliest, StartLatest} {
+		t.Run("before start/"+policy.String(), func(t *testing.T) {
+			f, b := fetchReset(t, policy, 10, ResetLogStart)
+			if b.Reset.To != 40 {
+				t.Fatalf("reset to %d, want 40", b.Reset.To)
+			}
+			got, _ := drain(t, f, 100)
+			if len(got) != 60 || got[0].Offset != 40 || string(got[0].Value) != "v040" {
+				t.Fatalf("after reset read %d records from %d", len(got), got[0].Offset)
+			}
+		})
+	}
 	t.Run("no offset", func(t *testing.T) {
 		for policy, want := range map[StartPolicy]int64{StartEarliest: 40, StartLatest: 100} {
 			cfg := testFetchConfig(k)

@@ -2,26 +2,39 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 
 	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/listoffsets"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
-// kafka-go's Client.ListOffsets sends one request per partition and offset
-// asked (and finds each one's leader by walking the topic's partitions), so
-// start offsets for a thousand partitions cost two thousand requests. Here
-// one request per broker asks for all the partitions it leads.
+// ListOffsets asks each partition's leader, one request per broker, for many
+// partitions at once: kafka-go's Client.ListOffsets sends one request per
+// partition and offset asked, so a thousand partitions cost two thousand.
 
 // Timestamps of ListOffsets: the log start and the log end.
 const (
 	ListEarliest = -2
 	ListLatest   = -1
 )
+
+// errNoLeader is a partition whose leader the metadata does not name.
+var errNoLeader = errors.New("no leader known")
+
+// missingTopicError is a topic the cluster's metadata does not hold: asking
+// again soon does not help.
+type missingTopicError struct{ topic string }
+
+func (e *missingTopicError) Error() string {
+	return fmt.Sprintf("topic %q: %v", e.topic, kafkago.UnknownTopicOrPartition)
+}
+
+func (e *missingTopicError) Unwrap() error { return kafkago.UnknownTopicOrPartition }
 
 // StartOffsets returns where the start policy puts each partition (its log
 // start, or its log end: under read_committed the last stable offset), with
@@ -34,7 +47,7 @@ func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	out, _, err := ListOffsets(rctx, c.transport, c.cfg.Brokers, c.cfg.ClientID, c.cfg.IsolationLevel, ts, tps)
+	out, _, err := c.kc.ListOffsets(rctx, c.cfg.IsolationLevel, ts, tps)
 	if err != nil {
 		return nil, fmt.Errorf("start offsets of %d partitions: %w", len(tps), err)
 	}
@@ -45,51 +58,100 @@ func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[
 // ListLatest (under read_committed the last stable offset) or a time in
 // milliseconds (the first offset whose record is at or after it, -1 where
 // there is none), with one request per broker that leads any of them.
-// kafka-go's Client.ListOffsets sends one request per partition and offset,
-// so a thousand partitions cost two thousand. A partition the brokers
-// answered with an error has it in errs; one without a known leader is in
-// neither map. err is set only when no broker answered.
-func ListOffsets(ctx context.Context, rt kafkago.RoundTripper, brokers []string, clientID string, level IsolationLevel,
-	ts int64, tps []TopicPartition) (offsets map[TopicPartition]int64, errs map[TopicPartition]error, err error) {
-	if len(tps) == 0 {
-		return nil, nil, nil
+// Errors that pass (a leader moving, an offset not yet available after an
+// election) are retried with fresh metadata and a backoff until ctx ends;
+// a partition that still has one then, or that has another, has it in
+// errs. err is set only when no broker answered at all.
+func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64, tps []TopicPartition) (offsets map[TopicPartition]int64, errs map[TopicPartition]error, err error) {
+	offsets = make(map[TopicPartition]int64, len(tps))
+	errs = map[TopicPartition]error{}
+	pending := slices.Clone(tps)
+	answered := false
+	for attempt := 0; len(pending) > 0; attempt++ {
+		got, gotErrs, err := c.listOffsetsOnce(ctx, level, ts, pending)
+		if err != nil && !answered && (ctx.Err() != nil || !retriable(err)) {
+			return nil, nil, err
+		}
+		answered = answered || err == nil
+		var again []TopicPartition
+		for _, tp := range pending {
+			if off, ok := got[tp]; ok {
+				offsets[tp] = off
+				delete(errs, tp)
+				continue
+			}
+			e := gotErrs[tp]
+			if e == nil {
+				e = err
+			}
+			errs[tp] = e
+			var missing *missingTopicError
+			if e == nil || (retriable(e) && !errors.As(e, &missing)) {
+				again = append(again, tp)
+			}
+		}
+		pending = again
+		if len(pending) == 0 || retrypolicy.Sleep(ctx, backoff(c.cfg, attempt)) != nil {
+			break
+		}
 	}
+	if !answered {
+		return nil, nil, ctx.Err()
+	}
+	return offsets, errs, nil
+}
+
+// listOffsetsOnce asks once: the leaders from the metadata, then each
+// leader for its partitions.
+func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts int64, tps []TopicPartition) (map[TopicPartition]int64, map[TopicPartition]error, error) {
 	var names []string
 	for _, tp := range tps {
 		if !slices.Contains(names, tp.Topic) {
 			names = append(names, tp.Topic)
 		}
 	}
-	addr := kafkago.TCP(brokers...)
-	meta, err := (&kafkago.Client{Transport: rt}).Metadata(ctx, &kafkago.MetadataRequest{Addr: addr, Topics: names})
+	meta, err := c.metadata(ctx, names)
 	if err != nil {
-		return nil, nil, fmt.Errorf("metadata: %w", err)
+		return nil, nil, err
 	}
-	leaders := map[TopicPartition]int32{}
-	for _, t := range meta.Topics {
-		for _, p := range t.Partitions {
-			if p.Error == nil && p.Leader.Host != "" {
-				leaders[TopicPartition{t.Name, p.ID}] = int32(p.Leader.ID)
-			}
-		}
-	}
-	byBroker := map[int32]*rawListOffsetsRequest{}
+	offsets := make(map[TopicPartition]int64, len(tps))
+	errs := map[TopicPartition]error{}
+	byBroker := map[int32]*kmsg.ListOffsetsRequest{}
 	for _, tp := range tps {
-		id, ok := leaders[tp]
-		if !ok {
+		pm, ok := meta.partition(tp)
+		switch {
+		case !ok:
+			if t := meta.topics[tp.Topic]; t != nil && t.err != nil && !errors.Is(t.err, kafkago.UnknownTopicOrPartition) {
+				errs[tp] = t.err
+			} else {
+				errs[tp] = &missingTopicError{tp.Topic}
+			}
+			continue
+		case pm.err != nil && !errors.Is(pm.err, kafkago.ReplicaNotAvailable):
+			errs[tp] = pm.err
+			continue
+		case pm.leader < 0:
+			errs[tp] = errNoLeader
 			continue
 		}
-		r := byBroker[id]
-		if r == nil {
-			r = &rawListOffsetsRequest{broker: id, clientID: clientID,
-				req: listoffsets.Request{ReplicaID: -1, IsolationLevel: int8(level.kafka())}}
-			byBroker[id] = r
+		req := byBroker[pm.leader]
+		if req == nil {
+			req = kmsg.NewPtrListOffsetsRequest()
+			req.ReplicaID = -1
+			req.IsolationLevel = int8(level.kafka())
+			byBroker[pm.leader] = req
 		}
-		rp := listoffsets.RequestPartition{Partition: int32(tp.Partition), CurrentLeaderEpoch: -1, Timestamp: ts}
-		if n := len(r.req.Topics) - 1; n >= 0 && r.req.Topics[n].Topic == tp.Topic {
-			r.req.Topics[n].Partitions = append(r.req.Topics[n].Partitions, rp)
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = int32(tp.Partition)
+		rp.CurrentLeaderEpoch = pm.epoch
+		rp.Timestamp = ts
+		if n := len(req.Topics) - 1; n >= 0 && req.Topics[n].Topic == tp.Topic {
+			req.Topics[n].Partitions = append(req.Topics[n].Partitions, rp)
 		} else {
-			r.req.Topics = append(r.req.Topics, listoffsets.RequestTopic{Topic: tp.Topic, Partitions: []listoffsets.RequestPartition{rp}})
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = tp.Topic
+			rt.Partitions = []kmsg.ListOffsetsRequestTopicPartition{rp}
+			req.Topics = append(req.Topics, rt)
 		}
 	}
 	var (
@@ -98,27 +160,27 @@ func ListOffsets(ctx context.Context, rt kafkago.RoundTripper, brokers []string,
 		answered bool
 		wg       sync.WaitGroup
 	)
-	offsets = make(map[TopicPartition]int64, len(tps))
-	errs = map[TopicPartition]error{}
-	for id, r := range byBroker {
+	for id, req := range byBroker {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := rt.RoundTrip(ctx, addr, r)
+			m, err := c.request(ctx, id, req, 1, 11)
 			mu.Lock()
 			defer mu.Unlock()
-			res, ok := m.(*listoffsets.Response)
-			if err == nil && !ok {
-				err = fmt.Errorf("unexpected response %T", m)
-			}
 			if err != nil {
+				err = fmt.Errorf("list offsets at broker %d: %w", id, err)
 				if first == nil {
-					first = fmt.Errorf("list offsets at broker %d: %w", id, err)
+					first = err
+				}
+				for _, rt := range req.Topics {
+					for _, rp := range rt.Partitions {
+						errs[TopicPartition{rt.Topic, int(rp.Partition)}] = err
+					}
 				}
 				return
 			}
 			answered = true
-			for _, t := range res.Topics {
+			for _, t := range m.(*kmsg.ListOffsetsResponse).Topics {
 				for _, p := range t.Partitions {
 					tp := TopicPartition{t.Topic, int(p.Partition)}
 					if p.ErrorCode != 0 {
@@ -132,54 +194,7 @@ func ListOffsets(ctx context.Context, rt kafkago.RoundTripper, brokers []string,
 	}
 	wg.Wait()
 	if !answered && first != nil {
-		return nil, nil, first
+		return nil, errs, first
 	}
 	return offsets, errs, nil
-}
-
-// rawListOffsetsRequest is a ListOffsets request of many partitions sent
-// whole to one broker: kafka-go would split it into one request per
-// partition (listoffsets.Request is a protocol.Splitter), so it is written
-// and read here through the RawExchanger hook, like rawFetchRequest.
-type rawListOffsetsRequest struct {
-	req      listoffsets.Request // not embedded: its Split must not show
-	clientID string
-	broker   int32
-	version  int16
-}
-
-// maxListOffsetsVersion is the newest version kafka-go encodes.
-const maxListOffsetsVersion = 5
-
-// ApiKey implements protocol.Message.
-func (r *rawListOffsetsRequest) ApiKey() protocol.ApiKey { return protocol.ListOffsets }
-
-// Broker implements protocol.BrokerMessage.
-func (r *rawListOffsetsRequest) Broker(cluster protocol.Cluster) (protocol.Broker, error) {
-	return brokerOf(cluster, r.broker)
-}
-
-// Required implements protocol.RawExchanger.
-func (r *rawListOffsetsRequest) Required(versions map[protocol.ApiKey]int16) bool {
-	r.version = min(versions[protocol.ListOffsets], maxListOffsetsVersion)
-	return true
-}
-
-// RawExchange implements protocol.RawExchanger.
-func (r *rawListOffsetsRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
-	if r.version < 1 {
-		return nil, fmt.Errorf("list offsets: the broker offers v%d, v1 or later is needed", r.version)
-	}
-	id := rawCorrelationID.Add(1)
-	if err := protocol.WriteRequest(rw, r.version, id, r.clientID, &r.req); err != nil {
-		return nil, err
-	}
-	got, m, err := protocol.ReadResponse(rw, protocol.ListOffsets, r.version)
-	if err != nil {
-		return nil, err
-	}
-	if got != id {
-		return nil, fmt.Errorf("list offsets response: correlation id mismatch (expected=%d, found=%d)", id, got)
-	}
-	return m, nil
 }

@@ -2,10 +2,13 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -48,10 +51,10 @@ func (r *retrier) wait(ctx context.Context, offset int64, err error) error {
 		level = zap.InfoLevel
 	}
 	f.log.Log(level, "kafka request failed, retrying",
-		zap.Int64("offset", offset), zap.Int("attempt", r.attempt), zap.Duration("backoff", d), zap.Error(err))
-	// Drop the connection pool: the next request reloads the metadata
-	// and so finds the current leader, and reconnects.
-	f.transport.CloseIdleConnections()
+		zap.Int64("offset", offset), zap.Int("attempt", r.attempt), zap.Duration("backoff", d), zap.String("why", explain(err)), zap.Error(err))
+	// The next request looks the leader up again. The connection that
+	// failed is dropped by the transport; the others stay.
+	f.forgetLeader()
 	if err := retrypolicy.Sleep(ctx, d); err != nil {
 		return err
 	}
@@ -72,8 +75,16 @@ func backoff(cfg Config, attempt int) time.Duration {
 }
 
 // retriable tells whether a failed request may succeed later: network
-// errors, timeouts, leadership moves and the like.
+// errors, timeouts, leadership moves and the like. A broker that serves no
+// protocol version offsetkeeper can use, and a re-created topic, are not.
 func retriable(err error) bool {
+	var (
+		uv *UnsupportedVersionError
+		tr *TopicRecreatedError
+	)
+	if errors.As(err, &uv) || errors.As(err, &tr) {
+		return false
+	}
 	var ke kafkago.Error
 	if errors.As(err, &ke) {
 		switch ke {
@@ -96,4 +107,56 @@ func retriable(err error) bool {
 func unknownTopic(err error) bool {
 	return errors.Is(err, kafkago.UnknownTopicOrPartition) ||
 		errors.Is(err, protocol.ErrNoTopic) || errors.Is(err, protocol.ErrNoPartition)
+}
+
+// explain says in a few words what an error of talking to Kafka means, for
+// the logs of what is retried: an operator reads there why a replica does
+// not move.
+func explain(err error) string {
+	var (
+		uv *UnsupportedVersionError
+		ke kafkago.Error
+		ne net.Error
+	)
+	switch {
+	case errors.As(err, &uv):
+		return "the broker serves no protocol version offsetkeeper can use: upgrade the broker"
+	case TLSRefused(err):
+		return "TLS with the broker failed: check the CA that signs its certificate, the client certificate and key, and the broker's listener"
+	case Refused(err):
+		return "the broker refused the login or the rights: check the SASL user, its password and its ACLs"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "nothing listens at the broker's address: the broker is down"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "the broker did not answer in time: paused, overloaded or cut off"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		return "the broker closed the connection: it stopped, or refused a request it does not serve"
+	case errors.Is(err, protocol.ErrNoLeader), errors.As(err, &ke) && leaderMoved(ke):
+		return "the partition's leader moved"
+	case unknownTopic(err):
+		return "the topic or partition is unknown to the broker"
+	}
+	return "the broker answered with an error that passes"
+}
+
+// TLSRefused tells whether err is a TLS handshake that failed: a
+// certificate that does not verify, a peer that is not TLS, or an alert
+// from the peer (which refused our certificate).
+func TLSRefused(err error) bool {
+	var (
+		unknownCA  x509.UnknownAuthorityError
+		hostname   x509.HostnameError
+		invalid    x509.CertificateInvalidError
+		verify     *tls.CertificateVerificationError
+		record     tls.RecordHeaderError
+		alert      tls.AlertError
+		netOpError *net.OpError
+	)
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
+		return true
+	}
+	// A broker that refuses the client's certificate sends an alert, which
+	// crypto/tls reports as a *net.OpError around a tls.alert.
+	return errors.As(err, &netOpError) && netOpError.Op == "remote error"
 }

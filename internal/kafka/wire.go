@@ -27,6 +27,10 @@ import (
 // to v11 anyway.
 const maxRawFetchVersion = 11
 
+// minRawFetchVersion is the oldest Fetch version used: v4 brings the last
+// stable offset and the aborted transactions. Kafka 4 serves v4 and later.
+const minRawFetchVersion = 4
+
 // maxFetchResponseSize bounds the size a broker may announce for a fetch
 // response: anything larger is a protocol error, not an allocation.
 const maxFetchResponseSize = 1 << 30
@@ -44,6 +48,10 @@ type rawFetchRequest struct {
 	// the partitions' leaders in its metadata cache.
 	broker int32
 	direct bool
+	// versions, when set, tells the Fetch versions the broker serves
+	// (kafka-go's negotiation stops at its own newest, and takes its
+	// oldest, v0, where the broker serves none it knows).
+	versions *apiVersions
 }
 
 // Broker implements protocol.BrokerMessage.
@@ -75,6 +83,23 @@ func (r *rawFetchRequest) Required(versions map[protocol.ApiKey]int16) bool {
 // RawExchange implements protocol.RawExchanger. It runs on the connection's
 // goroutine; an error makes the Transport drop the connection.
 func (r *rawFetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
+	if r.versions != nil {
+		// v4 is the first with the last stable offset and the aborted
+		// transactions, which read_committed needs.
+		v, err := r.versions.pick(rw, r.clientID, int16(protocol.Fetch), minRawFetchVersion, maxRawFetchVersion)
+		if err != nil {
+			return nil, err
+		}
+		r.version = v
+	}
+	res, err := r.exchange(rw)
+	if err != nil && r.versions != nil {
+		r.versions.forget(rw)
+	}
+	return res, err
+}
+
+func (r *rawFetchRequest) exchange(rw io.ReadWriter) (protocol.Message, error) {
 	id := rawCorrelationID.Add(1)
 	if err := protocol.WriteRequest(rw, r.version, id, r.clientID, &r.Request); err != nil {
 		return nil, err
@@ -117,8 +142,9 @@ func unexpectedEOF(err error) error {
 // rawFetchResponse is a fetch response whose record sets are left encoded:
 // each partition's Records sub-slices the response buffer.
 type rawFetchResponse struct {
-	ErrorCode int16
-	Topics    []rawFetchTopic
+	ThrottleMs int32 // the broker mutes the connection this long after the response (KIP-219)
+	ErrorCode  int16
+	Topics     []rawFetchTopic
 }
 
 // ApiKey implements protocol.Message.
@@ -151,7 +177,7 @@ func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchRespons
 	r := wireReader{r: br, left: n}
 	res := &rawFetchResponse{}
 	if version >= 1 {
-		r.int32() // throttle time
+		res.ThrottleMs = r.int32()
 	}
 	if version >= 7 {
 		res.ErrorCode = r.int16()
