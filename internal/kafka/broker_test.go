@@ -1,0 +1,257 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
+
+// What a real broker does that the fake does not by default, made to show:
+// followers that serve fetches (KIP-392), a session that ends (KIP-368),
+// auto-created topics, one broker down among several.
+
+// misroutedFetches counts, for the fetches of topic the cluster receives,
+// the partitions asked of a broker that does not lead them.
+func misroutedFetches(k *harness.Kafka, topic string) *atomic.Int64 {
+	var n atomic.Int64
+	c := k.Cluster()
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		node := c.CurrentNode()
+		for _, t := range req.(*kmsg.FetchRequest).Topics {
+			if t.Topic != topic {
+				continue
+			}
+			for _, p := range t.Partitions {
+				if c.LeaderFor(topic, p.Partition) != node {
+					n.Add(1)
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	return &n
+}
+
+// Followers serve fetches, as Kafka's do for Fetch v11 and later without a
+// leader epoch: after the leaders move, the old leaders would go on
+// answering a consumer that does not send the epoch, with data that lags.
+// With the epoch each old leader refuses at once (FENCED_LEADER_EPOCH) and
+// the cursors move: a few misrouted fetches per move, not one per poll.
+func TestConsumerLeavesAFollowerThatServes(t *testing.T) {
+	const parts = 6
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "served", parts)
+	for p := range parts {
+		k.Cluster().SetFollowers("served", int32(p), []int32{0, 1, 2})
+	}
+	c := openConsumer(t, testFetchConfig(k))
+	curs := make([]*Cursor, parts)
+	for p := range parts {
+		curs[p] = openCursor(t, c, "served", p, 0)
+	}
+	misrouted := misroutedFetches(k, "served")
+	const rounds = 4
+	for round := range rounds {
+		for p := range parts {
+			vals := make([]string, 50)
+			for i := range vals {
+				vals[i] = fmt.Sprintf("%d-%02d", round, i)
+			}
+			k.ProduceValues(t, "served", p, vals...)
+		}
+		for p, cur := range curs {
+			got, _ := drain(t, cur, int64(50*(round+1)))
+			if len(got) != 50 || string(got[0].Value) != fmt.Sprintf("%d-00", round) {
+				t.Fatalf("round %d partition %d: %d records from %q", round, p, len(got), got[0].Value)
+			}
+		}
+		for p := range parts {
+			leader := k.Cluster().LeaderFor("served", int32(p))
+			if err := k.Cluster().MoveTopicPartition("served", int32(p), (leader+1)%3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Idle a while after the last move: the long polls go to the leaders.
+	before := misrouted.Load()
+	polls := c.Stats().FetchRequests
+	harness.Await(t, drainTimeout, "ten more polls", func() bool { return c.Stats().FetchRequests >= polls+10 })
+	if n := misrouted.Load(); n > int64(2*parts*rounds) || n-before > int64(parts) {
+		t.Fatalf("%d partitions fetched from a broker that does not lead them, %d after the last move settled", n, n-before)
+	}
+	t.Logf("%d misrouted partition fetches over %d moves of %d partitions", misrouted.Load(), rounds, parts)
+}
+
+// The Fetcher too sends the epoch and follows the leader.
+func TestFetcherLeavesAFollowerThatServes(t *testing.T) {
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "served", 1)
+	k.Cluster().SetFollowers("served", 0, []int32{0, 1, 2})
+	k.ProduceValues(t, "served", 0, "a", "b")
+	f := openFetcher(t, testFetchConfig(k), "served", 0)
+	f.SeekTo(0)
+	drain(t, f, 2)
+	leader := k.Cluster().LeaderFor("served", 0)
+	if err := k.Cluster().MoveTopicPartition("served", 0, (leader+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	misrouted := misroutedFetches(k, "served")
+	k.ProduceValues(t, "served", 0, "c")
+	drain(t, f, 3)
+	for range 5 {
+		if _, err := f.FetchNow(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := misrouted.Load(); n > 1 {
+		t.Fatalf("%d fetches went to the old leader after it moved", n)
+	}
+}
+
+// One broker of three goes away: its partitions wait for it, and the
+// connections to the other two are kept, not dialled again at every retry
+// (which is what dropping the whole pool did).
+func TestOneBrokerDownKeepsTheOthersConnections(t *testing.T) {
+	const parts = 6
+	k := harness.StartKafka(t, harness.NumBrokers(3))
+	k.CreateTopic(t, "spread", parts)
+	cfg, proxies := proxied(t, k)
+	cfg.RequestTimeout, cfg.DialTimeout = 500*time.Millisecond, 300*time.Millisecond
+	var mu sync.Mutex
+	dials := map[string]int{}
+	dial := cfg.Dial
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dials[addr]++
+		mu.Unlock()
+		return dial(ctx, network, addr)
+	}
+	c := openConsumer(t, cfg)
+	curs := make([]*Cursor, parts)
+	for p := range parts {
+		curs[p] = openCursor(t, c, "spread", p, 0)
+		k.ProduceValues(t, "spread", p, "before")
+	}
+	for _, cur := range curs {
+		drain(t, cur, 1)
+	}
+	// The proxy of the broker leading partition 0 refuses and cuts.
+	down := k.Cluster().LeaderFor("spread", 0)
+	brokers := k.Brokers()
+	proxies[down].Refuse(true)
+	proxies[down].Cut()
+	mu.Lock()
+	before := map[string]int{}
+	for a, n := range dials {
+		before[a] = n
+	}
+	mu.Unlock()
+	for p := range parts {
+		k.ProduceValues(t, "spread", p, "during")
+	}
+	for p, cur := range curs {
+		if k.Cluster().LeaderFor("spread", int32(p)) != down {
+			drain(t, cur, 2)
+		}
+	}
+	// Let the cut broker's loop retry a while.
+	polls := c.Stats().FetchRequests
+	harness.Await(t, drainTimeout, "twenty more fetches", func() bool { return c.Stats().FetchRequests >= polls+20 })
+	mu.Lock()
+	for i, b := range brokers {
+		if int32(i) == down {
+			continue
+		}
+		if n := dials[b] - before[b]; n > 1 {
+			t.Errorf("broker %d (up) dialled %d times while broker %d was down", i, n, down)
+		}
+	}
+	mu.Unlock()
+	proxies[down].Refuse(false)
+	proxies[down].Pass()
+	for p, cur := range curs {
+		if k.Cluster().LeaderFor("spread", int32(p)) == down {
+			if got, _ := drain(t, cur, 2); len(got) != 1 || string(got[0].Value) != "during" {
+				t.Fatalf("partition %d after the broker came back: %v", p, values(got))
+			}
+		}
+	}
+}
+
+// A broker with connections.max.reauth.ms ends each SASL session after that
+// long; the consumer logs in again on the same connection before it ends
+// (KIP-368), and keeps fetching without reconnecting.
+func TestSASLLoginAgainBeforeTheSessionEnds(t *testing.T) {
+	k := harness.StartKafka(t, harness.KfakeOptions(
+		kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-256", "admin", "admin-secret"),
+		kfake.BrokerConfigs(map[string]string{"connections.max.reauth.ms": "400"}),
+	), harness.SeedTopics(1, "auth"))
+	var handshakes atomic.Int64
+	k.Cluster().ControlKey(kmsg.SASLHandshake.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		handshakes.Add(1)
+		return nil, nil, false
+	})
+	cfg := testFetchConfig(k)
+	cfg.SASL = &SASL{Mechanism: SASLSCRAMSHA256, Username: "admin", Password: "admin-secret"}
+	c := openConsumer(t, cfg)
+	cur := openCursor(t, c, "auth", 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	harness.Await(t, drainTimeout, "three logins again", func() bool {
+		if _, err := cur.Fetch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c.Stats().Relogins >= 3
+	})
+	st := c.Stats()
+	if st.Logins > 3 {
+		t.Fatalf("%d connections logged in: the consumer reconnected instead of logging in again", st.Logins)
+	}
+	if h := handshakes.Load(); h < st.Logins+st.Relogins {
+		t.Fatalf("the broker saw %d SASL handshakes, the consumer counts %d logins and %d again", h, st.Logins, st.Relogins)
+	}
+}
+
+// A broker that creates topics on demand (auto.create.topics.enable, on by
+// default in Kafka) is never made to create one: neither the access check
+// nor listing partitions nor a cursor of a missing topic does it.
+func TestNoTopicIsCreated(t *testing.T) {
+	k := harness.StartKafka(t, harness.KfakeOptions(kfake.AllowAutoTopicCreation()))
+	cfg := testFetchConfig(k)
+	cfg.UnknownTopicTimeout = 300 * time.Millisecond
+	kc, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := kc.CheckAccess(ctx, Refused, "misspelt"); err != nil {
+		t.Fatalf("CheckAccess of a missing topic: %v", err)
+	}
+	if _, missing, err := kc.Partitions(ctx, "misspelt"); err != nil || strings.Join(missing, ",") != "misspelt" {
+		t.Fatalf("Partitions: missing %v, %v", missing, err)
+	}
+	c := openConsumer(t, cfg)
+	cur := openCursor(t, c, "misspelt", 0, 0)
+	harness.Await(t, drainTimeout, "the cursor to fail", func() bool {
+		_, err := cur.Fetch(ctx)
+		return err != nil
+	})
+	if info := k.Cluster().TopicInfo("misspelt"); info != nil {
+		t.Fatalf("topic misspelt was created: %+v", info)
+	}
+}
