@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -109,6 +111,12 @@ func (d *dialer) login(ctx context.Context, conn net.Conn, address string) (time
 		// encoding, and v0 is what brokers before Kafka 2.2 serve.
 		auth.SetVersion(1)
 		m, err := exchangeKmsg(conn, d.clientID, auth)
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			// Some brokers close the connection on a refused login
+			// rather than answer with the error.
+			return 0, fmt.Errorf("sasl %s with kafka broker at %s: %w (the broker closed the connection during the login)",
+				d.mech.Name(), address, kafkago.SASLAuthenticationFailed)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("sasl %s with kafka broker at %s: %w", d.mech.Name(), address, err)
 		}
