@@ -36,6 +36,7 @@ type Claim struct {
 
 	mu       sync.Mutex
 	offsets  Offsets // last seen; ModRevision is the commit condition
+	topicID  string  // what commits store as Offsets.TopicID, when set
 	intent   *Intent // found when claimed
 	released bool
 
@@ -171,6 +172,14 @@ func (c *Claim) Partition() Partition { return c.p }
 // Epoch is the claim key's CreateRevision: the fencing token.
 func (c *Claim) Epoch() int64 { return c.epoch }
 
+// SetTopicID sets the topic id the next commits store with the offset
+// (Offsets.TopicID). Until it is set, a commit keeps the one it found.
+func (c *Claim) SetTopicID(id string) {
+	c.mu.Lock()
+	c.topicID = id
+	c.mu.Unlock()
+}
+
 // Offsets is the offsets value last seen: read when claimed, then the one
 // each commit wrote, or the one that made a commit fail with
 // ErrOffsetsChanged. ModRevision is zero when there is none.
@@ -265,8 +274,11 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOptio
 		return err
 	}
 	c.mu.Lock()
-	seen := c.offsets
+	seen, topicID := c.offsets, c.topicID
 	c.mu.Unlock()
+	if topicID == "" {
+		topicID = seen.TopicID
+	}
 	want := Offsets{
 		Next:       next,
 		Epoch:      c.epoch,
@@ -274,6 +286,7 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOptio
 		At:         time.Now().UTC(),
 		Rows:       rows,
 		Generation: seen.Generation,
+		TopicID:    topicID,
 	}
 	value, _ := json.Marshal(want)
 	cmps := append(c.owned(), clientv3.Compare(clientv3.ModRevision(c.keys.offsets), "=", seen.ModRevision))

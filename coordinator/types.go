@@ -53,6 +53,11 @@ type Offsets struct {
 	At         time.Time `json:"at"`
 	Rows       int64     `json:"rows"`
 	Generation int64     `json:"generation"`
+	// TopicID is the id the topic had when the offset was committed
+	// (Kafka 2.8 and later): a topic deleted and created again under
+	// the same name has another, and its offsets start anew. Empty when
+	// unknown, and after an operator's reset.
+	TopicID string `json:"topic_id,omitempty"`
 
 	// ModRevision is the key's ModRevision, the condition of the next
 	// fenced commit. Zero when the key does not exist. Not stored.

@@ -81,9 +81,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			continue
 		}
 		if batch.Reset != nil {
-			pt.r.stats.offsetResets.Add(1)
-			pt.log.Warn("offset out of range; resuming where the log is",
-				zap.Int64("from", batch.Reset.From), zap.Int64("next", batch.Reset.To), zap.Stringer("reason", batch.Reset.Reason))
+			pt.reset(batch.Reset)
 			if b.empty() {
 				b.from, b.next = batch.Next, batch.Next
 			}
@@ -127,6 +125,20 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	}
 }
 
+// reset says, once, that the partition's offset was out of range and where
+// reading resumes.
+func (pt *partition) reset(r *kafka.OffsetReset) {
+	pt.r.stats.offsetResets.Add(1)
+	if r.Reason == kafka.ResetLogStart {
+		pt.r.stats.offsetsSkipped.Add(r.To - r.From)
+		pt.log.Error("records gone from Kafka before they were read: the log start moved past the offset (retention or DeleteRecords); resuming at the log start",
+			zap.Int64("from", r.From), zap.Int64("next", r.To), zap.Int64("skipped", r.To-r.From))
+		return
+	}
+	pt.log.Error("the offset is past the log end: the log was truncated (an unclean leader election); resuming at the log end",
+		zap.Int64("from", r.From), zap.Int64("next", r.To))
+}
+
 // finish gives a finished block's bytes back to the budget and keeps its
 // records slice for the next block: a sink keeps no slice of a block once
 // its write returns, and a block of 65,536 rows would otherwise grow a new
@@ -148,7 +160,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
 		}
 		if batch.Reset != nil {
-			pt.r.stats.offsetResets.Add(1)
+			pt.reset(batch.Reset)
 			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
 		}
 		for _, rec := range batch.Records {

@@ -43,6 +43,9 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Records:    b.records,
 	}
 	opts := pt.writeOptions(b)
+	if id := pt.f.TopicID(); !id.IsZero() {
+		pt.claim.SetTopicID(id.String())
+	}
 	g := guard.New(committer{pt.claim, b, opts}, pt, b.from, b.next)
 	defer g.Release()
 

@@ -43,6 +43,9 @@ type partition struct {
 	next    atomic.Int64 // committed offset
 	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
 	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
+	// recreated: the partition waits for an operator's reset, its topic
+	// having been re-created.
+	recreated atomic.Bool
 	// resetSeen is set when an operator reset this partition's offsets:
 	// the poll loop reads them again between batches and seeks.
 	resetSeen atomic.Bool
@@ -137,6 +140,13 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		start, err = pt.resume(fctx)
 	}
 	retry.Reset()
+	if id := pt.claim.Offsets().TopicID; id != "" {
+		// The topic's id when the offset was committed: if it has
+		// another now, the topic was re-created and the cursor says so.
+		if tid, err := kafka.ParseTopicID(id); err == nil {
+			pt.f.ExpectTopicID(tid)
+		}
+	}
 	pt.f.SeekTo(start)
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 	pt.next.Store(start)
@@ -201,6 +211,20 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		case errors.Is(perr, errStopped) || fctx.Err() != nil:
 			return errStopped
 		default:
+			var recreated *kafka.TopicRecreatedError
+			if errors.As(perr, &recreated) {
+				// Held until an operator resets the offsets: reading the
+				// new topic from the old offset would skip its first
+				// records, or read nothing for a long while.
+				if pt.recreated.CompareAndSwap(false, true) {
+					pt.r.stats.topicsRecreated.Add(1)
+				}
+				pt.log.Error("the topic was re-created: the partition waits for an operator's reset of its offsets", zap.Error(perr))
+				if err := retry.Wait(fctx); err != nil {
+					return errStopped
+				}
+				continue
+			}
 			if errors.Is(perr, kafka.ErrBatchTooLarge) {
 				// Retried, for the budget may be raised; the partition
 				// goes no further until then, and says why.
@@ -254,6 +278,9 @@ func (pt *partition) seekReset(o coordinator.Offsets) {
 	pt.next.Store(o.Next)
 	pt.pending.Store(0)
 	pt.f.SeekTo(o.Next)
+	// A topic that was re-created is read from the operator's offset on.
+	pt.f.AcceptTopic()
+	pt.recreated.Store(false)
 	pt.log.Info("offsets reset by an operator; seeking", zap.Int64("next", o.Next), zap.Int64("generation", o.Generation))
 }
 

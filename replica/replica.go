@@ -23,7 +23,10 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +115,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.consumer = consumer
 	r.mu.Unlock()
+	if err := r.checkTopics(ctx, consumer); err != nil {
+		consumer.Close()
+		return err
+	}
 	r.writer = countedSink{r.sink, &r.stats.sinkCalls}
 	if bw, ok := r.sink.(sinks.BatchWriter); ok {
 		rounds := newSinkRounds(bw, &r.stats.sinkCalls)
@@ -148,6 +155,43 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		r.log.Warn("session lost; rejoining")
 	}
+}
+
+// MissingTopicError is Run's error when a topic of Config.Topics does not
+// exist: offsetkeeper never creates topics (a misspelt name would be
+// created with the broker's defaults, and read forever empty).
+type MissingTopicError struct {
+	Topics  []string
+	Brokers []string
+}
+
+func (e *MissingTopicError) Error() string {
+	return fmt.Sprintf("topic %s not found in the Kafka cluster at %s: create it first, or check the name (offsetkeeper never creates topics)",
+		strings.Join(quoteAll(e.Topics), ", "), strings.Join(e.Brokers, ","))
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
+}
+
+// checkTopics fails when a topic does not exist. Kafka not answering is not
+// a failure here: the replica retries as always.
+func (r *Replica) checkTopics(ctx context.Context, c *kafka.Consumer) error {
+	cctx, cancel := context.WithTimeout(ctx, r.kafka.WithDefaults().RequestTimeout)
+	defer cancel()
+	missing, err := c.MissingTopics(cctx, r.cfg.Topics...)
+	if err != nil {
+		r.log.Warn("checking the topics failed; going on", zap.Error(err))
+		return nil
+	}
+	if len(missing) > 0 {
+		return &MissingTopicError{Topics: missing, Brokers: r.kafka.Brokers}
+	}
+	return nil
 }
 
 func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {

@@ -1,6 +1,9 @@
 package replica
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats is a snapshot of what a replica did since New: counters, and
 // Claims, a gauge. Replica.Stats takes it; metrics export it.
@@ -11,7 +14,23 @@ type Stats struct {
 	Rollbacks      int64 // blocks rolled back (polled, not committed, read again)
 	Fenced         int64 // partitions stopped because their claim was lost
 	OffsetsChanged int64 // commits refused, or blocks dropped, by an operator's reset
-	OffsetResets   int64 // out-of-range offsets reset by the start policy
+	// OffsetResets counts offsets Kafka reported out of range: below the
+	// log start (retention or DeleteRecords passed them), reading resumed
+	// at the log start; past the log end (an unclean election truncated
+	// the log), at the log end. OffsetsSkipped counts the offsets the
+	// first kind never read: records gone from Kafka before they were
+	// delivered.
+	OffsetResets, OffsetsSkipped int64
+	// TopicsRecreated counts partitions held because their topic was
+	// deleted and created again: they wait for an operator's reset.
+	TopicsRecreated int64
+	// KafkaThrottled is the time brokers throttled the replica's fetches
+	// by their quotas, KafkaRelogins the SASL logins again on open
+	// connections before their sessions ended (KIP-368), and
+	// KafkaLookups the metadata lookups of partition leaders.
+	KafkaThrottled time.Duration
+	KafkaRelogins  int64
+	KafkaLookups   int64
 	// CommitFailures counts offset commits that failed after their
 	// retries: blocks in the sink whose offset is not committed, which the
 	// next owner replays. Zero in a healthy group.
@@ -54,11 +73,12 @@ type Stats struct {
 // partitions and the session loop; the rest comes from the coordinator and
 // the sink.
 type counters struct {
-	records, blocks, commits, rollbacks, fenced atomic.Int64
-	offsetsChanged, offsetResets                atomic.Int64
-	sinkErrors, sinkCalls, oversizedBatches     atomic.Int64
-	claims, rebalances, sessions                atomic.Int64
-	decodeErrors, decodeSkipped, registryWaits  atomic.Int64
+	records, blocks, commits, rollbacks, fenced  atomic.Int64
+	offsetsChanged, offsetResets, offsetsSkipped atomic.Int64
+	topicsRecreated                              atomic.Int64
+	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
+	claims, rebalances, sessions                 atomic.Int64
+	decodeErrors, decodeSkipped, registryWaits   atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -70,6 +90,8 @@ func (c *counters) snapshot() Stats {
 		Fenced:           c.fenced.Load(),
 		OffsetsChanged:   c.offsetsChanged.Load(),
 		OffsetResets:     c.offsetResets.Load(),
+		OffsetsSkipped:   c.offsetsSkipped.Load(),
+		TopicsRecreated:  c.topicsRecreated.Load(),
 		SinkErrors:       c.sinkErrors.Load(),
 		SinkCalls:        c.sinkCalls.Load(),
 		OversizedBatches: c.oversizedBatches.Load(),

@@ -26,6 +26,12 @@ func (r *Replica) Stats() Stats {
 	s := r.stats.snapshot()
 	s.CommitFailures = r.coord.CommitFailures()
 	s.EtcdRounds, s.EtcdRoundWrites = r.coord.Rounds(), r.coord.RoundOps()
+	r.mu.Lock()
+	if r.consumer != nil {
+		ks := r.consumer.Stats()
+		s.KafkaThrottled, s.KafkaRelogins, s.KafkaLookups = ks.Throttled, ks.Relogins, ks.Lookups
+	}
+	r.mu.Unlock()
 	if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {
 		s.DeadLetters = dl.DeadLetters()
 	}

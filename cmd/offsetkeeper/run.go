@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -242,6 +243,9 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		zap.Stringer("commit_mode", o.cfg.CommitMode))
 	ops.start(ctx, r)
 	runErr := r.Run(ctx)
+	if errors.As(runErr, new(*replica.MissingTopicError)) {
+		runErr = usage(runErr) // a name on the command line: exit 2
+	}
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close sink: %w", err)
 	}

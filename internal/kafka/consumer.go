@@ -114,6 +114,13 @@ func (c *Consumer) Close() error {
 	return c.kc.Close()
 }
 
+// MissingTopics returns the topics the cluster does not know, asking a
+// broker (never creating them).
+func (c *Consumer) MissingTopics(ctx context.Context, topics ...string) ([]string, error) {
+	_, missing, err := c.kc.Partitions(ctx, topics...)
+	return missing, err
+}
+
 // Stats are the consumer's counters.
 type Stats struct {
 	FetchRequests int64         // fetch requests sent, all brokers

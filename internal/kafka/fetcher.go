@@ -342,7 +342,7 @@ func (f *Fetcher) reset(ctx context.Context, from int64, streak int) (PolledBatc
 			return PolledBatch{}, false, err
 		}
 	}
-	f.log.Warn("offset out of range; resuming where the log is", zap.Stringer("reason", r.Reason),
+	f.log.Debug("offset out of range; resuming where the log is", zap.Stringer("reason", r.Reason),
 		zap.Int64("from", from), zap.Int64("to", r.To), zap.Int64("log_start", earliest), zap.Int64("log_end", hw))
 	return PolledBatch{From: r.To, Next: r.To, HighWatermark: hw, LastStable: logEnd, Reset: &r}, true, nil
 }
