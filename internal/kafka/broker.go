@@ -371,7 +371,9 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(work)); i = next.Add(1) - 1 {
 				part := work[i]
+				c.fetched.Add(int64(len(part.raw.Records)))
 				part.batch, part.err = part.cur.f.decodePartition(part.from, part.raw)
+				c.wasted.Add(int64(part.batch.wasted))
 				part.raw = nil
 			}
 		}()

@@ -47,6 +47,8 @@ type Consumer struct {
 	held      atomic.Int64 // bytes held and reserved by requests in flight
 	requests  atomic.Int64 // fetch requests sent
 	throttled atomic.Int64 // nanoseconds brokers throttled the fetches
+	fetched   atomic.Int64 // record bytes received in fetch responses
+	wasted    atomic.Int64 // of which batches cut short, fetched again
 	lookups   atomic.Int64 // metadata lookups of the leaders
 }
 
@@ -128,6 +130,8 @@ type Stats struct {
 	BudgetBytes   int64         // Config.MaxBufferBytes
 	Partitions    int           // cursors open
 	Throttled     time.Duration // time brokers throttled the fetches by their quotas (KIP-219), all brokers
+	BytesFetched  int64         // record bytes received in fetch responses
+	BytesWasted   int64         // of which the bytes of batches cut short at the end of a response, fetched again
 	Lookups       int64         // metadata lookups of the partitions' leaders
 	Logins        int64         // SASL logins: one per connection
 	Relogins      int64         // SASL logins again on open connections, before their sessions ended (KIP-368)
@@ -140,6 +144,7 @@ func (c *Consumer) Stats() Stats {
 	c.mu.Unlock()
 	return Stats{FetchRequests: c.requests.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
 		Throttled: time.Duration(c.throttled.Load()), Lookups: c.lookups.Load(),
+		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(),
 		Logins: c.kc.dialer.logins.Load(), Relogins: c.kc.dialer.relogins.Load()}
 }
 

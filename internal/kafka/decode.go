@@ -93,6 +93,9 @@ type decoder struct {
 	// partition that gets nothing but the start of a batch needs a limit
 	// of at least that, or to come first in a response (KIP-74).
 	largest, truncated int
+	// partial is the bytes of that batch the response held: fetched, and
+	// to be fetched again.
+	partial int
 
 	records []sinks.Record
 	next    int64
@@ -109,7 +112,7 @@ type decoder struct {
 // holds them.
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
-	d.inflated, d.largest, d.truncated = 0, 0, 0
+	d.inflated, d.largest, d.truncated, d.partial = 0, 0, 0, 0
 	if len(raw) == 0 {
 		return nil
 	}
@@ -132,7 +135,7 @@ func (d *decoder) decode(raw []byte) error {
 			return err
 		}
 		if !ok {
-			d.truncated = truncatedSize(raw)
+			d.truncated, d.partial = truncatedSize(raw), len(raw)
 			return nil
 		}
 		d.largest = max(d.largest, len(raw)-len(rest))

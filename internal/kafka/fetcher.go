@@ -100,6 +100,9 @@ type PolledBatch struct {
 	// largest is the size of the largest whole batch the response held,
 	// truncated that of a batch it held only the start of (0: none).
 	largest, truncated int
+	// wasted is the bytes of a batch cut short at the end of the
+	// response: fetched for nothing.
+	wasted int
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -397,7 +400,7 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 	}
 	b.Records, b.Next = d.records, d.next
 	b.Bytes = len(p.Records) + d.inflated
-	b.largest, b.truncated = d.largest, d.truncated
+	b.largest, b.truncated, b.wasted = d.largest, d.truncated, d.partial
 	return b, nil
 }
 
