@@ -107,6 +107,56 @@ if [ -z "${CHDB_LIB:-}" ]; then
 	fi
 fi
 
+# Apache Kafka itself, for the tests that run real brokers
+# (integration/harness/apachekafka.go): the jars of the broker, its tools
+# and a log4j2 backend, from Maven Central with mvn
+# (integration/tools/kafka/pom.xml: 47 jars, 43 MB), into
+# .cache/kafka/<version>/libs, passed to the tests in KAFKA_LIBS; they run
+# with java. Without mvn or java those tests skip, except with CI set,
+# where they fail. The version is the pom's, and the harness's KafkaVersion.
+kafka_version=4.1.1
+kafka_pom=integration/tools/kafka/pom.xml
+kafka_dir=.cache/kafka/$kafka_version
+kafka_stamp="kafka_2.13:$kafka_version $(sha256sum "$kafka_pom" | cut -c1-16)"
+# In CI the Apache Kafka tests must run: fail now rather than after the others.
+kafka_missing() {
+	if [ -n "${CI:-}" ]; then
+		echo "test.sh: $1; CI is set, so the Apache Kafka tests must not be skipped" >&2
+		exit 1
+	fi
+	echo "test.sh: $1; the Apache Kafka tests will skip" >&2
+}
+install_kafka() {
+	local tmp
+	mkdir -p "$kafka_dir"
+	tmp=$(mktemp -d "$kafka_dir/fetch.XXXXXX")
+	echo "test.sh: fetching Apache Kafka $kafka_version for its tests (mvn, $kafka_pom)" >&2
+	if mvn -B -q -Dstyle.color=never -f "$kafka_pom" dependency:copy-dependencies -DoutputDirectory="$PWD/$tmp/libs" >"$tmp/mvn.log" 2>&1; then
+		rm -rf "$kafka_dir/libs"
+		mv "$tmp/libs" "$kafka_dir/libs"
+		echo "$kafka_stamp" >"$kafka_dir/VERSION"
+		rm -rf "$tmp"
+	else
+		tail -n 20 "$tmp/mvn.log" >&2
+		rm -rf "$tmp"
+		kafka_missing "fetching Apache Kafka $kafka_version with mvn failed"
+	fi
+}
+if [ -z "${KAFKA_LIBS:-}" ]; then
+	if ! command -v java >/dev/null; then
+		kafka_missing "no java to run Apache Kafka"
+	elif [ ! -d "$kafka_dir/libs" ] || [ "$(cat "$kafka_dir/VERSION" 2>/dev/null)" != "$kafka_stamp" ]; then
+		if command -v mvn >/dev/null; then
+			install_kafka
+		else
+			kafka_missing "no mvn to fetch Apache Kafka $kafka_version"
+		fi
+	fi
+	if [ -d "$kafka_dir/libs" ] && [ "$(cat "$kafka_dir/VERSION" 2>/dev/null)" = "$kafka_stamp" ]; then
+		export KAFKA_LIBS="$PWD/$kafka_dir/libs"
+	fi
+fi
+
 # Build the registry once, before the test binaries that start it run at
 # the same time and would each build it.
 if ! (cd integration/tools/schemaregistry && go tool -n schema-registry >/dev/null); then

@@ -14,8 +14,13 @@ import (
 // kmsg.Fetch.Int16()) that the cluster receives from now until it is
 // closed, across all brokers. The requests are handled as usual: the
 // counter only observes them. A fetch that waits on the broker for records
-// counts once.
+// counts once. It needs kfake, which shows the broker's side of requests; a
+// test of a real cluster counts them on the client's side with a
+// RequestCounter.
 func (k *Kafka) CountRequests(key int16) *atomic.Int64 {
+	if k.cluster == nil {
+		panic("harness: CountRequests needs a kfake cluster; count a real cluster's requests with NewRequestCounter")
+	}
 	var n atomic.Int64
 	k.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 		n.Add(1)

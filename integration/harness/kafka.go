@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,21 +14,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// kafkaOpTimeout bounds every helper call against the fake cluster.
+// kafkaOpTimeout bounds every helper call against the cluster.
 const kafkaOpTimeout = 30 * time.Second
 
 // kafkaFlushEvery is how many records a producer buffers before it flushes,
 // so that huge Produce calls do not hold everything in memory at once.
 const kafkaFlushEvery = 50_000
 
-// Kafka is an in-process fake Kafka cluster (franz-go's kfake) of one or more
-// brokers, each on its own 127.0.0.1 port, with helpers to create topics and
-// produce records. It is closed in t.Cleanup. Helpers take a testing.TB and
-// fail the test on error, so call them from the test goroutine.
+// Kafka is a Kafka cluster of one or more brokers, each on its own
+// 127.0.0.1 port, with helpers to create topics and produce records: either
+// an in-process fake (franz-go's kfake, StartKafka) or Apache Kafka itself,
+// as real processes (StartApacheKafka, NewApacheKafka). The helpers work on
+// both. A cluster of StartKafka or StartApacheKafka is closed in t.Cleanup;
+// one of NewApacheKafka, shared between tests, by Close. Helpers take a
+// testing.TB and fail the test on error, so call them from the test
+// goroutine.
 type Kafka struct {
-	cluster *kfake.Cluster
+	cluster *kfake.Cluster // nil for Apache Kafka
+	real    *apacheKafka   // nil for kfake
 	brokers []string
 	codec   kgo.CompressionCodec
+	// shared: the cluster outlives the tests that use it (NewApacheKafka),
+	// so a client made for one test is closed at its end too.
+	shared bool
 
 	mu      sync.Mutex
 	admin   *kgo.Client
@@ -81,19 +90,30 @@ func StartKafka(t testing.TB, opts ...KafkaOption) *Kafka {
 		t.Fatalf("kafka: start %d brokers: %v", cfg.brokers, err)
 	}
 	k := &Kafka{cluster: c, brokers: c.ListenAddrs(), codec: cfg.codec}
-	t.Cleanup(k.close)
+	t.Cleanup(k.Close)
 	return k
 }
 
-// Brokers returns the brokers' host:port addresses.
+// Brokers returns the brokers' host:port addresses (of Apache Kafka: their
+// PLAINTEXT listeners, whether the nodes run or not).
 func (k *Kafka) Brokers() []string { return append([]string(nil), k.brokers...) }
 
 // Cluster gives access to the fake cluster, e.g. to move partition leaders
-// (MoveTopicPartition) or intercept requests (ControlKey).
+// (MoveTopicPartition) or intercept requests (ControlKey); nil for Apache
+// Kafka, whose nodes Node controls.
 func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
 
-func (k *Kafka) close() {
+// Close closes the clients of the helpers and stops the cluster (Apache
+// Kafka's nodes are killed and their data removed). StartKafka and
+// StartApacheKafka call it at cleanup; a cluster of NewApacheKafka must be
+// closed by its owner, after the tests that share it. Closing again is a
+// no-op.
+func (k *Kafka) Close() {
 	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
 	k.closed = true
 	clients := k.clients
 	k.clients = nil
@@ -101,25 +121,59 @@ func (k *Kafka) close() {
 	for _, c := range clients {
 		c.Close()
 	}
-	k.cluster.Close()
+	if k.cluster != nil {
+		k.cluster.Close()
+	}
+	if k.real != nil {
+		k.real.close()
+	}
 }
 
-// newClient returns a kgo client closed with the cluster.
-func (k *Kafka) newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	opts = append([]kgo.Opt{kgo.SeedBrokers(k.brokers...)}, opts...)
-	c, err := kgo.NewClient(opts...)
+// dial returns a kgo client of the cluster, closed with it.
+func (k *Kafka) dial(opts ...kgo.Opt) (*kgo.Client, error) {
+	base := []kgo.Opt{kgo.SeedBrokers(k.brokers...)}
+	if k.real != nil {
+		base = append(base, k.real.clientOpts()...)
+	}
+	c, err := kgo.NewClient(append(base, opts...)...)
 	if err != nil {
-		t.Fatalf("kafka: new client: %v", err)
+		return nil, fmt.Errorf("new client: %w", err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
 		c.Close()
-		t.Fatalf("kafka: cluster already closed")
+		return nil, errors.New("cluster already closed")
 	}
 	k.clients = append(k.clients, c)
+	return c, nil
+}
+
+// newClient returns a kgo client closed with the cluster and, when the
+// cluster is shared between tests, at the end of t.
+func (k *Kafka) newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	c, err := k.dial(opts...)
+	if err != nil {
+		t.Fatalf("kafka: %v", err)
+	}
+	if k.shared {
+		t.Cleanup(func() { k.forget(c) })
+	}
 	return c
+}
+
+// forget closes c and drops it from the clients closed with the cluster.
+func (k *Kafka) forget(c *kgo.Client) {
+	k.mu.Lock()
+	for i, x := range k.clients {
+		if x == c {
+			k.clients = append(k.clients[:i], k.clients[i+1:]...)
+			break
+		}
+	}
+	k.mu.Unlock()
+	c.Close()
 }
 
 // Client returns a plain kgo client of the cluster, closed with it, for
@@ -129,6 +183,9 @@ func (k *Kafka) Client(t testing.TB) *kgo.Client {
 	return k.adminClient(t)
 }
 
+// adminClient is the client of the helpers' requests, made once and
+// closed with the cluster. Its seed brokers are the cluster's, in the
+// order of Brokers (Apache Kafka's requests to one node go through them).
 func (k *Kafka) adminClient(t testing.TB) *kgo.Client {
 	t.Helper()
 	k.mu.Lock()
@@ -137,7 +194,10 @@ func (k *Kafka) adminClient(t testing.TB) *kgo.Client {
 	if c != nil {
 		return c
 	}
-	c = k.newClient(t)
+	c, err := k.dial()
+	if err != nil {
+		t.Fatalf("kafka: admin client: %v", err)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.admin == nil {
@@ -151,7 +211,10 @@ func opCtx() (context.Context, context.CancelFunc) {
 }
 
 // CreateTopic creates topic with the given number of partitions. Configs
-// are topic configs such as "cleanup.policy", "compact".
+// are topic configs such as "cleanup.policy", "compact". On Apache Kafka
+// its replication factor is the number of nodes up to 3, and CreateTopic
+// returns once every running node knows a leader for every partition
+// (creation is asynchronous there); on kfake it is 1.
 func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs ...string) {
 	t.Helper()
 	if len(configs)%2 != 0 {
@@ -162,6 +225,9 @@ func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs .
 	rt.Topic = name
 	rt.NumPartitions = int32(partitions)
 	rt.ReplicationFactor = 1
+	if k.real != nil {
+		rt.ReplicationFactor = int16(min(3, len(k.real.nodes)))
+	}
 	for i := 0; i < len(configs); i += 2 {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = configs[i], kmsg.StringPtr(configs[i+1])
@@ -175,6 +241,9 @@ func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs .
 		}
 		return codes
 	})
+	if k.real != nil {
+		k.awaitLeaders(t, "create topic "+name, name, partitions)
+	}
 }
 
 // AddPartitions adds n partitions to topic.
@@ -193,6 +262,9 @@ func (k *Kafka) AddPartitions(t testing.TB, topic string, n int) {
 		}
 		return codes
 	})
+	if k.real != nil {
+		k.awaitLeaders(t, fmt.Sprintf("add %d partitions to %s", n, topic), topic, cur+n)
+	}
 	// Producers that know the topic must learn of the new partitions
 	// before records can be produced to them.
 	k.mu.Lock()
@@ -270,24 +342,50 @@ func (k *Kafka) DeleteRecords(t testing.TB, topic string, partition int, before 
 // admin sends req with the admin client within kafkaOpTimeout and returns
 // its response. It fails the test, naming what, if the request fails or if
 // one of the error codes that codes picks from the response is an error.
+// On Apache Kafka a request that any broker serves goes to a running node
+// (see apacheKafka.request), and one that fails with a retriable error
+// code (a leader moving, a node starting) is sent again until
+// kafkaOpTimeout.
 func admin[Resp kmsg.Response](t testing.TB, k *Kafka, what string, req kmsg.Request, codes func(Resp) []int16) Resp {
 	t.Helper()
 	ctx, cancel := opCtx()
 	defer cancel()
-	kresp, err := k.adminClient(t).Request(ctx, req)
-	if err != nil {
-		t.Fatalf("kafka: %s: %v", what, err)
-	}
-	resp, ok := kresp.(Resp)
-	if !ok {
-		t.Fatalf("kafka: %s: unexpected response %T", what, kresp)
-	}
-	for _, code := range codes(resp) {
-		if err := kerr.ErrorForCode(code); err != nil {
+	for {
+		kresp, err := k.request(ctx, t, req)
+		if err != nil {
 			t.Fatalf("kafka: %s: %v", what, err)
 		}
+		resp, ok := kresp.(Resp)
+		if !ok {
+			t.Fatalf("kafka: %s: unexpected response %T", what, kresp)
+		}
+		var failed error
+		for _, code := range codes(resp) {
+			if err := kerr.ErrorForCode(code); err != nil {
+				failed = err
+				break
+			}
+		}
+		if failed == nil {
+			return resp
+		}
+		if k.real == nil || !kerr.IsRetriable(failed) || ctx.Err() != nil {
+			t.Fatalf("kafka: %s: %v", what, failed)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return resp
+}
+
+// request sends req with the admin client: on Apache Kafka, one that any
+// broker serves to a running node, others (routed by partition leader) as
+// kgo routes them.
+func (k *Kafka) request(ctx context.Context, t testing.TB, req kmsg.Request) (kmsg.Response, error) {
+	t.Helper()
+	cl := k.adminClient(t)
+	if k.real != nil && anyBroker(req) {
+		return k.real.request(ctx, cl, req)
+	}
+	return cl.Request(ctx, req)
 }
 
 // Producer writes records to chosen partitions. The records given to one
@@ -389,7 +487,12 @@ func (k *Kafka) Produce(t testing.TB, topic string, partition int, records ...*k
 	p := k.plain
 	k.mu.Unlock()
 	if p == nil {
-		p = k.NewProducer(t, k.codec)
+		// Made once and kept: not closed at the end of t.
+		cl, err := k.dial(producerOpts(k.codec)...)
+		if err != nil {
+			t.Fatalf("kafka: producer: %v", err)
+		}
+		p = &Producer{k: k, cl: cl}
 		k.mu.Lock()
 		k.plain = p
 		k.mu.Unlock()
@@ -465,7 +568,12 @@ func (k *Kafka) Transact(t testing.TB, commit bool, topic string, partition int,
 	p := k.txn
 	k.mu.Unlock()
 	if p == nil {
-		p = k.NewTxnProducer(t, "harness-txn")
+		// Made once and kept: not closed at the end of t.
+		cl, err := k.dial(producerOpts(k.codec, kgo.TransactionalID("harness-txn"))...)
+		if err != nil {
+			t.Fatalf("kafka: transactional producer: %v", err)
+		}
+		p = &TxnProducer{k: k, cl: cl}
 		k.mu.Lock()
 		k.txn = p
 		k.mu.Unlock()
