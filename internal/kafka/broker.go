@@ -451,7 +451,9 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			cur.big = int64(p.batch.truncated)
 			b.poke()
 		default:
-			cur.attempt = 0
+			// Nothing at fetchAt (yet): no large batch to expect, nor
+			// to reserve budget for while it waits.
+			cur.attempt, cur.big = 0, 0
 			end := cur.hw
 			if c.cfg.IsolationLevel == ReadCommitted {
 				end = cur.lso
