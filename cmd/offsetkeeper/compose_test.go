@@ -15,6 +15,8 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
 
 // No Docker engine runs where the tests do, so docker-compose.yml, the
@@ -714,5 +716,24 @@ func TestDockerfile(t *testing.T) {
 				t.Errorf(".dockerignore %q leaves %s out of the build", pattern, needed)
 			}
 		}
+	}
+}
+
+// Every Apache Kafka image of the file is the release the tests run, so
+// that what a user tries is what was tested.
+func TestComposeKafkaIsTheTestedRelease(t *testing.T) {
+	p := loadCompose(t)
+	n := 0
+	for name, s := range p.Services {
+		if !strings.HasPrefix(s.Image, "apache/kafka") {
+			continue
+		}
+		n++
+		if want := "apache/kafka:" + harness.KafkaVersion; s.Image != want {
+			t.Errorf("%s runs %s; the tests run %s (integration/harness: KafkaVersion)", name, s.Image, want)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no apache/kafka image in docker-compose.yml")
 	}
 }
