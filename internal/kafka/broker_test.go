@@ -2,16 +2,21 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
@@ -253,5 +258,47 @@ func TestNoTopicIsCreated(t *testing.T) {
 	})
 	if info := k.Cluster().TopicInfo("misspelt"); info != nil {
 		t.Fatalf("topic misspelt was created: %+v", info)
+	}
+}
+
+// A broker that serves no Fetch version offsetkeeper can use (v4 to v11:
+// Kafka before 0.11) fails the cursor at once with an error that says so,
+// rather than retrying a request the broker would drop the connection for.
+func TestBrokerWithoutAUsableFetchVersion(t *testing.T) {
+	old := kversion.V3_6_0()
+	old.SetMaxKeyVersion(kmsg.Fetch.Int16(), 3)
+	k := harness.StartKafka(t, harness.KfakeOptions(kfake.MaxVersions(old)), harness.SeedTopics(1, "old"))
+	c := openConsumer(t, testFetchConfig(k))
+	cur := openCursor(t, c, "old", 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	var err error
+	harness.Await(t, drainTimeout, "the cursor to fail", func() bool {
+		_, err = cur.Fetch(ctx)
+		return err != nil
+	})
+	var uv *UnsupportedVersionError
+	if !errors.As(err, &uv) || uv.API != "Fetch" || uv.BrokerMax != 3 || !strings.Contains(err.Error(), "needs a version between v4 and v11") {
+		t.Fatalf("error %v, want the broker's Fetch versions named", err)
+	}
+}
+
+// What the logs of a retry say about it.
+func TestExplain(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&UnsupportedVersionError{Addr: "b:9092", API: "Fetch", Min: 4, Max: 11, BrokerMin: 0, BrokerMax: 3}, "no protocol version"},
+		{fmt.Errorf("dial: %w", &net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}), "TLS with the broker failed"},
+		{fmt.Errorf("login: %w", kafkago.SASLAuthenticationFailed), "refused the login"},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), "nothing listens"},
+		{context.DeadlineExceeded, "did not answer in time"},
+		{io.ErrUnexpectedEOF, "closed the connection"},
+		{kafkago.NotLeaderForPartition, "leader moved"},
+	} {
+		if got := explain(tc.err); !strings.Contains(got, tc.want) {
+			t.Errorf("explain(%v) = %q, want it to say %q", tc.err, got, tc.want)
+		}
 	}
 }
