@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: every package, with the race detector, each test bound in
-# time. etcd and the Kafka-protocol broker run in-process; the PostgreSQL sink's
+# time. etcd and kfake (a Kafka-protocol broker) run in-process, Apache Kafka
+# as processes of its jars, which this script fetches (below); the PostgreSQL sink's
 # tests start private PostgreSQL clusters from Debian's server binaries, which
 # this script installs (package postgresql) when they are missing and it runs
 # as root. Without them those tests skip, except with CI set, where they fail.
