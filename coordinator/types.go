@@ -33,6 +33,9 @@ type Member struct {
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"started_at"`
 	HTTPAddr  string    `json:"http_address,omitempty"`
+	// Sink identifies the sink the member writes to: its scheme and
+	// location, never a secret. The members of a group name the same.
+	Sink string `json:"sink,omitempty"`
 	// Draining is set by an operator (`replicas drain`): the plan gives the
 	// member no partitions, so it hands its claims over at block
 	// boundaries. It lasts as long as the member key.

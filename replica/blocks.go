@@ -88,9 +88,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			continue
 		}
 		if end := batch.LastStable; end >= 0 {
-			pt.logEnd.Store(end)
+			pt.seeLogEnd(end)
 		} else if batch.HighWatermark >= 0 {
-			pt.logEnd.Store(batch.HighWatermark)
+			pt.seeLogEnd(batch.HighWatermark)
 		}
 		if batch.Next == batch.From {
 			empties++
@@ -122,6 +122,15 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if first.IsZero() {
 			first = time.Now()
 		}
+	}
+}
+
+// seeLogEnd records the partition's log end; a partition whose committed
+// offset reached it is caught up, not stalled.
+func (pt *partition) seeLogEnd(end int64) {
+	pt.logEnd.Store(end)
+	if end <= pt.next.Load() {
+		pt.progress.Store(time.Now().UnixNano())
 	}
 }
 

@@ -48,6 +48,14 @@ const (
 	// DefaultShutdownTimeout bounds how long a graceful stop waits for the
 	// blocks in flight before rolling them back.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds one sink write: a write still in flight
+	// after it (a lock held by a migration, a server that stopped
+	// answering) fails, rolls back and is retried.
+	DefaultWriteTimeout = time.Minute
+	// DefaultLogEndInterval is how often the log ends of the owned
+	// partitions are read from Kafka for the lag, whatever the partitions
+	// do: a partition stuck in a write fetches nothing.
+	DefaultLogEndInterval = 5 * time.Second
 )
 
 // CommitMode says when a block's offset is committed.
@@ -171,6 +179,28 @@ type Config struct {
 	// it rolls them back. Default DefaultShutdownTimeout, 30s: keep it
 	// below the orchestrator's grace period (Kubernetes' is 30s).
 	ShutdownTimeout time.Duration
+	// WriteTimeout bounds one sink write; past it the write fails, the
+	// block rolls back and is retried, and it counts as a sink error. A
+	// write in flight for a quarter of it is logged, once. Default
+	// DefaultWriteTimeout, 1m: above the slowest write of a healthy sink
+	// (a block is at most MaxBlockRows rows).
+	WriteTimeout time.Duration
+	// LogEndInterval is how often the log ends of the owned partitions
+	// are read for the lag. Default DefaultLogEndInterval, 5s.
+	LogEndInterval time.Duration
+
+	// Sink identifies the sink to the group: its scheme and location
+	// (file:///var/lib/orders, postgres://db:5432/app?table=orders),
+	// never a secret. Every member advertises it, and a replica whose
+	// Sink is not that of the group's live members refuses to start
+	// (SinkMismatchError): two deployments of one group writing to two
+	// places split every partition between them. Default: the sink's Go
+	// type.
+	Sink string
+	// AllowSinkChange lets a replica join a group whose live members
+	// write to another sink: the way to move a group to a new sink is to
+	// roll every replica with the new one and this set, then without it.
+	AllowSinkChange bool
 
 	// HTTPAddr and Version are advertised in the member key, for the
 	// operator's tools (offsetkeeper replicas). Default empty.
@@ -194,6 +224,8 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MetadataInterval, DefaultMetadataInterval)
 	orDefault(&c.RebalanceDelay, DefaultRebalanceDelay)
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&c.LogEndInterval, DefaultLogEndInterval)
 	c.Formats = c.Formats.withDefaults()
 	return c
 }
@@ -250,6 +282,12 @@ func (c Config) Validate() error {
 	}
 	if c.FlushInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("flush interval %s: want at least 1ms", c.FlushInterval))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("write timeout %s: want a positive duration", c.WriteTimeout))
+	}
+	if c.LogEndInterval < 0 {
+		errs = append(errs, fmt.Errorf("log end interval %s: want a positive duration", c.LogEndInterval))
 	}
 	if c.MaxEmptyPolls < 1 {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))

@@ -59,8 +59,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		pt.committed(b)
 		if len(b.records) > 0 {
 			start = time.Now()
-			if err := pt.r.writer.Write(ctx, blk); err != nil {
-				pt.r.stats.sinkErrors.Add(1)
+			if err := pt.write(ctx, blk); err != nil {
 				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
 					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
 				return nil
@@ -78,9 +77,8 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			}
 		}
 		start := time.Now()
-		if err := pt.r.writer.Write(ctx, blk); err != nil {
-			pt.r.stats.sinkErrors.Add(1)
-			return fmt.Errorf("write %s: %w", blk, err)
+		if err := pt.write(ctx, blk); err != nil {
+			return err
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
 		pt.r.stats.records.Add(int64(len(b.records)))
@@ -94,17 +92,46 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	return nil
 }
 
+// write writes blk within WriteTimeout: a write past it fails and rolls
+// back, rather than hold the partition (and its lag) for as long as a lock
+// or a silent server lasts.
+func (pt *partition) write(ctx context.Context, blk *sinks.Block) error {
+	wctx, cancel := context.WithTimeout(ctx, pt.r.cfg.WriteTimeout)
+	defer cancel()
+	start := time.Now()
+	pt.writing.Store(start.UnixNano())
+	defer pt.writing.Store(0)
+	slow := time.AfterFunc(pt.r.cfg.WriteTimeout/4, func() {
+		pt.log.Warn("a sink write is taking long", zap.String("sink", pt.r.sinkName), zap.Int64("from", blk.From),
+			zap.Int64("next", blk.Next), zap.Int("rows", len(blk.Records)), zap.Duration("so_far", time.Since(start)),
+			zap.Duration("timeout", pt.r.cfg.WriteTimeout))
+	})
+	defer slow.Stop()
+	err := pt.r.writer.Write(wctx, blk)
+	if err == nil {
+		return nil
+	}
+	pt.r.stats.sinkErrors.Add(1)
+	if wctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		pt.r.stats.writeTimeouts.Add(1)
+		return fmt.Errorf("write %s to %s: no answer within the write timeout (%s): %w", blk, pt.r.sinkName, pt.r.cfg.WriteTimeout, err)
+	}
+	return fmt.Errorf("write %s to %s: %w", blk, pt.r.sinkName, err)
+}
+
 func (pt *partition) committed(b *block) {
 	pt.next.Store(b.next)
 	pt.pending.Store(0)
+	pt.progress.Store(time.Now().UnixNano())
 	pt.r.stats.blocks.Add(1)
 	pt.r.stats.commits.Add(1)
 	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
 }
 
 // Rewind is the guard's rollback: the next poll starts at the block again.
+// The oldest uncommitted record stays what it was: the lag in seconds goes
+// on growing through rollbacks and retries.
 func (pt *partition) Rewind(from int64) {
-	pt.pending.Store(0)
 	pt.r.stats.rollbacks.Add(1)
 	pt.f.SeekTo(from)
 }

@@ -43,6 +43,14 @@ type partition struct {
 	next    atomic.Int64 // committed offset
 	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
 	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
+	// progress is the UnixNano of the last commit, or of the last moment
+	// the partition was seen caught up: how long it has been behind
+	// without committing is the time since.
+	progress atomic.Int64
+	// writing is the UnixNano the sink write in flight started; 0 none.
+	writing atomic.Int64
+	// failures counts the blocks that failed in a row.
+	failures atomic.Int64
 	// recreated: the partition waits for an operator's reset, its topic
 	// having been re-created.
 	recreated atomic.Bool
@@ -67,6 +75,7 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
+	pt.progress.Store(time.Now().UnixNano())
 	return pt
 }
 
@@ -193,6 +202,15 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		var derr error
 		if !b.empty() {
 			derr = pt.deliver(wctx, b)
+			if derr != nil && wctx.Err() != nil && pt.stopping() && !errors.Is(derr, coordinator.ErrFenced) {
+				// A graceful stop ran out of ShutdownTimeout with this
+				// block in flight: rolled back, nothing lost, but the next
+				// owner writes it again.
+				pt.r.stats.abandoned.Add(1)
+				pt.log.Warn("stop gave up on a block in flight (shutdown timeout): rolled back, the next owner replays it",
+					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)),
+					zap.Duration("shutdown_timeout", pt.r.cfg.ShutdownTimeout))
+			}
 		}
 		// Committed or rolled back, the block's batches are done with.
 		pt.finish(b)
@@ -246,6 +264,9 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 // caller.
 func (pt *partition) handle(ctx context.Context, err error) error {
 	var ce *coordinator.CommitError
+	if err == nil {
+		pt.failures.Store(0)
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -266,10 +287,23 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return errStopped
 	default:
-		pt.log.Warn("block rolled back", zap.Error(err))
+		// Retried with a backoff by the caller: a passing failure is a
+		// warning, one that lasts an error naming the sink.
+		n := pt.failures.Add(1)
+		switch {
+		case n < failuresBeforeError:
+			pt.log.Warn("block rolled back; retrying", zap.Int64("failures", n), zap.Error(err))
+		case n == failuresBeforeError || n%20 == 0:
+			pt.log.Error("the block keeps failing; retrying until it succeeds (nothing is committed past it)",
+				zap.String("sink", pt.r.sinkName), zap.Int64("failures", n), zap.Error(err))
+		}
 		return nil
 	}
 }
+
+// failuresBeforeError is how many failures of a block in a row are logged
+// as warnings before they are an error.
+const failuresBeforeError = 3
 
 // seekReset moves the partition to the offsets an operator's reset wrote.
 func (pt *partition) seekReset(o coordinator.Offsets) {

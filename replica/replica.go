@@ -42,11 +42,13 @@ import (
 // Replica is one running instance of a group. Its methods are safe for
 // concurrent use; Run is called once at a time.
 type Replica struct {
-	cfg   Config       // defaults applied
-	kafka kafka.Config // cfg.Kafka, converted
-	coord *coordinator.Coordinator
-	sink  sinks.Sink
-	codec *codec // nil: keys and values pass through
+	cfg Config // defaults applied
+	// sinkName names the sink in logs and errors: Config.Sink.
+	sinkName string
+	kafka    kafka.Config // cfg.Kafka, converted
+	coord    *coordinator.Coordinator
+	sink     sinks.Sink
+	codec    *codec // nil: keys and values pass through
 	// writer is how partitions write blocks: in rounds when the sink is a
 	// sinks.BatchWriter, else one Write each. Set by Run.
 	writer blockWriter
@@ -98,8 +100,11 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	return &Replica{cfg: cfg, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log, owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}),
-		hist: newTimings()}, nil
+	if cfg.Sink == "" {
+		cfg.Sink = fmt.Sprintf("%T", sink)
+	}
+	return &Replica{cfg: cfg, sinkName: cfg.Sink, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log,
+		owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 
 // Run joins the group and consumes until ctx ends, then stops gracefully:
@@ -119,6 +124,10 @@ func (r *Replica) Run(ctx context.Context) error {
 		consumer.Close()
 		return err
 	}
+	if err := r.checkSink(ctx); err != nil {
+		consumer.Close()
+		return err
+	}
 	r.writer = countedSink{r.sink, &r.stats.sinkCalls}
 	if bw, ok := r.sink.(sinks.BatchWriter); ok {
 		rounds := newSinkRounds(bw, &r.stats.sinkCalls)
@@ -128,6 +137,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		defer func() { close(stop); <-ended }()
 		r.writer = rounds
 	}
+	ends := make(chan struct{})
+	go func() { defer close(ends); r.refreshLogEnds(ctx, consumer) }()
+	defer func() { <-ends }() // runs last: the refresher ends with ctx
 	defer func() {
 		consumer.Close()
 		r.mu.Lock()
@@ -194,6 +206,80 @@ func (r *Replica) checkTopics(ctx context.Context, c *kafka.Consumer) error {
 	return nil
 }
 
+// refreshLogEnds reads the log ends of the owned partitions every
+// LogEndInterval, one ListOffsets per broker, so that the lag in records is
+// right even for a partition that fetches nothing (stuck on a write, or
+// waiting for memory). It returns when ctx ends or the replica is killed.
+func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
+	t := time.NewTicker(r.cfg.LogEndInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.killed:
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		pts := make(map[kafka.TopicPartition]*partition, len(r.owned))
+		tps := make([]kafka.TopicPartition, 0, len(r.owned))
+		for p, pt := range r.owned {
+			tp := kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+			pts[tp] = pt
+			tps = append(tps, tp)
+		}
+		r.mu.Unlock()
+		if len(tps) == 0 {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.LogEndInterval)
+		ends, err := c.EndOffsets(lctx, tps)
+		cancel()
+		if err != nil {
+			r.log.Debug("reading the log ends failed", zap.Error(err))
+			continue
+		}
+		for tp, end := range ends {
+			pts[tp].seeLogEnd(end)
+		}
+	}
+}
+
+// SinkMismatchError is Run's error when the group's live members write to
+// another sink than this replica's Config.Sink.
+type SinkMismatchError struct {
+	Group, Member string
+	Theirs, Ours  string
+}
+
+func (e *SinkMismatchError) Error() string {
+	return fmt.Sprintf("group %q writes to %s (member %s), this replica to %s: replicas of a group must write to one sink, "+
+		"or each would hold part of every partition; fix the sink, or to move the group to the new sink on purpose start the "+
+		"replicas with --allow-sink-change", e.Group, e.Theirs, e.Member, e.Ours)
+}
+
+// checkSink refuses a sink other than the live members'. etcd not answering
+// is not a failure here: joining retries as always.
+func (r *Replica) checkSink(ctx context.Context) error {
+	if r.cfg.AllowSinkChange {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)
+	defer cancel()
+	members, err := r.coord.Members(cctx)
+	if err != nil {
+		r.log.Warn("checking the group's sink failed; going on", zap.Error(err))
+		return nil
+	}
+	for _, m := range members {
+		if m.ID != r.cfg.ReplicaID && m.Sink != "" && m.Sink != r.cfg.Sink {
+			return &SinkMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Sink, Ours: r.cfg.Sink}
+		}
+	}
+	return nil
+}
+
 func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 	host, _ := os.Hostname()
 	m := coordinator.Member{
@@ -203,6 +289,7 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 		Version:   r.cfg.Version,
 		StartedAt: time.Now().UTC(),
 		HTTPAddr:  r.cfg.HTTPAddr,
+		Sink:      r.cfg.Sink,
 	}
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)
 	defer cancel()

@@ -36,7 +36,13 @@ type Stats struct {
 	// next owner replays. Zero in a healthy group.
 	CommitFailures int64
 	SinkErrors     int64 // failed sink writes
-	SinkCalls      int64 // calls to the sink: Write, or WriteBlocks for several blocks
+	// WriteTimeouts counts sink writes that did not end within
+	// Config.WriteTimeout (also in SinkErrors).
+	WriteTimeouts int64
+	SinkCalls     int64 // calls to the sink: Write, or WriteBlocks for several blocks
+	// Abandoned counts the blocks a graceful stop gave up on when
+	// ShutdownTimeout passed: rolled back, replayed by the next owner.
+	Abandoned int64
 	// OversizedBatches counts fetches of a record batch that would
 	// decompress past the memory budget: its partition cannot go on.
 	OversizedBatches int64
@@ -77,6 +83,7 @@ type counters struct {
 	offsetsChanged, offsetResets, offsetsSkipped atomic.Int64
 	topicsRecreated                              atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
+	writeTimeouts, abandoned                     atomic.Int64
 	claims, rebalances, sessions                 atomic.Int64
 	decodeErrors, decodeSkipped, registryWaits   atomic.Int64
 }
@@ -93,6 +100,8 @@ func (c *counters) snapshot() Stats {
 		OffsetsSkipped:   c.offsetsSkipped.Load(),
 		TopicsRecreated:  c.topicsRecreated.Load(),
 		SinkErrors:       c.sinkErrors.Load(),
+		WriteTimeouts:    c.writeTimeouts.Load(),
+		Abandoned:        c.abandoned.Load(),
 		SinkCalls:        c.sinkCalls.Load(),
 		OversizedBatches: c.oversizedBatches.Load(),
 		Claims:           c.claims.Load(),

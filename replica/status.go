@@ -130,8 +130,19 @@ type PartitionLag struct {
 	// Lag is LogEnd - Committed in records, 0 when LogEnd is unknown.
 	Lag int64
 	// LagSeconds is how old the oldest polled but uncommitted record is:
-	// the delay a record now sees before its offset is committed.
+	// the delay a record now sees before its offset is committed. A
+	// rollback or a retry does not reset it. Behind with nothing polled
+	// (the partition waits for memory, or its fetches fail), it is
+	// StalledSeconds, a lower bound of the unread records' age.
 	LagSeconds float64
+	// StalledSeconds is how long the partition has been behind without a
+	// commit: 0 when caught up, about the flush interval at most for a
+	// partition that keeps up, and growing for one stuck on a write, a
+	// failing sink, or a fetch that does not return.
+	StalledSeconds float64
+	// WriteSeconds is how long the sink write in flight has been going;
+	// 0 when none.
+	WriteSeconds float64
 }
 
 // Lag reports every owned partition, for metrics.
@@ -149,8 +160,15 @@ func (r *Replica) Lag() []PartitionLag {
 		if l.LogEnd >= 0 && l.LogEnd > l.Committed {
 			l.Lag = l.LogEnd - l.Committed
 		}
-		if ns := pt.pending.Load(); ns > 0 && l.Lag > 0 {
-			l.LagSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+		if l.Lag > 0 {
+			l.StalledSeconds = max(0, now.Sub(time.Unix(0, pt.progress.Load())).Seconds())
+			l.LagSeconds = l.StalledSeconds
+			if ns := pt.pending.Load(); ns > 0 {
+				l.LagSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+			}
+		}
+		if ns := pt.writing.Load(); ns > 0 {
+			l.WriteSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
 		}
 		out = append(out, l)
 	}

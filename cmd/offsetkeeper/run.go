@@ -21,21 +21,23 @@ type runOptions struct {
 	ops     runOpsFlags
 	formats formatFlags
 
-	topics         []string
-	sink           string
-	replicaID      string
-	leaseTTL       time.Duration
-	maxBlockRows   int
-	maxBlockBytes  byteSize
-	etcdMaxTxnOps  int
-	commitLinger   time.Duration
-	maxBufferBytes byteSize
-	flushInterval  time.Duration
-	maxEmptyPolls  int
-	commitMode     replica.CommitMode
-	startFrom      replica.StartPolicy
-	fetchMaxWait   time.Duration
-	shutdown       time.Duration
+	topics          []string
+	sink            string
+	replicaID       string
+	leaseTTL        time.Duration
+	maxBlockRows    int
+	maxBlockBytes   byteSize
+	etcdMaxTxnOps   int
+	commitLinger    time.Duration
+	maxBufferBytes  byteSize
+	flushInterval   time.Duration
+	maxEmptyPolls   int
+	commitMode      replica.CommitMode
+	startFrom       replica.StartPolicy
+	fetchMaxWait    time.Duration
+	shutdown        time.Duration
+	writeTimeout    time.Duration
+	allowSinkChange bool
 
 	// Built by complete.
 	cfg    replica.Config
@@ -115,6 +117,8 @@ once. Exit status 0.`,
 	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
+	fs.BoolVar(&o.allowSinkChange, "allow-sink-change", false, "join a group whose live replicas write to another sink: to move a group to a new sink, roll every replica with the new --sink and this flag, then without it")
 	o.formats.register(fs)
 	o.logs.register(fs, logInfo, logJSON)
 	o.ops.register(fs)
@@ -148,6 +152,9 @@ func (o *runOptions) complete(*cobra.Command) error {
 		EtcdMaxTxnOps:   o.etcdMaxTxnOps,
 		CommitMode:      o.commitMode,
 		ShutdownTimeout: o.shutdown,
+		WriteTimeout:    o.writeTimeout,
+		Sink:            o.target.identity(),
+		AllowSinkChange: o.allowSinkChange,
 		Version:         version,
 	}
 	if o.cfg.ReplicaID == "" {
@@ -186,6 +193,7 @@ func (o *runOptions) validate() error {
 		{"--max-empty-polls", o.maxEmptyPolls > 0, o.maxEmptyPolls, "1 or more"},
 		{"--fetch-max-wait", o.fetchMaxWait > 0, o.fetchMaxWait, "a duration such as 500ms"},
 		{"--shutdown-timeout", o.shutdown > 0, o.shutdown, "a duration such as 30s (a stop that does not wait is SIGKILL)"},
+		{"--write-timeout", o.writeTimeout > 0, o.writeTimeout, "a duration such as 1m, above the slowest write of a healthy sink"},
 	} {
 		if !c.ok {
 			return usagef("%s must be positive; the value given, %v, is not: want %s", c.flag, c.got, c.want)
@@ -243,8 +251,8 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		zap.Stringer("commit_mode", o.cfg.CommitMode))
 	ops.start(ctx, r)
 	runErr := r.Run(ctx)
-	if errors.As(runErr, new(*replica.MissingTopicError)) {
-		runErr = usage(runErr) // a name on the command line: exit 2
+	if errors.As(runErr, new(*replica.MissingTopicError)) || errors.As(runErr, new(*replica.SinkMismatchError)) {
+		runErr = usage(runErr) // a name or a URL on the command line: exit 2
 	}
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close sink: %w", err)

@@ -143,3 +143,39 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 		return discard.New(), nil
 	}
 }
+
+// identity names the sink to the group, as every member advertises it
+// (replica.Config.Sink): its scheme and where it writes, never a user or
+// a secret. Two URLs that write to the same place have the same identity.
+func (t sinkTarget) identity() string {
+	switch t.scheme {
+	case "file":
+		return "file://" + t.dir
+	case "postgres", "clickhouse":
+		u, err := url.Parse(t.url)
+		if err != nil {
+			return t.scheme + ":"
+		}
+		host, port := u.Hostname(), u.Port()
+		if host == "" {
+			host = "localhost"
+		}
+		if port == "" && t.scheme == "postgres" {
+			port = "5432"
+		}
+		table := u.Query().Get("table")
+		if table == "" {
+			table = postgres.DefaultTable
+			if t.scheme == "clickhouse" {
+				table = clickhouse.DefaultTable
+			}
+		}
+		loc := host
+		if port != "" {
+			loc += ":" + port
+		}
+		return t.scheme + "://" + loc + "/" + strings.Trim(u.Path, "/") + "?table=" + table
+	default:
+		return t.scheme + ":"
+	}
+}

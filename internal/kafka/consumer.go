@@ -116,6 +116,14 @@ func (c *Consumer) Close() error {
 	return c.kc.Close()
 }
 
+// EndOffsets returns the log end of each partition: the last stable offset
+// under read_committed, else the high watermark. A partition the brokers did
+// not answer for is missing from the result.
+func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition) (map[TopicPartition]int64, error) {
+	out, _, err := c.kc.ListOffsets(ctx, c.cfg.IsolationLevel, ListLatest, tps)
+	return out, err
+}
+
 // MissingTopics returns the topics the cluster does not know, asking a
 // broker (never creating them).
 func (c *Consumer) MissingTopics(ctx context.Context, topics ...string) ([]string, error) {

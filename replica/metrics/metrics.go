@@ -72,6 +72,7 @@ type collectorDescs struct {
 
 	lag, lagSeconds, offset, latest *prometheus.Desc
 	maxLag, maxLagSeconds, sumLag   *prometheus.Desc
+	stalled, oldestWrite            *prometheus.Desc
 
 	rows, write, commit *prometheus.Desc
 }
@@ -134,8 +135,14 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 			"Time Kafka brokers throttled this replica's fetches by their quotas (KIP-219): no fetch is sent to a broker while it throttles."),
 			prometheus.CounterValue, func(s *replica.Stats, _ Source) float64 { return s.KafkaThrottled.Seconds() }},
 		stat("offsetkeeper_sink_write_errors_total",
-			"Sink writes that failed.",
+			"Sink writes that failed (each is rolled back and retried).",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.SinkErrors }),
+		stat("offsetkeeper_sink_write_timeouts_total",
+			"Sink writes that did not end within --write-timeout (also counted as errors): a lock, a server that stopped answering.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.WriteTimeouts }),
+		stat("offsetkeeper_abandoned_blocks_total",
+			"Blocks a graceful stop gave up on when --shutdown-timeout passed: rolled back, and replayed by the next owner.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Abandoned }),
 		stat("offsetkeeper_sink_calls_total",
 			"Calls to the sink: one per block, or one per round of blocks for a sink that takes several at once (PostgreSQL, discard).",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.SinkCalls }),
@@ -220,6 +227,10 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		"The largest kafka_consumergroup_group_lag_seconds among the partitions this replica owns.", []string{"group"}, nil)
 	d.sumLag = prometheus.NewDesc("kafka_consumergroup_group_sum_lag",
 		"The sum of kafka_consumergroup_group_lag over the partitions this replica owns.", []string{"group"}, nil)
+	d.stalled = prometheus.NewDesc("offsetkeeper_partition_stalled_seconds",
+		"Seconds a partition this replica owns has been behind without a commit: 0 when caught up, about the flush interval at most when it keeps up, growing while it is stuck (a failing or hanging sink write, fetches that do not return).", lagLabels, nil)
+	d.oldestWrite = prometheus.NewDesc("offsetkeeper_sink_write_in_flight_seconds",
+		"Seconds the oldest sink write in flight has been going; 0 when none. Writes past --write-timeout fail and are retried.", []string{"group"}, nil)
 
 	d.rows = own("offsetkeeper_block_rows", "Rows per block written to the sink.")
 	d.write = own("offsetkeeper_sink_write_duration_seconds", "Time a successful sink write of one block took.")
@@ -237,7 +248,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.rows, d.write, d.commit} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.oldestWrite, d.rows, d.write, d.commit} {
 		ch <- x
 	}
 }
@@ -255,7 +266,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	group := c.group
 	var maxLag, sumLag int64
-	var maxSeconds float64
+	var maxSeconds, oldestWrite float64
 	for _, l := range c.r.Lag() {
 		p := strconv.Itoa(l.Partition.Partition)
 		ch <- prometheus.MustNewConstMetric(d.lag, prometheus.GaugeValue, float64(l.Lag), group, l.Partition.Topic, p)
@@ -264,8 +275,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if l.LogEnd >= 0 {
 			ch <- prometheus.MustNewConstMetric(d.latest, prometheus.GaugeValue, float64(l.LogEnd), l.Partition.Topic, p)
 		}
+		ch <- prometheus.MustNewConstMetric(d.stalled, prometheus.GaugeValue, l.StalledSeconds, group, l.Partition.Topic, p)
 		maxLag, sumLag, maxSeconds = max(maxLag, l.Lag), sumLag+l.Lag, max(maxSeconds, l.LagSeconds)
+		oldestWrite = max(oldestWrite, l.WriteSeconds)
 	}
+	ch <- prometheus.MustNewConstMetric(d.oldestWrite, prometheus.GaugeValue, oldestWrite, group)
 	ch <- prometheus.MustNewConstMetric(d.maxLag, prometheus.GaugeValue, float64(maxLag), group)
 	ch <- prometheus.MustNewConstMetric(d.maxLagSeconds, prometheus.GaugeValue, maxSeconds, group)
 	ch <- prometheus.MustNewConstMetric(d.sumLag, prometheus.GaugeValue, float64(sumLag), group)
