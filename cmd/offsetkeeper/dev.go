@@ -210,14 +210,15 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer broker.Close()
-	sink, err := o.target.open(stdout)
+	// The endpoints first: opening the sink may wait for its server.
+	fmt.Fprintf(stderr, "etcd:    %s\nkafka:   %s\ntopic:   %s (%d partitions)\ngroup:   %s\nsink:    %s\n",
+		endpoint, strings.Join(brokers, ","), o.topic, o.partitions, o.group, o.target)
+	sink, err := o.target.open(ctx, stdout)
 	if err != nil {
 		return err
 	}
 	rec := newRecorder(sink)
 	defer rec.Close()
-	fmt.Fprintf(stderr, "etcd:    %s\nkafka:   %s\ntopic:   %s (%d partitions)\ngroup:   %s\nsink:    %s\n",
-		endpoint, strings.Join(brokers, ","), o.topic, o.partitions, o.group, o.target)
 	fmt.Fprintf(stderr, "try:     offsetkeeper offsets describe --etcd-endpoints %s --brokers %s --group %s\n",
 		endpoint, strings.Join(brokers, ","), o.group)
 

@@ -238,7 +238,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	// TLS and SASL, which validate read from the files (sasl.go).
 	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
 	o.target.log = log
-	sink, err := o.target.open(cmd.OutOrStdout())
+	sink, err := o.target.open(ctx, cmd.OutOrStdout())
 	if err != nil {
 		return err
 	}

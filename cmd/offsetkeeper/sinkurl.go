@@ -101,8 +101,9 @@ func shownSink(raw string) string {
 	return shown
 }
 
-// open creates the sink; out is where stdout: writes.
-func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
+// open creates the sink; out is where stdout: writes. Waiting for a server
+// ends with ctx (a SIGTERM), or after the open timeout.
+func (t sinkTarget) open(ctx context.Context, out io.Writer) (sinks.Sink, error) {
 	switch t.scheme {
 	case "file":
 		s, err := file.New(t.dir)
@@ -113,7 +114,7 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 	case "stdout":
 		return stdout.New(out), nil
 	case "postgres":
-		ctx, cancel := context.WithTimeout(context.Background(), postgresOpenTimeout)
+		ctx, cancel := context.WithTimeout(ctx, postgresOpenTimeout)
 		defer cancel()
 		var opts []postgres.Option
 		if t.group != "" {
@@ -125,7 +126,7 @@ func (t sinkTarget) open(out io.Writer) (sinks.Sink, error) {
 		}
 		return s, nil
 	case "clickhouse":
-		ctx, cancel := context.WithTimeout(context.Background(), clickhouseOpenTimeout)
+		ctx, cancel := context.WithTimeout(ctx, clickhouseOpenTimeout)
 		defer cancel()
 		var opts []clickhouse.Option
 		if t.group != "" {
