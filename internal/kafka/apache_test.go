@@ -762,9 +762,11 @@ func TestApacheSASLLoginAgain(t *testing.T) {
 	if min := int64(run/reauthAfter) - 1; st.Relogins < min {
 		t.Errorf("%d logins again in %v with sessions of %v, want at least %d", st.Relogins, run, reauthAfter, min)
 	}
-	// A connection for each fetch in flight and one for metadata, per
-	// broker: more would be reconnections.
-	if limit := int64(k.Nodes() * (maxInFlight + 1)); st.Logins > limit {
-		t.Errorf("%d connections logged in over %v, want at most %d: the consumer reconnected", st.Logins, run, limit)
+	// Sessions are renewed on their connections: the pool opens a
+	// connection now and then (one idle too long is closed), but far fewer
+	// than the sessions that ended.
+	if st.Logins > st.Relogins/3 {
+		t.Errorf("%d connections logged in and %d logins again over %v: the consumer reconnected rather than log in again",
+			st.Logins, st.Relogins, run)
 	}
 }
