@@ -194,8 +194,8 @@ type Config struct {
 	// never a secret. Every member advertises it, and a replica whose
 	// Sink is not that of the group's live members refuses to start
 	// (SinkMismatchError): two deployments of one group writing to two
-	// places split every partition between them. Default: the sink's Go
-	// type.
+	// places split every partition between them. Empty (the default):
+	// nothing is advertised or checked. The CLI sets it from --sink.
 	Sink string
 	// AllowSinkChange lets a replica join a group whose live members
 	// write to another sink: the way to move a group to a new sink is to

@@ -100,10 +100,11 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Sink == "" {
-		cfg.Sink = fmt.Sprintf("%T", sink)
+	name := cfg.Sink
+	if name == "" {
+		name = fmt.Sprintf("%T", sink)
 	}
-	return &Replica{cfg: cfg, sinkName: cfg.Sink, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log,
+	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log,
 		owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 
@@ -262,7 +263,7 @@ func (e *SinkMismatchError) Error() string {
 // checkSink refuses a sink other than the live members'. etcd not answering
 // is not a failure here: joining retries as always.
 func (r *Replica) checkSink(ctx context.Context) error {
-	if r.cfg.AllowSinkChange {
+	if r.cfg.AllowSinkChange || r.cfg.Sink == "" {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)

@@ -172,7 +172,9 @@ func (t sinkTarget) identity() string {
 			}
 		}
 		loc := host
-		if port != "" {
+		if port != "" && t.scheme == "postgres" {
+			// A ClickHouse server answers the native protocol and HTTP on
+			// two ports: the table is the same.
 			loc += ":" + port
 		}
 		return t.scheme + "://" + loc + "/" + strings.Trim(u.Path, "/") + "?table=" + table

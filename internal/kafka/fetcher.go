@@ -59,7 +59,7 @@ type TopicRecreatedError struct {
 
 func (e *TopicRecreatedError) Error() string {
 	return fmt.Sprintf("topic %q was deleted and created again (its id was %s, it is %s): its offsets start anew, "+
-		"so nothing is read from it until its partitions' offsets are reset (offsetkeeper offsets reset --topic %s --to earliest)",
+		"so nothing is read from it until its partitions' offsets are reset (offsetkeeper offsets reset --topic %s --to-earliest --execute)",
 		e.Topic, e.Was, e.Now, e.Topic)
 }
 

@@ -164,7 +164,11 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := c.request(ctx, id, req, 1, 11)
+			// Each broker within an attempt's time: a paused one must not
+			// hold the answer past the moment Kafka moves its leaders.
+			actx, cancel := context.WithTimeout(ctx, c.metadataAttempt())
+			m, err := c.request(actx, id, req, 1, 11)
+			cancel()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
