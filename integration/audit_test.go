@@ -26,9 +26,9 @@ import (
 // auditEnv is an env whose partition 0 holds 10 records, an aborted
 // transaction of 2 records (offsets 10 and 11, its marker 12) and 10 more
 // (13 to 22), and whose other partitions hold 20 records each.
-func auditEnv(t *testing.T, parts int) *env {
+func auditEnv(t *testing.T, kb kafkaBackend, parts int) *env {
 	t.Helper()
-	e := newEnv(t, "events", parts)
+	e := newEnvOn(t, kb, "events", parts)
 	e.produce(10)
 	recs := []*kgo.Record{{Value: []byte(`{"aborted":1}`)}, {Value: []byte(`{"aborted":2}`)}}
 	e.kafka.Transact(t, false, e.topic, 0, recs...)
@@ -214,92 +214,94 @@ func (e *env) putIntent(p int, from, next int64) {
 // aborted record, records past the commit with and without an intent,
 // records removed by retention) and the audit reports exactly those.
 func TestAuditFileSink(t *testing.T) {
-	e := auditEnv(t, 2)
-	dir := t.TempDir()
-	fs, err := file.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends := e.deliver(fs)
-	sinkURL := "file://" + dir
-
-	code, out, rep := e.auditCLI(e.group, "--sink", sinkURL)
-	if code != 0 || rep == nil || !rep.Clean {
-		t.Fatalf("audit of a clean sink: exit %d, want 0 and clean:\n%s", code, out)
-	}
-	if p := rep.partition(t, e.topic, 0); p.Held != 20 || p.Delivered != 20 || p.Committed != 23 {
-		t.Fatalf("partition 0: held %d, delivered %d, committed %d; want 20, 20, 23", p.Held, p.Delivered, p.Committed)
-	}
-
-	// Partition 0: offset 5's line deleted, 15's copied, the aborted
-	// record 10 written, a block past the commit.
-	editLines(t, dir, e.topic, 0, 5, func(ls [][]byte, i int) [][]byte { return slices.Delete(ls, i, i+1) })
-	editLines(t, dir, e.topic, 0, 15, func(ls [][]byte, i int) [][]byte { return slices.Insert(ls, i, ls[i]) })
-	editLines(t, dir, e.topic, 0, 10, func(ls [][]byte, _ int) [][]byte {
-		for i, l := range ls {
-			if pl, _ := file.ParseLine(l); pl.Record.Offset > 10 {
-				return slices.Insert(ls, i, recordLine(e.topic, 0, 10))
-			}
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		e := auditEnv(t, kb, 2)
+		dir := t.TempDir()
+		fs, err := file.New(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return append(ls, recordLine(e.topic, 0, 10))
-	})
-	writeBlock(t, dir, e.topic, 0, ends[0], ends[0]+2, ends[0], ends[0]+1)
-	// Partition 1: a block in flight (its intent in etcd) and retention
-	// up to 5, with offset 2's line gone: not missing, Kafka has it no more.
-	e.putIntent(1, ends[1], ends[1]+3)
-	writeBlock(t, dir, e.topic, 1, ends[1], ends[1]+3, ends[1], ends[1]+1, ends[1]+2)
-	e.kafka.DeleteRecords(t, e.topic, 1, 5)
-	editLines(t, dir, e.topic, 1, 2, func(ls [][]byte, i int) [][]byte { return slices.Delete(ls, i, i+1) })
+		ends := e.deliver(fs)
+		sinkURL := "file://" + dir
 
-	code, out, rep = e.auditCLI(e.group, "--sink", sinkURL)
-	if code != 1 || rep == nil || rep.Clean {
-		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
-	}
-	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
-		0: {"missing": {rg(5, 6)}, "duplicated": {rg(15, 16)}, "aborted": {rg(10, 11)}, "beyond": {rg(23, 25)}},
-		1: {"in flight": {rg(20, 23)}, "unverifiable": {rg(0, 2), rg(3, 5)}},
-	})
-	if p := rep.partition(t, e.topic, 0); p.Copies != 1 {
-		t.Errorf("partition 0: %d extra copies, want 1", p.Copies)
-	}
-
-	// The table names each finding.
-	p := harness.StartProcess(t, "audit table", bin, "audit", "--sink", sinkURL, "--group", e.group,
-		"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","), "--brokers", strings.Join(e.kafka.Brokers(), ","))
-	if code := p.Wait(60 * time.Second); code != 1 {
-		t.Fatalf("audit table: exit %d, want 1:\n%s", code, p.Output())
-	}
-	for _, w := range []string{"missing", "duplicated", "aborted", "not committed (in flight)", "not committed (beyond the commit)", "unverifiable", "[23, 25)"} {
-		if !strings.Contains(p.Output(), w) {
-			t.Errorf("table lacks %q:\n%s", w, p.Output())
+		code, out, rep := e.auditCLI(e.group, "--sink", sinkURL)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Fatalf("audit of a clean sink: exit %d, want 0 and clean:\n%s", code, out)
 		}
-	}
-	t.Logf("audit:\n%s", p.Output())
+		if p := rep.partition(t, e.topic, 0); p.Held != 20 || p.Delivered != 20 || p.Committed != 23 {
+			t.Fatalf("partition 0: held %d, delivered %d, committed %d; want 20, 20, 23", p.Held, p.Delivered, p.Committed)
+		}
 
-	// Bad input: exit 2 naming the value.
-	for _, tc := range []struct {
-		name  string
-		group string
-		args  []string
-		want  []string
-	}{
-		{"unknown group", "nosuch", []string{"--sink", sinkURL}, []string{`--group "nosuch"`, "no such group", e.group}},
-		{"missing directory", e.group, []string{"--sink", "file://" + dir + "/nosuch"}, []string{dir + "/nosuch", "no such file or directory"}},
-		{"topic not in the group", e.group, []string{"--sink", sinkURL, "--topic", "orders"}, []string{`"orders"`, "not in group", e.topic}},
-		{"partition not in the topic", e.group, []string{"--sink", sinkURL, "--topic", e.topic + ":7"}, []string{"events/7", "not in the group"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, out, _ := e.auditCLI(tc.group, tc.args...)
-			if code != 2 {
-				t.Fatalf("exit %d, want 2:\n%s", code, out)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
+		// Partition 0: offset 5's line deleted, 15's copied, the aborted
+		// record 10 written, a block past the commit.
+		editLines(t, dir, e.topic, 0, 5, func(ls [][]byte, i int) [][]byte { return slices.Delete(ls, i, i+1) })
+		editLines(t, dir, e.topic, 0, 15, func(ls [][]byte, i int) [][]byte { return slices.Insert(ls, i, ls[i]) })
+		editLines(t, dir, e.topic, 0, 10, func(ls [][]byte, _ int) [][]byte {
+			for i, l := range ls {
+				if pl, _ := file.ParseLine(l); pl.Record.Offset > 10 {
+					return slices.Insert(ls, i, recordLine(e.topic, 0, 10))
 				}
 			}
+			return append(ls, recordLine(e.topic, 0, 10))
 		})
-	}
+		writeBlock(t, dir, e.topic, 0, ends[0], ends[0]+2, ends[0], ends[0]+1)
+		// Partition 1: a block in flight (its intent in etcd) and retention
+		// up to 5, with offset 2's line gone: not missing, Kafka has it no more.
+		e.putIntent(1, ends[1], ends[1]+3)
+		writeBlock(t, dir, e.topic, 1, ends[1], ends[1]+3, ends[1], ends[1]+1, ends[1]+2)
+		e.kafka.DeleteRecords(t, e.topic, 1, 5)
+		editLines(t, dir, e.topic, 1, 2, func(ls [][]byte, i int) [][]byte { return slices.Delete(ls, i, i+1) })
+
+		code, out, rep = e.auditCLI(e.group, "--sink", sinkURL)
+		if code != 1 || rep == nil || rep.Clean {
+			t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+		}
+		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+			0: {"missing": {rg(5, 6)}, "duplicated": {rg(15, 16)}, "aborted": {rg(10, 11)}, "beyond": {rg(23, 25)}},
+			1: {"in flight": {rg(20, 23)}, "unverifiable": {rg(0, 2), rg(3, 5)}},
+		})
+		if p := rep.partition(t, e.topic, 0); p.Copies != 1 {
+			t.Errorf("partition 0: %d extra copies, want 1", p.Copies)
+		}
+
+		// The table names each finding.
+		p := harness.StartProcess(t, "audit table", bin, "audit", "--sink", sinkURL, "--group", e.group,
+			"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","), "--brokers", strings.Join(e.kafka.Brokers(), ","))
+		if code := p.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("audit table: exit %d, want 1:\n%s", code, p.Output())
+		}
+		for _, w := range []string{"missing", "duplicated", "aborted", "not committed (in flight)", "not committed (beyond the commit)", "unverifiable", "[23, 25)"} {
+			if !strings.Contains(p.Output(), w) {
+				t.Errorf("table lacks %q:\n%s", w, p.Output())
+			}
+		}
+		t.Logf("audit:\n%s", p.Output())
+
+		// Bad input: exit 2 naming the value.
+		for _, tc := range []struct {
+			name  string
+			group string
+			args  []string
+			want  []string
+		}{
+			{"unknown group", "nosuch", []string{"--sink", sinkURL}, []string{`--group "nosuch"`, "no such group", e.group}},
+			{"missing directory", e.group, []string{"--sink", "file://" + dir + "/nosuch"}, []string{dir + "/nosuch", "no such file or directory"}},
+			{"topic not in the group", e.group, []string{"--sink", sinkURL, "--topic", "orders"}, []string{`"orders"`, "not in group", e.topic}},
+			{"partition not in the topic", e.group, []string{"--sink", sinkURL, "--topic", e.topic + ":7"}, []string{e.topic + "/7", "not in the group"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				code, out, _ := e.auditCLI(tc.group, tc.args...)
+				if code != 2 {
+					t.Fatalf("exit %d, want 2:\n%s", code, out)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(out, w) {
+						t.Errorf("output lacks %q:\n%s", w, out)
+					}
+				}
+			})
+		}
+	})
 }
 
 // TestAuditPostgresRaw: the same with a raw table: a row deleted, the
@@ -307,157 +309,165 @@ func TestAuditFileSink(t *testing.T) {
 // sink's offsets table committed beyond etcd. Duplicates cannot exist
 // (the primary key) and the report says it checks none.
 func TestAuditPostgresRaw(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	e := auditEnv(t, 2)
-	url := pg.URL() + "&group=" + e.group + "&table=raw_events"
-	ends := e.deliver(e.pgSink(url))
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		pg := harness.StartPostgres(t)
+		e := auditEnv(t, kb, 2)
+		url := pg.URL() + "&group=" + e.group + "&table=raw_events"
+		ends := e.deliver(e.pgSink(url))
 
-	code, out, rep := e.auditCLI(e.group, "--sink", url)
-	if code != 0 || rep == nil || !rep.Clean {
-		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
-	}
-	if rep.Capabilities.Duplicates || !rep.Capabilities.Missing {
-		t.Errorf("raw table checks %+v, want missing and no duplicates", rep.Capabilities)
-	}
+		code, out, rep := e.auditCLI(e.group, "--sink", url)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
+		if rep.Capabilities.Duplicates || !rep.Capabilities.Missing {
+			t.Errorf("raw table checks %+v, want missing and no duplicates", rep.Capabilities)
+		}
 
-	ins := `INSERT INTO raw_events (topic, partition, "offset", value_bytes, "timestamp", headers) VALUES ($1, $2, $3, '\x00', now(), '[]')`
-	pg.Exec(t, `DELETE FROM raw_events WHERE partition = 0 AND "offset" = 5`)
-	pg.Exec(t, ins, e.topic, 0, 10)
-	pg.Exec(t, ins, e.topic, 0, ends[0]+4)
-	// Partition 1: the sink committed a block etcd has not yet.
-	pg.Exec(t, ins, e.topic, 1, ends[1])
-	pg.Exec(t, `UPDATE offsetkeeper_offsets SET next = $1 WHERE "group" = $2 AND partition = 1`, ends[1]+1, e.group)
+		ins := `INSERT INTO raw_events (topic, partition, "offset", value_bytes, "timestamp", headers) VALUES ($1, $2, $3, '\x00', now(), '[]')`
+		pg.Exec(t, `DELETE FROM raw_events WHERE partition = 0 AND "offset" = 5`)
+		pg.Exec(t, ins, e.topic, 0, 10)
+		pg.Exec(t, ins, e.topic, 0, ends[0]+4)
+		// Partition 1: the sink committed a block etcd has not yet.
+		pg.Exec(t, ins, e.topic, 1, ends[1])
+		pg.Exec(t, `UPDATE offsetkeeper_offsets SET next = $1 WHERE "group" = $2 AND partition = 1`, ends[1]+1, e.group)
 
-	code, out, rep = e.auditCLI(e.group, "--sink", url)
-	if code != 1 || rep == nil {
-		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
-	}
-	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
-		0: {"missing": {rg(5, 6)}, "aborted": {rg(10, 11)}, "beyond": {rg(27, 28)}},
-		1: {"in flight": {rg(20, 21)}},
+		code, out, rep = e.auditCLI(e.group, "--sink", url)
+		if code != 1 || rep == nil {
+			t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+		}
+		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+			0: {"missing": {rg(5, 6)}, "aborted": {rg(10, 11)}, "beyond": {rg(27, 28)}},
+			1: {"in flight": {rg(20, 21)}},
+		})
+
+		code, out, _ = e.auditCLI(e.group, "--sink", pg.URL()+"&table=nosuch")
+		if code != 2 || !strings.Contains(out, `"nosuch" does not exist`) {
+			t.Errorf("audit of a table that is not there: exit %d, want 2 naming it:\n%s", code, out)
+		}
 	})
-
-	code, out, _ = e.auditCLI(e.group, "--sink", pg.URL()+"&table=nosuch")
-	if code != 2 || !strings.Contains(out, `"nosuch" does not exist`) {
-		t.Errorf("audit of a table that is not there: exit %d, want 2 naming it:\n%s", code, out)
-	}
 }
 
 // TestAuditPostgresColumns: a columns table with kafka_offset: a row
 // deleted, a row copied, the aborted record inserted, a row past the
 // commit; a table without kafka_offset cannot be audited.
 func TestAuditPostgresColumns(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	e := auditEnv(t, 2)
-	pg.Exec(t, `CREATE TABLE ev (p integer, i integer, kafka_topic text, kafka_partition integer, kafka_offset bigint)`)
-	url := pg.URL() + "&group=" + e.group + "&mode=columns&table=ev"
-	ends := e.deliver(e.pgSink(url))
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		pg := harness.StartPostgres(t)
+		e := auditEnv(t, kb, 2)
+		pg.Exec(t, `CREATE TABLE ev (p integer, i integer, kafka_topic text, kafka_partition integer, kafka_offset bigint)`)
+		url := pg.URL() + "&group=" + e.group + "&mode=columns&table=ev"
+		ends := e.deliver(e.pgSink(url))
 
-	code, out, rep := e.auditCLI(e.group, "--sink", url)
-	if code != 0 || rep == nil || !rep.Clean {
-		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
-	}
+		code, out, rep := e.auditCLI(e.group, "--sink", url)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
 
-	ins := `INSERT INTO ev (kafka_topic, kafka_partition, kafka_offset) VALUES ($1, $2, $3)`
-	pg.Exec(t, `DELETE FROM ev WHERE kafka_partition = 1 AND kafka_offset = 7`)
-	pg.Exec(t, `INSERT INTO ev SELECT * FROM ev WHERE kafka_partition = 0 AND kafka_offset = 3`)
-	pg.Exec(t, ins, e.topic, 0, 11)
-	pg.Exec(t, ins, e.topic, 1, ends[1])
+		ins := `INSERT INTO ev (kafka_topic, kafka_partition, kafka_offset) VALUES ($1, $2, $3)`
+		pg.Exec(t, `DELETE FROM ev WHERE kafka_partition = 1 AND kafka_offset = 7`)
+		pg.Exec(t, `INSERT INTO ev SELECT * FROM ev WHERE kafka_partition = 0 AND kafka_offset = 3`)
+		pg.Exec(t, ins, e.topic, 0, 11)
+		pg.Exec(t, ins, e.topic, 1, ends[1])
 
-	code, out, rep = e.auditCLI(e.group, "--sink", url)
-	if code != 1 || rep == nil {
-		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
-	}
-	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
-		0: {"duplicated": {rg(3, 4)}, "aborted": {rg(11, 12)}},
-		1: {"missing": {rg(7, 8)}, "beyond": {rg(20, 21)}},
+		code, out, rep = e.auditCLI(e.group, "--sink", url)
+		if code != 1 || rep == nil {
+			t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+		}
+		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+			0: {"duplicated": {rg(3, 4)}, "aborted": {rg(11, 12)}},
+			1: {"missing": {rg(7, 8)}, "beyond": {rg(20, 21)}},
+		})
+
+		pg.Exec(t, `CREATE TABLE plain (p integer, i integer)`)
+		code, out, _ = e.auditCLI(e.group, "--sink", pg.URL()+"&mode=columns&table=plain")
+		if code != 2 || !strings.Contains(out, "no kafka_offset column") || !strings.Contains(out, `"plain"`) {
+			t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
+		}
 	})
-
-	pg.Exec(t, `CREATE TABLE plain (p integer, i integer)`)
-	code, out, _ = e.auditCLI(e.group, "--sink", pg.URL()+"&mode=columns&table=plain")
-	if code != 2 || !strings.Contains(out, "no kafka_offset column") || !strings.Contains(out, `"plain"`) {
-		t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
-	}
 }
 
 // TestAuditPostgresUpsert: an upsert table keeps one row per key, so a row
 // gone is not reported missing (the report says missing is not checked),
 // while the aborted record and a row past the commit still are.
 func TestAuditPostgresUpsert(t *testing.T) {
-	pg := harness.StartPostgres(t)
-	e := auditEnv(t, 1)
-	pg.Exec(t, `CREATE TABLE kv (p integer, i integer, kafka_topic text, kafka_partition integer, kafka_offset bigint, PRIMARY KEY (p, i))`)
-	url := pg.URL() + "&group=" + e.group + "&mode=upsert&table=kv&key_from=value"
-	ends := e.deliver(e.pgSink(url))
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		pg := harness.StartPostgres(t)
+		e := auditEnv(t, kb, 1)
+		pg.Exec(t, `CREATE TABLE kv (p integer, i integer, kafka_topic text, kafka_partition integer, kafka_offset bigint, PRIMARY KEY (p, i))`)
+		url := pg.URL() + "&group=" + e.group + "&mode=upsert&table=kv&key_from=value"
+		ends := e.deliver(e.pgSink(url))
 
-	code, out, rep := e.auditCLI(e.group, "--sink", url)
-	if code != 0 || rep == nil || !rep.Clean {
-		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
-	}
-	if rep.Capabilities.Missing {
-		t.Errorf("upsert table checks %+v, want no missing", rep.Capabilities)
-	}
+		code, out, rep := e.auditCLI(e.group, "--sink", url)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
+		if rep.Capabilities.Missing {
+			t.Errorf("upsert table checks %+v, want no missing", rep.Capabilities)
+		}
 
-	ins := `INSERT INTO kv (p, i, kafka_topic, kafka_partition, kafka_offset) VALUES (9, $1, $2, 0, $3)`
-	pg.Exec(t, `DELETE FROM kv WHERE kafka_offset = 4`)
-	pg.Exec(t, ins, 1, e.topic, 11)
-	pg.Exec(t, ins, 2, e.topic, ends[0]+1)
+		ins := `INSERT INTO kv (p, i, kafka_topic, kafka_partition, kafka_offset) VALUES (9, $1, $2, 0, $3)`
+		pg.Exec(t, `DELETE FROM kv WHERE kafka_offset = 4`)
+		pg.Exec(t, ins, 1, e.topic, 11)
+		pg.Exec(t, ins, 2, e.topic, ends[0]+1)
 
-	code, out, rep = e.auditCLI(e.group, "--sink", url)
-	if code != 1 || rep == nil {
-		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
-	}
-	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
-		0: {"aborted": {rg(11, 12)}, "beyond": {rg(24, 25)}},
+		code, out, rep = e.auditCLI(e.group, "--sink", url)
+		if code != 1 || rep == nil {
+			t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+		}
+		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+			0: {"aborted": {rg(11, 12)}, "beyond": {rg(24, 25)}},
+		})
+		if p := rep.partition(t, e.topic, 0); p.MissingChecked {
+			t.Error("upsert partition: missing_checked true, want false")
+		}
 	})
-	if p := rep.partition(t, e.topic, 0); p.MissingChecked {
-		t.Error("upsert partition: missing_checked true, want false")
-	}
 }
 
 // TestAuditClickHouse: a columns table of the ClickHouse sink: a row
 // deleted, a row copied, the aborted record inserted, a row past the
 // commit; a table that is not there cannot be audited.
 func TestAuditClickHouse(t *testing.T) {
-	ch := harness.StartClickHouse(t)
-	ch.Exec(t, chEvents)
-	e := auditEnv(t, 2)
-	url := chSinkURL(ch, "", false)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sink, err := clickhouse.New(ctx, url, clickhouse.WithGroup(e.group))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	ends := e.deliver(sink)
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		ch := harness.StartClickHouse(t)
+		ch.Exec(t, chEvents)
+		e := auditEnv(t, kb, 2)
+		url := chSinkURL(ch, "", false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sink, err := clickhouse.New(ctx, url, clickhouse.WithGroup(e.group))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sink.Close() })
+		ends := e.deliver(sink)
 
-	code, out, rep := e.auditCLI(e.group, "--sink", url)
-	if code != 0 || rep == nil || !rep.Clean {
-		t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
-	}
+		code, out, rep := e.auditCLI(e.group, "--sink", url)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
 
-	ch.Exec(t, `ALTER TABLE events DELETE WHERE kafka_partition = 1 AND kafka_offset = 7 SETTINGS mutations_sync = 1`)
-	ch.Exec(t, `INSERT INTO events SELECT * FROM events WHERE kafka_partition = 0 AND kafka_offset = 3`)
-	ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (99, '%s', 0, 11, 0)`, e.topic))
-	ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (98, '%s', 1, %d, 0)`, e.topic, ends[1]))
+		ch.Exec(t, `ALTER TABLE events DELETE WHERE kafka_partition = 1 AND kafka_offset = 7 SETTINGS mutations_sync = 1`)
+		ch.Exec(t, `INSERT INTO events SELECT * FROM events WHERE kafka_partition = 0 AND kafka_offset = 3`)
+		ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (99, '%s', 0, 11, 0)`, e.topic))
+		ch.Exec(t, fmt.Sprintf(`INSERT INTO events VALUES (98, '%s', 1, %d, 0)`, e.topic, ends[1]))
 
-	code, out, rep = e.auditCLI(e.group, "--sink", url)
-	if code != 1 || rep == nil {
-		t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
-	}
-	checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
-		0: {"duplicated": {rg(3, 4)}, "aborted": {rg(11, 12)}},
-		1: {"missing": {rg(7, 8)}, "beyond": {rg(20, 21)}},
+		code, out, rep = e.auditCLI(e.group, "--sink", url)
+		if code != 1 || rep == nil {
+			t.Fatalf("audit with findings: exit %d, want 1:\n%s", code, out)
+		}
+		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
+			0: {"duplicated": {rg(3, 4)}, "aborted": {rg(11, 12)}},
+			1: {"missing": {rg(7, 8)}, "beyond": {rg(20, 21)}},
+		})
+
+		code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=nosuch", 1))
+		if code != 2 || !strings.Contains(out, "nosuch") || !strings.Contains(out, "does not exist") {
+			t.Errorf("audit of a table that is not there: exit %d, want 2 naming it:\n%s", code, out)
+		}
+		ch.Exec(t, `CREATE TABLE plain (i UInt64) ENGINE = MergeTree ORDER BY i`)
+		code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=plain", 1))
+		if code != 2 || !strings.Contains(out, "plain") || !strings.Contains(out, "no kafka_offset column") {
+			t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
+		}
 	})
-
-	code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=nosuch", 1))
-	if code != 2 || !strings.Contains(out, "nosuch") || !strings.Contains(out, "does not exist") {
-		t.Errorf("audit of a table that is not there: exit %d, want 2 naming it:\n%s", code, out)
-	}
-	ch.Exec(t, `CREATE TABLE plain (i UInt64) ENGINE = MergeTree ORDER BY i`)
-	code, out, _ = e.auditCLI(e.group, "--sink", strings.Replace(url, "table=events", "table=plain", 1))
-	if code != 2 || !strings.Contains(out, "plain") || !strings.Contains(out, "no kafka_offset column") {
-		t.Errorf("audit of a table without kafka_offset: exit %d, want 2 naming it:\n%s", code, out)
-	}
 }

@@ -20,17 +20,22 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
-// BenchmarkReplicaVsRawDrain loads the same records into kfake once, then
-// measures in the same run a raw kafka-go drain of them (one connection per
-// partition, DialLeader and ReadBatch, nothing else) and a replica delivering
-// them to discard: with a guard, an intent and an etcd commit per block. It
-// reports records/s for both and replica/raw.
+// BenchmarkReplicaVsRawDrain loads the same records into the Kafka that
+// OKBENCH_KAFKA names (kfake, the default, in this process; apache1 or
+// apache3: Apache Kafka of 1 or 3 nodes, see BenchmarkScaleGroupVsFranz512)
+// once, then measures in the same run a raw kafka-go drain of them (one
+// connection per partition, DialLeader and ReadBatch, nothing else) and a
+// replica delivering them to discard: with a guard, an intent and an etcd
+// commit per block, both in this process. It reports records/s for both
+// and replica/raw; on Apache Kafka also the brokers' CPU seconds per
+// million records over each side's runs (the nodes' JVMs summed).
 //
 //	go test -run '^$' -bench ReplicaVsRawDrain -benchtime 5x ./integration/
+//	OKBENCH_KAFKA=apache3 go test -run '^$' -bench ReplicaVsRawDrain -benchtime 5x ./integration/
 func BenchmarkReplicaVsRawDrain(b *testing.B) {
 	const parts, perPart = 8, 250_000
 	etcd := harness.StartEtcd(b, 1)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	k := startBenchKafka(b, parts, "bench")
 	for p := 0; p < parts; p++ {
 		recs := make([]*kgo.Record, perPart)
 		for i := range recs {
@@ -43,28 +48,36 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 	}
 	total := float64(parts * perPart)
 
-	var rawTime, replicaTime time.Duration
+	var rawTime, replicaTime, rawBroker, replicaBroker time.Duration
 	round := 0
 	for b.Loop() {
 		round++
-		start := time.Now()
+		broker0, start := k.brokerCPU(b), time.Now()
 		rawDrain(b, k.Brokers()[0], "bench", parts, perPart)
 		rawTime += time.Since(start)
+		rawBroker += k.brokerCPU(b) - broker0
 
 		sink := discard.New()
 		// A new group starts from the earliest offset.
+		broker0 = k.brokerCPU(b)
 		replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("bench-%d", round), sink, func(s replica.Stats) bool {
 			return s.Records >= int64(parts*perPart) && s.Claims >= parts
 		})
+		replicaBroker += k.brokerCPU(b) - broker0
 		if sink.Records() != int64(parts*perPart) {
 			b.Fatalf("discard got %d records, want %d", sink.Records(), parts*perPart)
 		}
 	}
-	raw := total * float64(round) / rawTime.Seconds()
-	rep := total * float64(round) / replicaTime.Seconds()
+	n := total * float64(round)
+	raw := n / rawTime.Seconds()
+	rep := n / replicaTime.Seconds()
 	b.ReportMetric(raw, "raw-records/s")
 	b.ReportMetric(rep, "replica-records/s")
 	b.ReportMetric(rep/raw, "ratio")
+	if k.real() {
+		b.ReportMetric(rawBroker.Seconds()/n*1e6, "raw-broker-cpu-s/Mrec")
+		b.ReportMetric(replicaBroker.Seconds()/n*1e6, "replica-broker-cpu-s/Mrec")
+	}
 }
 
 // rawDrain reads every partition to n records with kafka-go's connection

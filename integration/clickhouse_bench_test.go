@@ -25,8 +25,11 @@ const chBenchTable = `(id UInt64, name String, amount Int64, kafka_topic String,
 	SETTINGS non_replicated_deduplication_window = 1000`
 
 // BenchmarkClickHouseReplicaVsBatch loads 500,000 small JSON records (8
-// partitions, values of about 60 bytes, keys of 11) into kfake once, then
-// measures in the same run, each into an empty table:
+// partitions, values of about 60 bytes, keys of 11) into the Kafka that
+// OKBENCH_KAFKA names (kfake, the default, in this process; apache1 or
+// apache3: Apache Kafka of 1 or 3 nodes, see
+// BenchmarkScaleGroupVsFranz512) once, then measures in the same run,
+// each into an empty table:
 //   - replica: a replica delivering them from Kafka through the ClickHouse
 //     sink (one INSERT per block with its deduplication token, an intent
 //     and an etcd commit per block), in columns mode (JSON decoded into a
@@ -44,20 +47,22 @@ const chBenchTable = `(id UInt64, name String, amount Int64, kafka_topic String,
 // Every table is checked to hold every row once, outside the timing. It
 // reports rows/s of each side of each mode, replica/batch per mode (the
 // goal is 0.8 or more), the replica's rows per block, the CPU seconds per
-// run of this process (the replica with kfake and etcd, which run
-// in-process, or the batch side's client) and of the ClickHouse engine,
-// and, for scale, the
-// rows/s of the same replica delivering to discard: (reading kfake,
-// building blocks, committing to etcd: what the replica costs without a
-// sink).
+// run of this process (the replica with etcd and, on kfake, the broker,
+// which run in-process, or the batch side's client) and of the ClickHouse
+// engine, on Apache Kafka the brokers' CPU seconds per replica run
+// (<mode>-replica-broker-cpu-s, the nodes' JVMs summed; the batch side
+// reads no Kafka), and, for scale, the rows/s of the same replica
+// delivering to discard: (reading Kafka, building blocks, committing to
+// etcd: what the replica costs without a sink).
 //
 //	go test -run '^$' -bench ClickHouseReplicaVsBatch -benchtime 3x ./integration/
+//	OKBENCH_KAFKA=apache3 go test -run '^$' -bench ClickHouseReplicaVsBatch -benchtime 3x ./integration/
 func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 	const parts, perPart = 8, 62_500
 	const total = parts * perPart
 	ch := harness.StartClickHouse(b)
 	etcd := harness.StartEtcd(b, 1)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	k := startBenchKafka(b, parts, "bench")
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	// Each record's row in either mode, as the sink would build it.
 	colRows, rawRows := make([][][]any, parts), make([][][]any, parts)
@@ -102,6 +107,7 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		// CPU of this process (the replica, kfake and etcd, or the batch
 		// side's client) and of the ClickHouse engine, per side.
 		batchCPU, batchCH, repCPU, repCH time.Duration
+		repBroker                        time.Duration // the brokers' CPU
 		blocks                           int64
 	}
 	createColumns := func(table string) { ch.Exec(b, fmt.Sprintf(`CREATE TABLE %s %s`, table, chBenchTable)) }
@@ -118,14 +124,16 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		{name: "columns-8k", mode: "columns", rows: colRows, columns: colColumns, create: createColumns, config: small},
 		{name: "raw-8k", mode: "raw", rows: rawRows, columns: rawColumns, create: func(string) {}, config: small},
 	}
-	var discardTime time.Duration
+	var discardTime, discardBroker time.Duration
 	round := 0
 	for b.Loop() {
 		round++
 		// The floor: the same replica delivering to discard:, which is
 		// reading kfake, building blocks and committing to etcd.
+		broker0 := k.brokerCPU(b)
 		discardTime += drainTimed(b, etcd.Client(b), k.Brokers(), fmt.Sprintf("discard_%d", round), discard.New(),
 			func(s replica.Stats) bool { return s.Records >= total })
+		discardBroker += k.brokerCPU(b) - broker0
 		for _, m := range modes {
 			name := fmt.Sprintf("rep_%s_%d", strings.ReplaceAll(m.name, "-", "_"), round)
 			m.create(name)
@@ -135,11 +143,12 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 				b.Fatal(err)
 			}
 			sink := &rangeRecorder{inner: inner}
-			cpu0, ch0 := processCPU(b), chCPU(b, ch)
+			cpu0, ch0, broker0 := processCPU(b), chCPU(b, ch), k.brokerCPU(b)
 			// A new group starts from the earliest offset. A Write that
 			// returned has its rows in ClickHouse.
 			m.repTime += drainTimed(b, etcd.Client(b), k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= total }, m.config)
 			m.repCPU += processCPU(b) - cpu0
+			m.repBroker += k.brokerCPU(b) - broker0
 			m.repCH += chCPU(b, ch) - ch0
 			_ = sink.Close()
 			check(name)
@@ -171,6 +180,9 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(total*round)/discardTime.Seconds(), "discard-replica-rows/s")
+	if k.real() {
+		b.ReportMetric(discardBroker.Seconds()/float64(round), "discard-replica-broker-cpu-s")
+	}
 	for _, m := range modes {
 		bt := float64(total*round) / m.batchTime.Seconds()
 		rep := float64(total*round) / m.repTime.Seconds()
@@ -181,6 +193,9 @@ func BenchmarkClickHouseReplicaVsBatch(b *testing.B) {
 		n := float64(round)
 		b.ReportMetric(m.repCPU.Seconds()/n, m.name+"-replica-cpu-s")
 		b.ReportMetric(m.repCH.Seconds()/n, m.name+"-replica-ch-cpu-s")
+		if k.real() {
+			b.ReportMetric(m.repBroker.Seconds()/n, m.name+"-replica-broker-cpu-s")
+		}
 		b.ReportMetric(m.batchCPU.Seconds()/n, m.name+"-batch-cpu-s")
 		b.ReportMetric(m.batchCH.Seconds()/n, m.name+"-batch-ch-cpu-s")
 	}

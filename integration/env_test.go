@@ -1,5 +1,8 @@
 // Package integration_test runs replicas against a real in-process etcd and
-// a Kafka-protocol broker (kfake), with faults injected for real.
+// a Kafka-protocol broker (kfake), with faults injected for real; the
+// guarantees of the README's failure table, and what only a real broker
+// does, also against Apache Kafka itself, three nodes shared by the
+// package (backends_test.go, apache_test.go).
 package integration_test
 
 import (
@@ -40,6 +43,9 @@ func TestMain(m *testing.M) {
 	}
 	bin = path
 	code := m.Run()
+	// The Apache Kafka the tests shared, if one asked for it, with its
+	// clients: before the leak check.
+	closeSharedKafka()
 	if code == 0 {
 		if err := goleak.Find(harness.GoleakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -65,9 +71,16 @@ type env struct {
 
 func newEnv(t *testing.T, topic string, partitions int, opts ...harness.KafkaOption) *env {
 	t.Helper()
-	e := &env{t: t, topic: topic, parts: partitions, group: "g"}
-	e.etcd = harness.StartEtcd(t, 1)
-	e.kafka = harness.StartKafka(t, append([]harness.KafkaOption{harness.SeedTopics(partitions, topic)}, opts...)...)
+	etcd := harness.StartEtcd(t, 1)
+	k := harness.StartKafka(t, append([]harness.KafkaOption{harness.SeedTopics(partitions, topic)}, opts...)...)
+	return newEnvWith(t, etcd, k, topic, partitions)
+}
+
+// newEnvWith is an env of etcd and k, over topic, which k already holds
+// (see newEnvOn).
+func newEnvWith(t *testing.T, etcd *harness.Etcd, k *harness.Kafka, topic string, partitions int) *env {
+	t.Helper()
+	e := &env{t: t, topic: topic, parts: partitions, group: "g", etcd: etcd, kafka: k}
 	e.admin = e.etcd.Client(t)
 	c, err := coordinator.New(e.admin, e.group)
 	if err != nil {
@@ -225,8 +238,10 @@ func (e *env) startEven(perSecond int, ids ...string) (*countingSink, *load) {
 }
 
 // process starts `offsetkeeper run` as a separate process writing to the
-// file sink in dir.
+// file sink in dir. The tests give each replica a directory of its own, to
+// see which one wrote what: a group whose sink differs from member to member
+// on purpose, which --allow-sink-change lets the replicas join.
 func (e *env) process(id, dir string, extra ...string) *harness.Process {
 	e.t.Helper()
-	return e.processSink(id, "file://"+dir, extra...)
+	return e.processSink(id, "file://"+dir, append([]string{"--allow-sink-change"}, extra...)...)
 }

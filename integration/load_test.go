@@ -52,7 +52,7 @@ func (e *env) startLoad(perSecond int) *load {
 			}
 			// Produce with a context of its own, so stopping the load never
 			// leaves records acknowledged but uncounted.
-			pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			pctx, pcancel := context.WithTimeout(context.Background(), e.produceTimeout())
 			err := cl.ProduceSync(pctx, rs...).FirstErr()
 			pcancel()
 			if err != nil {
@@ -254,8 +254,8 @@ func (c *countingSink) exactlyOnce(t *testing.T, want map[int]int64) {
 // lingering a millisecond to batch; the caller closes it.
 func (e *env) producer() *kgo.Client {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.kafka.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(time.Millisecond)}, e.producerOpts()...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

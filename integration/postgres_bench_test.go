@@ -16,21 +16,26 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
-// BenchmarkPostgresReplicaVsCopy loads the same records into kfake once,
-// then measures in the same run a plain pgx COPY of those rows into an
+// BenchmarkPostgresReplicaVsCopy loads the same records into the Kafka
+// that OKBENCH_KAFKA names (kfake, the default, in this process; apache1
+// or apache3: Apache Kafka of 1 or 3 nodes, see
+// BenchmarkScaleGroupVsFranz512) once, then measures in the same run a plain pgx COPY of those rows into an
 // empty table of the raw sink's layout (one COPY per partition, in
 // parallel, nothing else) and a replica delivering them from Kafka through
 // the postgres sink in raw mode: a guard, an intent, one transaction with
 // the offsets row and an etcd commit per block. It reports rows/s for both
-// and replica/copy.
+// and replica/copy; on Apache Kafka also the brokers' CPU seconds per
+// replica run (replica-broker-cpu-s, the nodes' JVMs summed; COPY reads
+// no Kafka).
 //
 //	go test -run '^$' -bench PostgresReplicaVsCopy -benchtime 3x ./integration/
+//	OKBENCH_KAFKA=apache3 go test -run '^$' -bench PostgresReplicaVsCopy -benchtime 3x ./integration/
 func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 	const parts, perPart = 8, 50_000
 	const total = parts * perPart
 	pg := harness.StartPostgres(b)
 	etcd := harness.StartEtcd(b, 1)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	k := startBenchKafka(b, parts, "bench")
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	rows := make([][][]any, parts)
 	for p := range parts {
@@ -47,7 +52,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 	columns := []string{"topic", "partition", "offset", "key", "value", "value_bytes", "timestamp", "headers"}
 	ctx := context.Background()
 
-	var copyTime, replicaTime time.Duration
+	var copyTime, replicaTime, replicaBroker time.Duration
 	round := 0
 	for b.Loop() {
 		round++
@@ -90,7 +95,9 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 		}
 		// A Write that returned has committed its transaction: the rows are
 		// in PostgreSQL.
+		broker0 := k.brokerCPU(b)
 		replicaTime += drainTimed(b, etcd.Client(b), k.Brokers(), group, sink, func(s replica.Stats) bool { return s.Records >= total })
+		replicaBroker += k.brokerCPU(b) - broker0
 		_ = sink.Close()
 		recs, err := postgres.ReadAll(ctx, url, "bench", parts-1)
 		if err != nil || len(recs) != perPart {
@@ -102,4 +109,7 @@ func BenchmarkPostgresReplicaVsCopy(b *testing.B) {
 	b.ReportMetric(cp, "copy-rows/s")
 	b.ReportMetric(rep, "replica-rows/s")
 	b.ReportMetric(rep/cp, "ratio")
+	if k.real() {
+		b.ReportMetric(replicaBroker.Seconds()/float64(round), "replica-broker-cpu-s")
+	}
 }

@@ -92,107 +92,118 @@ func (e *env) checkExactlyOnce(conn *pgx.Conn, table, partCol, offCol string, wa
 // TestPostgresExactlyOnceUnderSIGKILL: replica processes are SIGKILLed at
 // random while 200,000 records flow, and replaced; the table, which has no
 // key that could hide a duplicate, ends up with every offset exactly once.
+// On Apache Kafka's three nodes the leader of partition 0 is SIGKILLed too
+// while the records flow, started again and made the leader again by a
+// preferred-leader election.
 func TestPostgresExactlyOnceUnderSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("processes, kills and 200,000 records")
 	}
-	const parts, total = 6, 200_000
-	pg := harness.StartPostgres(t)
-	e := newEnv(t, "orders", parts)
-	pg.Exec(t, `CREATE TABLE events (i bigint NOT NULL, kafka_partition integer, kafka_offset bigint)`)
-	url := pg.URL() + "&group=" + e.group + "&mode=columns&table=events"
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		const parts, total = 6, 200_000
+		pg := harness.StartPostgres(t)
+		e := newEnvOn(t, kb, "orders", parts)
+		fault := faultOnce{e: e}
+		if kb.real {
+			fault.f = killLeaderFault(0)
+		}
+		pg.Exec(t, `CREATE TABLE events (i bigint NOT NULL, kafka_partition integer, kafka_offset bigint)`)
+		url := pg.URL() + "&group=" + e.group + "&mode=columns&table=events"
 
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, seed))
-	var procs, all []*harness.Process
-	startOne := func() {
-		p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url)
-		procs = append(procs, p)
-		all = append(all, p)
-	}
-	for range 3 {
-		startOne()
-	}
+		seed := uint64(time.Now().UnixNano())
+		rng := rand.New(rand.NewPCG(seed, seed))
+		var procs, all []*harness.Process
+		startOne := func() {
+			p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url)
+			procs = append(procs, p)
+			all = append(all, p)
+		}
+		for range 3 {
+			startOne()
+		}
 
-	// Produce 200,000 records at about 10,000/s, round-robin.
-	cl := e.producer()
-	defer cl.Close()
-	produced := map[int]int64{}
-	prodErr := make(chan error, 1)
-	go func() {
-		const chunk = 1000
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < total; i += chunk {
-			<-tick.C
-			rs := make([]*kgo.Record, chunk)
-			for j := range rs {
-				n := i + j
-				rs[j] = &kgo.Record{Topic: e.topic, Partition: int32(n % parts), Value: fmt.Appendf(nil, `{"i":%d}`, n)}
+		// Produce 200,000 records at about 10,000/s, round-robin.
+		cl := e.producer()
+		defer cl.Close()
+		produced := map[int]int64{}
+		prodErr := make(chan error, 1)
+		go func() {
+			const chunk = 1000
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; i < total; i += chunk {
+				<-tick.C
+				rs := make([]*kgo.Record, chunk)
+				for j := range rs {
+					n := i + j
+					rs[j] = &kgo.Record{Topic: e.topic, Partition: int32(n % parts), Value: fmt.Appendf(nil, `{"i":%d}`, n)}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := cl.ProduceSync(ctx, rs...).FirstErr()
+				cancel()
+				if err != nil {
+					prodErr <- err
+					return
+				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := cl.ProduceSync(ctx, rs...).FirstErr()
-			cancel()
-			if err != nil {
-				prodErr <- err
-				return
+			prodErr <- nil
+		}()
+		for p := range parts {
+			produced[p] = total / parts
+			if p < total%parts {
+				produced[p]++
 			}
 		}
-		prodErr <- nil
-	}()
-	for p := range parts {
-		produced[p] = total / parts
-		if p < total%parts {
-			produced[p]++
-		}
-	}
 
-	// Kill a random replica every 0.5 to 2 s while records flow, and start
-	// a new one in its place.
-	kills := 0
-	for producing := true; producing; {
-		select {
-		case err := <-prodErr:
-			if err != nil {
-				t.Fatalf("produce: %v", err)
+		// Kill a random replica every 0.5 to 2 s while records flow, and start
+		// a new one in its place; after the first, the broker fault.
+		kills := 0
+		for producing := true; producing; {
+			select {
+			case err := <-prodErr:
+				if err != nil {
+					t.Fatalf("produce: %v", err)
+				}
+				producing = false
+				continue
+			case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
 			}
-			producing = false
-			continue
-		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+			i := rng.IntN(len(procs))
+			procs[i].Kill()
+			kills++
+			procs = append(procs[:i], procs[i+1:]...)
+			startOne()
+			fault.inject(producing)
 		}
-		i := rng.IntN(len(procs))
-		procs[i].Kill()
-		kills++
-		procs = append(procs[:i], procs[i+1:]...)
-		startOne()
-	}
-	await(t, 60*time.Second, "every record committed", func() bool { return e.allCommitted(produced) })
+		fault.check()
+		await(t, 60*time.Second, "every record committed", func() bool { return e.allCommitted(produced) })
 
-	conn := pgConn(t, pg.URL())
-	e.checkExactlyOnce(conn, "events", "kafka_partition", "kafka_offset", produced)
-	var rows, distinct int64
-	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT i) FROM events`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if rows != total || distinct != total {
-		t.Errorf("%d rows with %d distinct values, want %d of each", rows, distinct, total)
-	}
-	var dead int64
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM offsetkeeper_dead_letters`).Scan(&dead); err != nil {
-		t.Fatal(err)
-	}
-	if dead != 0 {
-		t.Errorf("%d dead letters, want none", dead)
-	}
-	// How often a new owner found the sink ahead of etcd: the crash fell
-	// between the two commits, and only the sink's offset kept the block
-	// from being written twice.
-	fromSink := 0
-	for _, p := range all {
-		fromSink += strings.Count(p.Output(), "resuming from the sink's offset")
-	}
-	t.Logf("%d records, %d SIGKILLs (seed %d), %d replicas started; new owners resumed from the sink's offset %d times",
-		total, kills, seed, len(all), fromSink)
+		conn := pgConn(t, pg.URL())
+		e.checkExactlyOnce(conn, "events", "kafka_partition", "kafka_offset", produced)
+		var rows, distinct int64
+		if err := conn.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT i) FROM events`).Scan(&rows, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		if rows != total || distinct != total {
+			t.Errorf("%d rows with %d distinct values, want %d of each", rows, distinct, total)
+		}
+		var dead int64
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM offsetkeeper_dead_letters`).Scan(&dead); err != nil {
+			t.Fatal(err)
+		}
+		if dead != 0 {
+			t.Errorf("%d dead letters, want none", dead)
+		}
+		// How often a new owner found the sink ahead of etcd: the crash fell
+		// between the two commits, and only the sink's offset kept the block
+		// from being written twice.
+		fromSink := 0
+		for _, p := range all {
+			fromSink += strings.Count(p.Output(), "resuming from the sink's offset")
+		}
+		t.Logf("%d records, %d SIGKILLs (seed %d), %d replicas started; new owners resumed from the sink's offset %d times",
+			total, kills, seed, len(all), fromSink)
+	})
 }
 
 // TestPostgresCrashAfterSinkCommitResumesFromSink: the replica dies after

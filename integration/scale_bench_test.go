@@ -3,7 +3,10 @@ package integration_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,27 +28,68 @@ import (
 
 // BenchmarkScaleGroupVsFranz512 loads RECORDS records (default 2,000,000)
 // of RECORD_BYTES-byte values (default 100) over PARTITIONS partitions
-// (default 512) into kfake once, then measures in the same run, on the same
-// records, two consumers that each read everything from the start:
+// (default 512) into the Kafka that OKBENCH_KAFKA names once:
+//
+//   - kfake (the default): franz-go's kfake, in the benchmark's process;
+//   - apache1, apache3: Apache Kafka (harness.KafkaVersion) of 1 or 3
+//     nodes, each a JVM of its own (benchBrokerJVMFlags: G1 and both JIT
+//     compilers, as Kafka's scripts run a broker), topics replicated
+//     min(3, nodes) times, records produced with acks=all.
+//
+// It then measures in the same run, on the same records, in this order,
+// four consumers that each read everything from the start:
 //
 //   - franz: a kgo group consumer (ConsumerGroup, DisableAutoCommit and
 //     CommitUncommittedOffsets after each poll), in a process of its own
 //     (integration/franzconsume), timed and CPU-counted (getrusage
 //     RUSAGE_SELF) inside that process from before kgo.NewClient to after
 //     the last commit;
+//   - java: Kafka's own Java consumer as its consumer-perf-test.sh runs
+//     it: org.apache.kafka.tools.ConsumerPerformance from the fetched jars
+//     (--messages RECORDS, a new --group, no --from-latest, so from the
+//     earliest offset; its defaults: auto-commit every 5 s, check.crcs
+//     off, max.partition.fetch.bytes 1 MiB), in a JVM of its own with the
+//     script's flags (harness.KafkaScriptJVMFlags). Its time is its own
+//     report's, from after the KafkaConsumer is made (the group join
+//     included) to the last record polled; its CPU is the JVM's from the
+//     line it prints before it makes the consumer to its exit (closing the
+//     consumer included). The JVM's start up to that line (log4j2 and
+//     option parsing included) is left out of both and reported apart, as
+//     java-start-cpu-s, CPU seconds per run;
+//   - raw: kafka-go's raw drain of BenchmarkReplicaVsRawDrain (one
+//     connection per partition, DialLeader and ReadBatch, nothing else),
+//     in the benchmark's process, as there: its CPU is this process's over
+//     the drain, which on Apache Kafka holds besides it only an idle etcd,
+//     and on kfake the broker too;
 //   - replica: one `offsetkeeper run --sink discard:` process, timed from
 //     its start until etcd holds offsets summing to RECORDS, its CPU read
 //     from /proc/<pid>/stat (utime+stime) at that moment.
 //
-// Both run as processes so that each CPU figure is the consumer's own: the
-// broker and etcd stay in the benchmark's process and count for neither. It
-// reports records/s of each and replica/franz, and CPU seconds per million
-// records of each and their ratio, and replica-claim-s: how much of the
-// replica's time went to claiming every partition (etcd holding a claim for
-// each, polled every 50 ms like the offsets). The full size needs about
-// 1 GiB.
+// Before the first round the broker is warmed, untimed: a franz consumer
+// commits once (the first group makes __consumer_offsets) and a raw drain
+// reads everything (the JIT compiles the fetch path). It reports records/s
+// of each, CPU seconds per million records of each, the ratios
+// replica/franz ("ratio", "cpu-ratio"), replica/java ("ratio-java",
+// "cpu-ratio-java") and replica/raw ("ratio-raw", "cpu-ratio-raw"):
+// records/s over records/s, CPU over CPU. Beside each consumer it reports
+// the broker's CPU seconds per million records over that consumer's run
+// (<consumer>-broker-cpu-s/Mrec; java's from its header line, without the
+// JVM's start): on Apache Kafka the nodes' JVMs summed
+// (/proc/<pid>/stat), which includes their idle work (KRaft heartbeats,
+// reported as broker-idle-cores, measured for 3 s before the first
+// round); on kfake this process's CPU, which holds kfake, etcd and the
+// benchmark's polling of etcd, and is not told apart from the raw drain's
+// own (no raw-broker figure there). Also replica-claim-s: how much of the
+// replica's time went to claiming every partition (etcd holding a claim
+// for each, polled every 50 ms like the offsets). The full size needs
+// about 1 GiB on kfake, and about 250 MB of disk a replica on Apache Kafka.
+// Without Apache Kafka's jars (KAFKA_LIBS) or java, the java consumer is
+// left out on kfake, and apache1 and apache3 skip. On kfake it is left out
+// too when its fetches would reach fetch.max.bytes (50 MiB), as at the
+// full size of 512 partitions: see kfakeCutsJavaFetch.
 //
 //	go test -run '^$' -bench 'ScaleGroupVsFranz512$' -benchtime 3x -timeout 60m ./integration/
+//	OKBENCH_KAFKA=apache3 go test -run '^$' -bench 'ScaleGroupVsFranz512$' -benchtime 2x -timeout 60m ./integration/
 //	go test -short -run '^$' -bench 'ScaleGroupVsFranz512$' -benchtime 1x ./integration/  # 100,000 records
 func BenchmarkScaleGroupVsFranz512(b *testing.B) {
 	groupVsFranz(b,
@@ -56,10 +100,12 @@ func BenchmarkScaleGroupVsFranz512(b *testing.B) {
 
 // BenchmarkScaleCPUPerRecord8 is BenchmarkScaleGroupVsFranz512 on 8
 // partitions (PARTITIONS), 2,000,000 records (RECORDS) of 100 bytes
-// (RECORD_BYTES): what a record costs when partitions are few and blocks
-// are large.
+// (RECORD_BYTES), on the Kafka that OKBENCH_KAFKA names (kfake, apache1,
+// apache3): what a record costs when partitions are few and blocks are
+// large.
 //
 //	go test -run '^$' -bench 'ScaleCPUPerRecord8$' -benchtime 3x -timeout 60m ./integration/
+//	OKBENCH_KAFKA=apache1 go test -run '^$' -bench 'ScaleCPUPerRecord8$' -benchtime 2x -timeout 60m ./integration/
 //	go test -short -run '^$' -bench 'ScaleCPUPerRecord8$' -benchtime 1x ./integration/  # 100,000 records
 func BenchmarkScaleCPUPerRecord8(b *testing.B) {
 	groupVsFranz(b,
@@ -75,45 +121,98 @@ type franzResult struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
+// consumerRuns sums the runs of one consumer: its time, its own CPU and
+// the broker's CPU over each run.
+type consumerRuns struct {
+	took, cpu, broker time.Duration
+}
+
+// report reports the consumer's records/s and CPU seconds per million
+// records, its own and the broker's (unless noBroker), for n records.
+func (c *consumerRuns) report(b *testing.B, name string, n float64, noBroker bool) {
+	b.ReportMetric(n/c.took.Seconds(), name+"-records/s")
+	b.ReportMetric(c.cpu.Seconds()/n*1e6, name+"-cpu-s/Mrec")
+	if !noBroker {
+		b.ReportMetric(c.broker.Seconds()/n*1e6, name+"-broker-cpu-s/Mrec")
+	}
+}
+
 func groupVsFranz(b *testing.B, parts, total, size int) {
 	perPart := total / parts
 	total = perPart * parts
 	franzBin := harness.BuildCommand(b, "github.com/offsetkeeper/offsetkeeper/integration/franzconsume")
 	etcd := harness.StartEtcd(b, 1)
 	cli := etcd.Client(b)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
-	produceBacklog(b, k, "bench", parts, perPart, size)
+	k := startBenchKafka(b, parts, "bench")
+	produceBacklog(b, k.Kafka, "bench", parts, perPart, size)
+	withJava := javaAvailable(b)
+	if withJava && !k.real() && kfakeCutsJavaFetch(parts, perPart, size) {
+		b.Logf("no Java consumer: on kfake a full fetch of %d partitions of %d records would reach its fetch.max.bytes", parts, perPart)
+		withJava = false
+	}
 
-	var franzTime, franzCPU, repTime, repCPU, repClaim time.Duration
+	// Warm the broker: a group's first commit makes __consumer_offsets,
+	// and the drain has the JIT compile the fetch path.
+	if code := harness.StartProcess(b, "franz", franzBin, "-brokers", strings.Join(k.Brokers(), ","),
+		"-topic", "bench", "-group", "warm-up", "-records", "1").Wait(5 * time.Minute); code != 0 {
+		b.Fatalf("franzconsume exited %d on warming up", code)
+	}
+	rawDrain(b, k.Brokers()[0], "bench", parts, perPart)
+	var idleCores float64
+	if k.real() {
+		cpu0, t0 := k.brokerCPU(b), time.Now()
+		time.Sleep(3 * time.Second)
+		idleCores = (k.brokerCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds()
+	}
+
+	var franz, java, raw, rep consumerRuns
+	var javaStart, repClaim time.Duration
 	round := 0
 	for b.Loop() {
 		round++
 		group := fmt.Sprintf("gvf-%d", round) // new groups start from the earliest offset
 
+		broker0 := k.brokerCPU(b)
 		f := harness.StartProcess(b, "franz", franzBin, "-brokers", strings.Join(k.Brokers(), ","),
 			"-topic", "bench", "-group", "franz-"+group, "-records", fmt.Sprint(total))
 		if code := f.Wait(30 * time.Minute); code != 0 {
 			b.Fatalf("franzconsume exited %d:\n%s", code, f.Output())
 		}
+		franz.broker += k.brokerCPU(b) - broker0
 		var fr franzResult
 		out := strings.TrimSpace(f.Output())
 		if err := json.Unmarshal([]byte(out[strings.LastIndexByte(out, '\n')+1:]), &fr); err != nil || fr.Records < int64(total) {
 			b.Fatalf("franzconsume printed %q (%v), want %d records", out, err, total)
 		}
-		franzTime += time.Duration(fr.Seconds * float64(time.Second))
-		franzCPU += time.Duration(fr.CPUSeconds * float64(time.Second))
+		franz.took += time.Duration(fr.Seconds * float64(time.Second))
+		franz.cpu += time.Duration(fr.CPUSeconds * float64(time.Second))
 
-		start := time.Now()
+		if withJava {
+			took, cpu, start, broker := consumerPerformance(b, k, "bench", "java-"+group, total)
+			java.broker += broker
+			java.took += took
+			java.cpu += cpu
+			javaStart += start
+		}
+
+		broker0, cpu0, start := k.brokerCPU(b), processCPU(b), time.Now()
+		rawDrain(b, k.Brokers()[0], "bench", parts, perPart)
+		raw.took += time.Since(start)
+		raw.cpu += processCPU(b) - cpu0
+		raw.broker += k.brokerCPU(b) - broker0
+
+		broker0, start = k.brokerCPU(b), time.Now()
 		var claimed time.Time
-		p := replicaProcess(b, etcd, k, group, "bench", "r")
+		p := replicaProcess(b, etcd, k.Kafka, group, "bench", "r")
 		done := pollUntil(b, 30*time.Minute, 50*time.Millisecond, "the replica to commit everything", func() bool {
 			if claimed.IsZero() && harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
 				claimed = time.Now()
 			}
 			return committedTotal(b, cli, group) >= int64(total)
 		})
-		repCPU += procCPU(b, p)
-		repTime += done.Sub(start)
+		rep.cpu += procCPU(b, p)
+		rep.broker += k.brokerCPU(b) - broker0
+		rep.took += done.Sub(start)
 		if claimed.IsZero() {
 			claimed = done
 		}
@@ -121,14 +220,96 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		stopProcesses(b, p)
 	}
 	n := float64(total * round)
-	franzRate, repRate := n/franzTime.Seconds(), n/repTime.Seconds()
-	b.ReportMetric(franzRate, "franz-records/s")
-	b.ReportMetric(repRate, "replica-records/s")
-	b.ReportMetric(repRate/franzRate, "ratio")
-	b.ReportMetric(franzCPU.Seconds()/n*1e6, "franz-cpu-s/Mrec")
-	b.ReportMetric(repCPU.Seconds()/n*1e6, "replica-cpu-s/Mrec")
-	b.ReportMetric(repCPU.Seconds()/franzCPU.Seconds(), "cpu-ratio")
+	franz.report(b, "franz", n, false)
+	rep.report(b, "replica", n, false)
+	raw.report(b, "raw", n, !k.real())
+	b.ReportMetric(franz.took.Seconds()/rep.took.Seconds(), "ratio")
+	b.ReportMetric(rep.cpu.Seconds()/franz.cpu.Seconds(), "cpu-ratio")
+	b.ReportMetric(raw.took.Seconds()/rep.took.Seconds(), "ratio-raw")
+	b.ReportMetric(rep.cpu.Seconds()/raw.cpu.Seconds(), "cpu-ratio-raw")
+	if withJava {
+		java.report(b, "java", n, false)
+		b.ReportMetric(java.took.Seconds()/rep.took.Seconds(), "ratio-java")
+		b.ReportMetric(rep.cpu.Seconds()/java.cpu.Seconds(), "cpu-ratio-java")
+		b.ReportMetric(javaStart.Seconds()/float64(round), "java-start-cpu-s")
+	}
+	if k.real() {
+		b.ReportMetric(idleCores, "broker-idle-cores")
+	}
 	b.ReportMetric(repClaim.Seconds()/float64(round), "replica-claim-s")
+}
+
+// javaAvailable tells whether Apache Kafka's jars and java are there to
+// run Kafka's own consumer; on kfake their absence leaves it out, with a
+// line in the log (on Apache Kafka the benchmark has skipped already).
+func javaAvailable(b *testing.B) bool {
+	b.Helper()
+	_, err := harness.KafkaLibs()
+	if err == nil {
+		_, err = exec.LookPath("java")
+	}
+	if err != nil {
+		b.Logf("no Java consumer: %v", err)
+		return false
+	}
+	return true
+}
+
+// javaFetchMaxBytes and javaPartitionFetchMaxBytes are the Java
+// consumer's defaults of fetch.max.bytes and max.partition.fetch.bytes
+// (ConsumerPerformance's --fetch-size).
+const javaFetchMaxBytes, javaPartitionFetchMaxBytes = 50 << 20, 1 << 20
+
+// kfakeCutsJavaFetch tells whether the Java consumer's first fetch of a
+// backlog of parts partitions of perPart records of size bytes would reach
+// its fetch.max.bytes. kfake cuts such a response by leaving the remaining
+// partitions out of it, where Kafka lists every partition of a full fetch
+// response (empty ones included); the Java client rejects it as an
+// invalid full fetch response ("omittedPartitions") and fetches again,
+// forever, and reads nothing. franz-go and kafka-go take such responses.
+// A record is counted as its value and 32 bytes (key and framing).
+func kfakeCutsJavaFetch(parts, perPart, size int) bool {
+	return parts*min(perPart*(size+32), javaPartitionFetchMaxBytes) > javaFetchMaxBytes
+}
+
+// consumerPerformance runs Kafka's ConsumerPerformance on topic as group,
+// from the earliest offset, until it has read total records, and returns
+// its time (its own report's: from after the KafkaConsumer is made, the
+// group join included, to the last record), its JVM's CPU from the header
+// line it prints before making the consumer to its exit, the JVM's CPU
+// before that line (its start), and the broker's CPU from that line to
+// the exit.
+func consumerPerformance(b *testing.B, k *benchKafka, topic, group string, total int) (took, cpu, start, broker time.Duration) {
+	b.Helper()
+	const dateFormat = "yyyy-MM-dd'T'HH:mm:ss.SSS" // in UTC (harness.RunJavaTimed sets TZ)
+	var broker0 time.Duration
+	var markErr error
+	opts := harness.JavaRunOptions{Flags: harness.KafkaScriptJVMFlags, Mark: "start.time", Timeout: 30 * time.Minute,
+		OnMark: func() { broker0, markErr = k.readBrokerCPU() }}
+	run := k.RunJavaTimed(b, opts,
+		"org.apache.kafka.tools.ConsumerPerformance",
+		"--bootstrap-server", strings.Join(k.Brokers(), ","), "--topic", topic, "--group", group,
+		"--messages", fmt.Sprint(total), "--timeout", "120000", "--date-format", dateFormat)
+	broker = k.brokerCPU(b) - broker0
+	if !run.Marked || markErr != nil {
+		b.Fatalf("ConsumerPerformance printed no header line (%v):\n%s", markErr, run.Stdout)
+	}
+	// The last line: start.time, end.time, data.consumed.in.MB, MB.sec,
+	// data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms,
+	// fetch.MB.sec, fetch.nMsg.sec.
+	out := strings.TrimSpace(run.Stdout)
+	f := strings.Split(out[strings.LastIndexByte(out, '\n')+1:], ", ")
+	if len(f) != 10 || strings.Contains(out, "WARNING") {
+		b.Fatalf("ConsumerPerformance printed:\n%s", run.Stdout)
+	}
+	const layout = "2006-01-02T15:04:05.000"
+	from, err1 := time.Parse(layout, f[0])
+	to, err2 := time.Parse(layout, f[1])
+	n, err3 := strconv.ParseInt(f[4], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || n < int64(total) {
+		b.Fatalf("ConsumerPerformance printed (%v; want %d records):\n%s", err, total, run.Stdout)
+	}
+	return to.Sub(from), run.CPU - run.MarkCPU, run.MarkCPU, broker
 }
 
 // BenchmarkScaleTrickle runs REPLICAS replicas (default 3, in this process,

@@ -66,6 +66,99 @@ func scaleDuration(b *testing.B, name string, full, short time.Duration) time.Du
 	return v
 }
 
+// benchKafkaEnv names the variable that chooses the Kafka the
+// consumer and sink benchmarks read (benchKafka): OKBENCH_KAFKA.
+const benchKafkaEnv = scaleEnvPrefix + "KAFKA"
+
+// The values of OKBENCH_KAFKA.
+const (
+	benchKfake   = "kfake"   // franz-go's kfake in this process (the default)
+	benchApache1 = "apache1" // Apache Kafka (harness.KafkaVersion), 1 node
+	benchApache3 = "apache3" // Apache Kafka, 3 nodes, topics replicated 3 times
+)
+
+// benchBrokerJVMFlags are the JVM flags of Apache Kafka's nodes in the
+// benchmarks, after the harness's own: kafka-server-start.sh's heap (1
+// GiB) and kafka-run-class.sh's G1 and both JIT compilers, in place of
+// the harness's serial collector and C1 alone, which start a node
+// faster but serve records at a higher CPU cost.
+var benchBrokerJVMFlags = []string{
+	"-Xms1g", "-Xmx1g", "-XX:TieredStopAtLevel=4",
+	"-XX:-UseSerialGC", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+	"-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+}
+
+// benchKafka is the Kafka of a benchmark, chosen by OKBENCH_KAFKA.
+type benchKafka struct {
+	*harness.Kafka
+}
+
+// startBenchKafka starts the Kafka that OKBENCH_KAFKA names (kfake when
+// unset) with topics of parts partitions each: on Apache Kafka a cluster
+// of this benchmark's own, its nodes run with benchBrokerJVMFlags and its
+// topics replicated min(3, nodes) times. Apache Kafka skips the benchmark
+// without its jars, as harness.RequireApacheKafka does.
+func startBenchKafka(b *testing.B, parts int, topics ...string) *benchKafka {
+	b.Helper()
+	name := benchKfake
+	if s, ok := os.LookupEnv(benchKafkaEnv); ok {
+		name = s
+	}
+	b.Logf("%s=%s", benchKafkaEnv, name)
+	var nodes int
+	switch name {
+	case benchKfake:
+		return &benchKafka{Kafka: harness.StartKafka(b, harness.SeedTopics(parts, topics...))}
+	case benchApache1:
+		nodes = 1
+	case benchApache3:
+		nodes = 3
+	default:
+		b.Fatalf("%s=%q: want %s, %s or %s", benchKafkaEnv, name, benchKfake, benchApache1, benchApache3)
+	}
+	k := harness.StartApacheKafka(b, harness.Nodes(nodes), harness.JVMFlags(benchBrokerJVMFlags...))
+	for _, t := range topics {
+		k.CreateTopic(b, t, parts)
+	}
+	return &benchKafka{Kafka: k}
+}
+
+// real tells whether the brokers are Apache Kafka's processes.
+func (k *benchKafka) real() bool { return k.Cluster() == nil }
+
+// brokerCPU is the CPU time the brokers have used: on Apache Kafka the
+// sum of the nodes' JVMs (utime+stime of /proc/<pid>/stat); on kfake this
+// process's, which holds the broker, etcd and the benchmark's own work.
+func (k *benchKafka) brokerCPU(b *testing.B) time.Duration {
+	b.Helper()
+	d, err := k.readBrokerCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// readBrokerCPU is brokerCPU that returns its error, for goroutines
+// other than the benchmark's.
+func (k *benchKafka) readBrokerCPU() (time.Duration, error) {
+	if !k.real() {
+		return harness.ProcCPU(os.Getpid())
+	}
+	var sum time.Duration
+	for i := range k.Nodes() {
+		pid := k.Node(i).PID()
+		if pid == 0 {
+			return 0, fmt.Errorf("kafka node %d is not running", i)
+		}
+		d, err := harness.ProcCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 // groupKeys is the group's prefix in etcd, as README.md's etcd layout
 // documents it: written out here rather than taken from coordinator, so that
 // the benchmarks measure whatever implements the layout.

@@ -24,7 +24,9 @@ import (
 const upsertBatch = 1000
 
 // BenchmarkPostgresUpsertVsInsertOnConflict loads a compacted topic's
-// stream into kfake once (keyedRecords: 200,000 updates over 20,000 keys,
+// stream into the Kafka that OKBENCH_KAFKA names (kfake, the default, in
+// this process; apache1 or apache3: Apache Kafka of 1 or 3 nodes, see
+// BenchmarkScaleGroupVsFranz512) once (keyedRecords: 200,000 updates over 20,000 keys,
 // one in ten a tombstone, values of about 100 bytes, 8 partitions by the
 // key's hash), then measures in the same run, each from an empty table of
 // kvTable's shape:
@@ -47,11 +49,14 @@ const upsertBatch = 1000
 // Every table must end as lastValues says (checked outside the timing). It
 // reports rows/s (records applied) of each, each replica's ratio to plain,
 // the etcd write transactions of a replica run, its rows per block, and
-// this process's CPU seconds in each, the replica's including kfake's and
-// etcd's, which run in-process (PostgreSQL's are not counted). -short:
-// 20,000 updates over 2,000 keys.
+// this process's CPU seconds in each, the replica's including etcd's and,
+// on kfake, the broker's, which run in-process (PostgreSQL's are not
+// counted); on Apache Kafka also the brokers' CPU seconds in each replica
+// run (<variant>broker-cpu-s, the nodes' JVMs summed). -short: 20,000
+// updates over 2,000 keys.
 //
 //	go test -run '^$' -bench PostgresUpsertVsInsertOnConflict -benchtime 1x ./integration/
+//	OKBENCH_KAFKA=apache3 go test -run '^$' -bench PostgresUpsertVsInsertOnConflict -benchtime 1x ./integration/
 func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 	const parts = 8
 	updates, keys := 200_000, 20_000
@@ -60,7 +65,7 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 	}
 	pg := harness.StartPostgres(b)
 	etcd := harness.StartEtcd(b, 1)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, "bench"))
+	k := startBenchKafka(b, parts, "bench")
 	recs := keyedRecords(rand.New(rand.NewPCG(12, 12)), "bench", updates, keys, 70)
 	// Chunks of 8,000, each flushed whole: record batches of about 1,000
 	// records a partition.
@@ -117,6 +122,7 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 		name, metric string
 		config       func(*replica.Config)
 		runs         benchRuns
+		broker       time.Duration
 	}{
 		{name: "up", metric: "replica-", config: func(*replica.Config) {}},
 		{name: "up_small", metric: "small-blocks-", config: func(c *replica.Config) {
@@ -189,10 +195,11 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 			sink := &blockCounter{Sink: pgs}
 			cli := etcd.Client(b)
 			rev0 := harness.EtcdRevision(b, cli)
-			cpu0 := processCPU(b)
+			cpu0, broker0 := processCPU(b), k.brokerCPU(b)
 			// A Write that returned has committed its transaction: the
 			// rows are in PostgreSQL.
 			took := drainTimed(b, cli, k.Brokers(), name, sink, func(s replica.Stats) bool { return s.Records >= int64(updates) }, v.config)
+			v.broker += k.brokerCPU(b) - broker0
 			v.runs.add(took, processCPU(b)-cpu0, harness.EtcdRevision(b, cli)-rev0, sink.blocks.Load())
 			_ = sink.Close()
 			if d := want.diff(readKV(b, pg.URL(), name)); len(d) > 0 {
@@ -211,6 +218,9 @@ func BenchmarkPostgresUpsertVsInsertOnConflict(b *testing.B) {
 		b.ReportMetric(float64(v.runs.txns)/n, v.metric+"etcd-txns")
 		b.ReportMetric(float64(updates)*n/float64(v.runs.blocks), v.metric+"rows/block")
 		b.ReportMetric(v.runs.cpu.Seconds()/n, v.metric+"cpu-s")
+		if k.real() {
+			b.ReportMetric(v.broker.Seconds()/n, v.metric+"broker-cpu-s")
+		}
 	}
 }
 

@@ -168,138 +168,150 @@ func (want kvState) diff(got kvState) []string {
 // random and replaced. At the end the table holds, for every key, the
 // value of its last record (computed from what was produced), no row for
 // a key whose last record was a tombstone, and nothing else. With -short:
-// 20,000 updates over 1,000 keys.
+// 20,000 updates over 1,000 keys. On Apache Kafka's three nodes partition 0
+// is reassigned too while the records flow, off its leader and back (the
+// log copied to it again), and its preferred leader elected.
 func TestPostgresUpsertCompactedStreamUnderSIGKILL(t *testing.T) {
-	updates, keys := 100_000, 5_000
-	if testing.Short() {
-		updates, keys = 20_000, 1_000
-	}
-	const parts, minKills = 6, 3
-	began := time.Now()
-	pg := harness.StartPostgres(t)
-	e := newEnv(t, "kv", parts)
-	pg.Exec(t, `CREATE TABLE kv `+kvTable)
-	url := pg.URL() + "&group=" + e.group + "&mode=upsert&table=kv"
-
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, seed))
-	recs := keyedRecords(rng, e.topic, updates, keys, 0)
-
-	var procs, all []*harness.Process
-	startOne := func() {
-		p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url)
-		procs = append(procs, p)
-		all = append(all, p)
-	}
-	for range 3 {
-		startOne()
-	}
-
-	// Produce at about 10,000 records/s, partitioned by key.
-	cl := keyedProducer(t, e.kafka.Brokers())
-	prodErr := make(chan error, 1)
-	go func() {
-		const chunk = 1000
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < len(recs); i += chunk {
-			<-tick.C
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := cl.ProduceSync(ctx, recs[i:min(i+chunk, len(recs))]...).FirstErr()
-			cancel()
-			if err != nil {
-				prodErr <- err
-				return
-			}
+	eachBackend(t, func(t *testing.T, kb kafkaBackend) {
+		updates, keys := 100_000, 5_000
+		if testing.Short() {
+			updates, keys = 20_000, 1_000
 		}
-		prodErr <- nil
-	}()
+		const parts, minKills = 6, 3
+		began := time.Now()
+		pg := harness.StartPostgres(t)
+		e := newEnvOn(t, kb, "kv", parts)
+		fault := faultOnce{e: e}
+		if kb.real {
+			fault.f = reassignFault(0)
+		}
+		pg.Exec(t, `CREATE TABLE kv `+kvTable)
+		url := pg.URL() + "&group=" + e.group + "&mode=upsert&table=kv"
 
-	// Kill a random replica every 0.5 to 1.5 s while records flow (and at
-	// least minKills times), and start a new one in its place.
-	kills := 0
-	for producing := true; producing || kills < minKills; {
-		wait := time.After(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
-		if producing {
-			select {
-			case err := <-prodErr:
+		seed := uint64(time.Now().UnixNano())
+		rng := rand.New(rand.NewPCG(seed, seed))
+		recs := keyedRecords(rng, e.topic, updates, keys, 0)
+
+		var procs, all []*harness.Process
+		startOne := func() {
+			p := e.processSink(fmt.Sprintf("r%d", len(all)+1), url)
+			procs = append(procs, p)
+			all = append(all, p)
+		}
+		for range 3 {
+			startOne()
+		}
+
+		// Produce at about 10,000 records/s, partitioned by key.
+		cl := keyedProducer(t, e.kafka.Brokers(), e.producerOpts()...)
+		prodErr := make(chan error, 1)
+		go func() {
+			const chunk = 1000
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; i < len(recs); i += chunk {
+				<-tick.C
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := cl.ProduceSync(ctx, recs[i:min(i+chunk, len(recs))]...).FirstErr()
+				cancel()
 				if err != nil {
-					t.Fatalf("produce: %v", err)
+					prodErr <- err
+					return
 				}
-				producing = false
-				continue
-			case <-wait:
 			}
-		} else {
-			<-wait
-		}
-		i := rng.IntN(len(procs))
-		if procs[i].Exited() {
-			t.Fatalf("a replica exited before it was killed:\n%s", procs[i].Output())
-		}
-		procs[i].Kill()
-		kills++
-		procs = append(procs[:i], procs[i+1:]...)
-		startOne()
-	}
+			prodErr <- nil
+		}()
 
-	// The log ends are what was produced.
-	ends := e.logEnds()
-	var endSum int64
-	for _, n := range ends {
-		endSum += n
-	}
-	if endSum != int64(updates) {
-		t.Fatalf("log ends %v sum to %d, want the %d records produced", ends, endSum, updates)
-	}
-	await(t, 60*time.Second, "the committed offsets to reach the log ends", func() bool { return e.allCommitted(ends) })
-	for _, p := range procs {
-		if p.Exited() {
-			t.Fatalf("a replica exited:\n%s", p.Output())
+		// Kill a random replica every 0.5 to 1.5 s while records flow (and at
+		// least minKills times), and start a new one in its place.
+		kills := 0
+		for producing := true; producing || kills < minKills; {
+			wait := time.After(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+			if producing {
+				select {
+				case err := <-prodErr:
+					if err != nil {
+						t.Fatalf("produce: %v", err)
+					}
+					producing = false
+					continue
+				case <-wait:
+				}
+			} else {
+				<-wait
+			}
+			if producing {
+				fault.inject(true)
+			}
+			i := rng.IntN(len(procs))
+			if procs[i].Exited() {
+				t.Fatalf("a replica exited before it was killed:\n%s", procs[i].Output())
+			}
+			procs[i].Kill()
+			kills++
+			procs = append(procs[:i], procs[i+1:]...)
+			startOne()
 		}
-	}
 
-	want, deleted := lastValues(t, recs)
-	got := readKV(t, pg.URL(), "kv")
-	if d := want.diff(got); len(d) > 0 {
-		t.Errorf("the table is not the last value of every key:\n%s", strings.Join(d, "\n"))
-	}
-	conn := pgConn(t, pg.URL())
-	ctx := harness.Context(t, 30*time.Second)
-	var rows, deletedRows int64
-	if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE id = ANY($1)) FROM kv`, deleted).Scan(&rows, &deletedRows); err != nil {
-		t.Fatal(err)
-	}
-	if rows != int64(len(want)) {
-		t.Errorf("%d rows, want %d: one per key whose last record is not a tombstone", rows, len(want))
-	}
-	if deletedRows != 0 {
-		t.Errorf("%d rows of the %d keys whose last record is a tombstone, want none", deletedRows, len(deleted))
-	}
-	if len(deleted) == 0 {
-		t.Errorf("no key ends in a tombstone (seed %d): the test proves nothing of deletes", seed)
-	}
-	// The sink's offsets rows stand at the log ends too.
-	for p, n := range ends {
-		var next int64
-		if err := conn.QueryRow(ctx, `SELECT next FROM offsetkeeper_offsets WHERE "group" = $1 AND topic = $2 AND partition = $3`,
-			e.group, e.topic, p).Scan(&next); err != nil || next != n {
-			t.Errorf("partition %d: the sink's offsets row says %d (%v), want %d", p, next, err, n)
+		fault.check()
+		// The log ends are what was produced.
+		ends := e.logEnds()
+		var endSum int64
+		for _, n := range ends {
+			endSum += n
 		}
-	}
-	var dead int64
-	if err := conn.QueryRow(ctx, `SELECT CASE WHEN to_regclass('offsetkeeper_dead_letters') IS NULL THEN 0
-		ELSE (SELECT count(*) FROM offsetkeeper_dead_letters) END`).Scan(&dead); err != nil {
-		t.Fatal(err)
-	}
-	if dead != 0 {
-		t.Errorf("%d dead letters, want none", dead)
-	}
-	fromSink := 0
-	for _, p := range all {
-		fromSink += strings.Count(p.Output(), "resuming from the sink's offset")
-	}
-	t.Logf("%d updates over %d keys: %d rows, %d keys deleted; %d SIGKILLs (seed %d), %d replicas started; "+
-		"new owners resumed from the sink's offset %d times; %s in all",
-		updates, keys, rows, len(deleted), kills, seed, len(all), fromSink, time.Since(began).Round(100*time.Millisecond))
+		if endSum != int64(updates) {
+			t.Fatalf("log ends %v sum to %d, want the %d records produced", ends, endSum, updates)
+		}
+		await(t, 60*time.Second, "the committed offsets to reach the log ends", func() bool { return e.allCommitted(ends) })
+		for _, p := range procs {
+			if p.Exited() {
+				t.Fatalf("a replica exited:\n%s", p.Output())
+			}
+		}
+
+		want, deleted := lastValues(t, recs)
+		got := readKV(t, pg.URL(), "kv")
+		if d := want.diff(got); len(d) > 0 {
+			t.Errorf("the table is not the last value of every key:\n%s", strings.Join(d, "\n"))
+		}
+		conn := pgConn(t, pg.URL())
+		ctx := harness.Context(t, 30*time.Second)
+		var rows, deletedRows int64
+		if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE id = ANY($1)) FROM kv`, deleted).Scan(&rows, &deletedRows); err != nil {
+			t.Fatal(err)
+		}
+		if rows != int64(len(want)) {
+			t.Errorf("%d rows, want %d: one per key whose last record is not a tombstone", rows, len(want))
+		}
+		if deletedRows != 0 {
+			t.Errorf("%d rows of the %d keys whose last record is a tombstone, want none", deletedRows, len(deleted))
+		}
+		if len(deleted) == 0 {
+			t.Errorf("no key ends in a tombstone (seed %d): the test proves nothing of deletes", seed)
+		}
+		// The sink's offsets rows stand at the log ends too.
+		for p, n := range ends {
+			var next int64
+			if err := conn.QueryRow(ctx, `SELECT next FROM offsetkeeper_offsets WHERE "group" = $1 AND topic = $2 AND partition = $3`,
+				e.group, e.topic, p).Scan(&next); err != nil || next != n {
+				t.Errorf("partition %d: the sink's offsets row says %d (%v), want %d", p, next, err, n)
+			}
+		}
+		var dead int64
+		if err := conn.QueryRow(ctx, `SELECT CASE WHEN to_regclass('offsetkeeper_dead_letters') IS NULL THEN 0
+			ELSE (SELECT count(*) FROM offsetkeeper_dead_letters) END`).Scan(&dead); err != nil {
+			t.Fatal(err)
+		}
+		if dead != 0 {
+			t.Errorf("%d dead letters, want none", dead)
+		}
+		fromSink := 0
+		for _, p := range all {
+			fromSink += strings.Count(p.Output(), "resuming from the sink's offset")
+		}
+		t.Logf("%d updates over %d keys: %d rows, %d keys deleted; %d SIGKILLs (seed %d), %d replicas started; "+
+			"new owners resumed from the sink's offset %d times; %s in all",
+			updates, keys, rows, len(deleted), kills, seed, len(all), fromSink, time.Since(began).Round(100*time.Millisecond))
+	})
 }
