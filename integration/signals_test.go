@@ -1,0 +1,169 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+)
+
+// What a replica tells of a stall: the lag in seconds keeps growing through
+// rollbacks, the stall in seconds says how long nothing was committed, the
+// lag in records follows the log end while nothing is fetched, and the
+// failures are logged as errors naming the sink once they last.
+
+// lagOf is partition p's lag as the replica reports it.
+func lagOf(r *replica.Replica, p int) (replica.PartitionLag, bool) {
+	for _, l := range r.Lag() {
+		if l.Partition.Partition == p {
+			return l, true
+		}
+	}
+	return replica.PartitionLag{}, false
+}
+
+// Row 1 of the signals issue: the sink fails every write for a while (a
+// full disk): the lag in seconds and the stall grow without a reset, the
+// lag in records grows with the records produced meanwhile, the errors are
+// counted, and an error naming the sink is logged; then the sink recovers
+// and everything is delivered.
+func TestFailingSinkStallIsReported(t *testing.T) {
+	e := newEnv(t, "orders", 1)
+	core, logs := observer.New(zapcore.WarnLevel)
+	e.logger = zap.New(core)
+	e.produce(100)
+	fs, err := file.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	sink := &hookSink{inner: fs, before: func(context.Context, *sinks.Block) error {
+		if failing.Load() {
+			return errors.New("write orders: no space left on device")
+		}
+		return nil
+	}}
+	cfg := e.config("r1")
+	cfg.Sink = "file:///full-disk"
+	cfg.LogEndInterval = 200 * time.Millisecond
+	rn := e.start(cfg, sink)
+	await(t, 20*time.Second, "the first records committed", func() bool { return e.committed()[0] == 100 })
+
+	failing.Store(true)
+	failed := time.Now()
+	e.produce(100)
+	var last replica.PartitionLag
+	await(t, 20*time.Second, "three seconds of failing writes", func() bool { return time.Since(failed) > 3*time.Second })
+	for range 5 {
+		l, ok := lagOf(rn.r, 0)
+		if !ok {
+			t.Fatal("partition 0 not owned")
+		}
+		if l.Lag != 100 {
+			t.Fatalf("lag %d records while nothing is written, want the 100 produced", l.Lag)
+		}
+		if l.LagSeconds < last.LagSeconds || l.StalledSeconds < last.StalledSeconds {
+			t.Fatalf("lag went back through a rollback: %.2fs then %.2fs, stalled %.2fs then %.2fs",
+				last.LagSeconds, l.LagSeconds, last.StalledSeconds, l.StalledSeconds)
+		}
+		last = l
+		time.Sleep(300 * time.Millisecond)
+	}
+	if last.StalledSeconds < 3 || last.LagSeconds < 3 {
+		t.Fatalf("after %v of failures: lag %.2fs, stalled %.2fs; want both past 3s", time.Since(failed), last.LagSeconds, last.StalledSeconds)
+	}
+	if n := rn.r.Stats().SinkErrors; n < 3 {
+		t.Fatalf("%d sink errors counted", n)
+	}
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("keeps failing").All()
+	if len(errs) == 0 || !strings.Contains(errs[0].ContextMap()["sink"].(string), "file:///full-disk") {
+		t.Fatalf("no error log naming the sink after %d failures: %v", rn.r.Stats().SinkErrors, errs)
+	}
+
+	failing.Store(false)
+	await(t, 20*time.Second, "everything committed once the sink recovers", func() bool { return e.committed()[0] == 200 })
+	await(t, 10*time.Second, "the stall to end", func() bool {
+		l, _ := lagOf(rn.r, 0)
+		return l.StalledSeconds == 0 && l.LagSeconds == 0
+	})
+}
+
+// Row 2: a write hangs (a table locked by a migration): the write in flight
+// is reported and grows, the lag in records follows the log end although
+// the partition fetches nothing, the write fails at the write timeout and
+// is counted, and a warning says once that it is slow.
+func TestHangingWriteIsBoundedAndReported(t *testing.T) {
+	e := newEnv(t, "orders", 1)
+	core, logs := observer.New(zapcore.WarnLevel)
+	e.logger = zap.New(core)
+	fs, err := file.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hang atomic.Bool
+	hang.Store(true)
+	sink := &hookSink{inner: fs, before: func(ctx context.Context, _ *sinks.Block) error {
+		if hang.Load() {
+			<-ctx.Done() // a lock that outlasts the write's bound
+			return ctx.Err()
+		}
+		return nil
+	}}
+	cfg := e.config("r1")
+	cfg.WriteTimeout = 2 * time.Second
+	cfg.LogEndInterval = 200 * time.Millisecond
+	rn := e.start(cfg, sink)
+	e.produce(100)
+	await(t, 10*time.Second, "a write in flight for a second", func() bool {
+		l, ok := lagOf(rn.r, 0)
+		return ok && l.WriteSeconds > 1
+	})
+	e.produce(100)
+	await(t, 10*time.Second, "the lag in records to follow the log end during the write", func() bool {
+		l, _ := lagOf(rn.r, 0)
+		return l.Lag == 200
+	})
+	await(t, 10*time.Second, "the write to time out", func() bool { return rn.r.Stats().WriteTimeouts > 0 })
+	if n := len(logs.FilterMessageSnippet("a sink write is taking long").All()); n == 0 {
+		t.Fatal("no warning of the slow write")
+	}
+	hang.Store(false)
+	await(t, 20*time.Second, "everything committed once the lock is gone", func() bool { return e.committed()[0] == 200 })
+}
+
+// Row 3: two deployments of one group with different sinks (a typo in
+// one): the second replica refuses to start, exit 2, naming the member that
+// writes elsewhere and both sinks; with --allow-sink-change it joins.
+func TestSecondSinkForAGroupRefused(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	da, db := t.TempDir(), t.TempDir()
+	a := e.processSink("a", "file://"+da)
+	await(t, 20*time.Second, "a to own both partitions", func() bool { return balanced(e.owners(), map[string]int{"a": 2}) })
+	b := e.processSink("b", "file://"+db)
+	if code := b.Wait(20 * time.Second); code != 2 {
+		t.Fatalf("b exited %d, want 2:\n%s", code, b.Output())
+	}
+	for _, want := range []string{`group "` + e.group + `"`, "file://" + da, "file://" + db, "member a", "--allow-sink-change"} {
+		if !strings.Contains(b.Output(), want) {
+			t.Errorf("b's error does not say %q:\n%s", want, b.Output())
+		}
+	}
+	if owners := e.owners(); owners["a"] != 2 || len(owners) != 1 {
+		t.Fatalf("owners %v after b was refused", owners)
+	}
+	e.processSink("c", "file://"+db, "--allow-sink-change")
+	await(t, 20*time.Second, "c to join", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "c": 1}) })
+	if a.Exited() {
+		t.Fatalf("a exited:\n%s", a.Output())
+	}
+}
