@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -165,5 +167,102 @@ func TestSecondSinkForAGroupRefused(t *testing.T) {
 	await(t, 20*time.Second, "c to join", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "c": 1}) })
 	if a.Exited() {
 		t.Fatalf("a exited:\n%s", a.Output())
+	}
+}
+
+// Row 8: a stop must stop. A replica started while etcd, or Kafka, does
+// not answer (each behind a proxy that swallows every byte, as a
+// partitioned network does) waits for it; SIGTERM during that wait ends
+// the process at once, exit 0, rather than after the wait's own timeout.
+func TestSIGTERMDuringStartWaitsStops(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  func(e *env) []string // the flags that point the replica at the cut-off server
+	}{
+		{"etcd", func(e *env) []string {
+			p := harness.NewProxy(t, e.etcd.Endpoints()[0])
+			p.Blackhole()
+			return []string{"--etcd-endpoints", p.Addr()}
+		}},
+		{"kafka", func(e *env) []string {
+			p := harness.NewProxy(t, e.kafka.Brokers()[0])
+			p.Blackhole()
+			return []string{"--brokers", p.Addr()}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "orders", 1)
+			r := e.processSink("a", "file://"+t.TempDir(), tc.cut(e)...)
+			// Its endpoints served: what follows is the wait on the server.
+			await(t, 20*time.Second, "the replica to start and wait", func() bool {
+				return strings.Contains(r.Output(), "serving http") || r.Exited()
+			})
+			if r.Exited() {
+				t.Fatalf("the replica exited before it was stopped:\n%s", r.Output())
+			}
+			stopped := time.Now()
+			r.Signal(syscall.SIGTERM)
+			code := r.Wait(10 * time.Second)
+			if took := time.Since(stopped); took > 3*time.Second {
+				t.Errorf("SIGTERM took %s to stop a replica waiting on %s, want under 3s", took.Round(time.Millisecond), tc.name)
+			}
+			if code != 0 {
+				t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, r.Output())
+			}
+		})
+	}
+}
+
+// Row 10: a graceful stop whose block in flight outlasts the shutdown
+// timeout gives it up: the stop ends within the timeout, the block is rolled
+// back (its offset not committed), a warning names it (partition, range)
+// and says the next owner replays it, and Abandoned counts it. The next
+// owner delivers every record: nothing lost.
+func TestStopThatGivesUpABlockSaysSo(t *testing.T) {
+	e := newEnv(t, "orders", 1)
+	core, logs := observer.New(zapcore.WarnLevel)
+	e.logger = zap.New(core)
+	var inFlight atomic.Bool
+	stuck := &hookSink{inner: &recordSink{}, before: func(ctx context.Context, _ *sinks.Block) error {
+		inFlight.Store(true)
+		<-ctx.Done() // a write that never ends by itself
+		return ctx.Err()
+	}}
+	cfg := e.config("a")
+	cfg.ShutdownTimeout = time.Second
+	cfg.WriteTimeout = time.Minute
+	ra := e.start(cfg, stuck)
+	e.produce(100)
+	await(t, 10*time.Second, "a write in flight", inFlight.Load)
+
+	began := time.Now()
+	ra.stop()
+	if took := time.Since(began); took > cfg.ShutdownTimeout+3*time.Second {
+		t.Errorf("the stop took %s with a shutdown timeout of %s", took.Round(time.Millisecond), cfg.ShutdownTimeout)
+	}
+	if n := ra.r.Stats().Abandoned; n != 1 {
+		t.Errorf("Abandoned %d, want 1", n)
+	}
+	said := logs.FilterMessageSnippet("stop gave up on a block in flight").All()
+	if len(said) != 1 {
+		t.Fatalf("%d warnings of the block given up, want 1; warnings: %v", len(said), logs.All())
+	}
+	ctx := said[0].ContextMap()
+	if ctx["partition"] != int64(0) || ctx["from"] != int64(0) || ctx["next"] != int64(100) || !strings.Contains(said[0].Message, "replays") {
+		t.Errorf("the warning %q %v does not name partition 0, [0, 100) and the replay", said[0].Message, ctx)
+	}
+	if got := e.committed()[0]; got != 0 {
+		t.Fatalf("committed %d after the block was given up, want 0", got)
+	}
+
+	sink := &recordSink{}
+	e.start(e.config("b"), sink)
+	await(t, 20*time.Second, "the next owner to commit all 100", func() bool { return e.committed()[0] == 100 })
+	seen := map[int64]bool{}
+	for _, w := range sink.from(0) {
+		seen[w.offset] = true
+	}
+	if len(seen) != 100 {
+		t.Fatalf("the next owner delivered %d distinct offsets, want 100", len(seen))
 	}
 }

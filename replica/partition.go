@@ -86,6 +86,14 @@ var errRangeGone = errors.New("the range is no longer in kafka")
 // errStopped is how a poll says it was asked to stop.
 var errStopped = errors.New("partition stopping")
 
+// Why a partition's writes were cut short (the cause of its hard context),
+// for the log line of the block it gave up.
+var (
+	errShutdownTimeout = errors.New("shutdown timeout")
+	errSessionLost     = errors.New("session lost")
+	errKilled          = errors.New("replica killed")
+)
+
 // run consumes until stopped (nil: the claim was released at a block
 // boundary), until the claim is lost (an error matching ErrFenced), or until
 // ctx ends (hard stop: the block in flight rolls back). It closes done.
@@ -203,13 +211,18 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		if !b.empty() {
 			derr = pt.deliver(wctx, b)
 			if derr != nil && wctx.Err() != nil && pt.stopping() && !errors.Is(derr, coordinator.ErrFenced) {
-				// A graceful stop ran out of ShutdownTimeout with this
-				// block in flight: rolled back, nothing lost, but the next
-				// owner writes it again.
+				// A stop cut this block short: rolled back, nothing lost,
+				// but the next owner writes it again.
 				pt.r.stats.abandoned.Add(1)
-				pt.log.Warn("stop gave up on a block in flight (shutdown timeout): rolled back, the next owner replays it",
-					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)),
-					zap.Duration("shutdown_timeout", pt.r.cfg.ShutdownTimeout))
+				fields := []zap.Field{zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records))}
+				switch cause := context.Cause(wctx); {
+				case errors.Is(cause, errShutdownTimeout):
+					pt.log.Warn("stop gave up on a block in flight (shutdown timeout): rolled back, the next owner replays it",
+						append(fields, zap.Duration("shutdown_timeout", pt.r.cfg.ShutdownTimeout))...)
+				default:
+					pt.log.Warn("a block in flight was cut short: rolled back, the next owner replays it",
+						append(fields, zap.NamedError("cause", cause))...)
+				}
 			}
 		}
 		// Committed or rolled back, the block's batches are done with.

@@ -307,7 +307,7 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 
 // stopAll ends a session: partitions finish their blocks (or are cut at
 // once when hard is already done), then the lease is revoked.
-func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelFunc,
+func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelCauseFunc,
 	wg *sync.WaitGroup, exited chan *partition) {
 	killed := r.isKilled()
 	if !killed {
@@ -319,7 +319,7 @@ func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelFunc,
 		}
 		r.mu.Unlock()
 	}
-	timer := time.AfterFunc(r.cfg.ShutdownTimeout, cancelHard)
+	timer := time.AfterFunc(r.cfg.ShutdownTimeout, func() { cancelHard(errShutdownTimeout) })
 	defer timer.Stop()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

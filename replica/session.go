@@ -22,8 +22,8 @@ import (
 func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 	// hard ends the partitions: at once when the session is lost, after
 	// ShutdownTimeout on a graceful stop.
-	hard, cancelHard := context.WithCancel(context.Background())
-	defer cancelHard()
+	hard, cancelHard := context.WithCancelCause(context.Background())
+	defer cancelHard(nil)
 
 	// Membership and claims drive re-planning; offsets and intents, written
 	// with every block, are not watched.
@@ -62,11 +62,11 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 		case <-ctx.Done():
 			return
 		case <-r.killed:
-			cancelHard()
+			cancelHard(errKilled)
 			return
 		case <-s.Lost():
 			r.log.Warn("session lost; stopping every partition")
-			cancelHard()
+			cancelHard(errSessionLost)
 			return
 		case <-metadata.C:
 			ps, err := r.partitions(ctx)

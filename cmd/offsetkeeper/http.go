@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +91,10 @@ func (f runOpsFlags) listen(log *zap.Logger) (*runOps, error) {
 		return o, nil
 	}
 	ln, err := net.Listen("tcp", f.httpAddr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--http-addr %s: the address is in use, by another process (a second replica on this host?): "+
+			"give each replica an --http-addr of its own, such as :9465, or --http-addr '' to serve no endpoint: %w", f.httpAddr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--http-addr %s: %w", f.httpAddr, err)
 	}

@@ -79,7 +79,8 @@ func TestRunFailsWhenHTTPAddrIsTaken(t *testing.T) {
 	if code != exitError {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitError, stderr)
 	}
-	for _, w := range []string{"--http-addr", ln.Addr().String(), "address already in use"} {
+	// The hint for the usual cause: a second replica on one host.
+	for _, w := range []string{"--http-addr", ln.Addr().String(), "address already in use", "a second replica on this host", "an --http-addr of its own"} {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("error %q does not mention %q", strings.TrimSpace(stderr), w)
 		}

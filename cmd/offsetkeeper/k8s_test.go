@@ -96,7 +96,7 @@ func loadK8s(t *testing.T) k8sGroup {
 		g.config[k] = v
 	}
 	k8sDecode(t, "deployment.yaml", &g.deployment)
-	k8sDecode(t, "secret.yaml", &g.secret)
+	k8sDecode(t, "secret.example.yaml", &g.secret)
 	k8sDecode(t, "service.yaml", &g.service)
 	return g
 }
@@ -154,7 +154,7 @@ func (g k8sGroup) podEnv(t *testing.T) map[string]string {
 			}
 			switch {
 			case r.Name != g.secret.Name:
-				t.Fatalf("%s: Secret %q is not secret.yaml's %q", e.Name, r.Name, g.secret.Name)
+				t.Fatalf("%s: Secret %q is not secret.example.yaml's %q", e.Name, r.Name, g.secret.Name)
 			case ok:
 				env[e.Name] = v
 			case r.Optional == nil || !*r.Optional:

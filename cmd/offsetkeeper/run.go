@@ -126,7 +126,11 @@ once. Exit status 0.`,
 }
 
 // complete parses --sink and builds the replica's configuration.
-func (o *runOptions) complete(*cobra.Command) error {
+func (o *runOptions) complete(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("replica-id") && strings.TrimSpace(o.replicaID) == "" {
+		// Empty would silently mean host-pid: a typo'd variable in a manifest.
+		return usagef("--replica-id is empty: want a name unique in the group, such as the pod's name, or leave the flag out for host-pid (%s)", replica.DefaultID())
+	}
 	var err error
 	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
@@ -201,6 +205,9 @@ func (o *runOptions) validate() error {
 	}
 	if strings.TrimSpace(o.cluster.kafkaClientID) == "" {
 		return usagef("--kafka-client-id is empty: want a name brokers know this replica by, such as %s", replica.DefaultClientID)
+	}
+	if o.etcdMaxTxnOps < 4 {
+		return usagef("--etcd-max-txn-ops %d: want the etcd cluster's --max-txn-ops, at least 4 (etcd's default is %d)", o.etcdMaxTxnOps, coordinator.DefaultMaxTxnOps)
 	}
 	if o.commitLinger < 0 {
 		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)

@@ -116,6 +116,13 @@ func (s *securityFlags) validate(etcdEndpoints []string) error {
 	if err != nil {
 		return err
 	}
+	// The mechanism first: a misspelt one is the mistake to name, not the
+	// password it would go with.
+	switch m := strings.ToLower(strings.TrimSpace(s.kafkaMechanism)); m {
+	case "", mechanismPlain, mechanismSCRAM256, mechanismSCRAM512:
+	default:
+		return usagef("--kafka-sasl-mechanism %q: want %s", m, mechanismsAccepted)
+	}
 	kafkaPassword, err := password("--kafka-user", s.kafkaUser, envKafkaPassword, "--kafka-password-file", s.kafkaPasswordFile)
 	if err != nil {
 		return err

@@ -161,6 +161,8 @@ func TestSecurityUsageErrors(t *testing.T) {
 			[]string{"--kafka-sasl-mechanism", "--kafka-user"}},
 		{"kafka unknown mechanism", map[string]string{envKafkaPassword: testSecret}, run("--kafka-user", "alice", "--kafka-sasl-mechanism", "GSSAPI"),
 			[]string{"--kafka-sasl-mechanism", `"gssapi"`, "plain, scram-sha-256 or scram-sha-512"}},
+		{"kafka unknown mechanism and no password: the mechanism named", nil, run("--kafka-user", "alice", "--kafka-sasl-mechanism", "scram-sha256"),
+			[]string{"--kafka-sasl-mechanism", `"scram-sha256"`, "plain, scram-sha-256 or scram-sha-512"}},
 		{"kafka user without password", nil, run("--kafka-user", "alice", "--kafka-sasl-mechanism", "scram-sha-256"),
 			[]string{"--kafka-user", `"alice"`, "$" + envKafkaPassword, "--kafka-password-file"}},
 		{"kafka password file unreadable", nil, run("--kafka-user", "alice", "--kafka-sasl-mechanism", "plain", "--kafka-password-file", missing),
