@@ -101,6 +101,10 @@ func (c *ClickHouse) start() error {
 		"--listen_host=127.0.0.1",
 		fmt.Sprintf("--http_port=%d", c.httpPort),
 		fmt.Sprintf("--tcp_port=%d", c.tcpPort),
+		// The engine's own log, where an abort says why (stdout and
+		// stderr hold only what the launcher and the query print).
+		"--logger.log="+c.serverLogPath(),
+		"--logger.level=information",
 		"--multiquery",
 		"--query", "SYSTEM START LISTEN HTTP; SYSTEM START LISTEN TCP; "+chKeepAlive,
 	)
@@ -130,8 +134,12 @@ func (c *ClickHouse) start() error {
 
 // supervise starts the engine again, on the same data and ports, when it
 // aborts on its own (SIGABRT; a kill from outside stays a death, for the
-// tests of one). The engine (libchdb) has been seen to abort under load
-// in its own code, with nothing in its log; for the
+// tests of one). The engine (clickhouse-local, unlike clickhouse-server)
+// aborts when a client is SIGKILLed in the middle of a native-protocol
+// insert: its log says "Terminate called for uncaught exception: Code: 210.
+// DB::NetException: Connection reset by peer" from the native handler. The
+// tests that kill replicas mid-insert therefore speak HTTP to it, which it
+// survives; an abort is still possible elsewhere, and for the
 // tests that is one more crash of the store, which the sink must survive
 // as it survives Kill and Start (TestClickHouseRestartDuringRun), and
 // their assertions stay whole. Each time is logged and counted in Aborts.
@@ -148,7 +156,8 @@ func (c *ClickHouse) supervise(p *chProcess) {
 		return
 	}
 	n := c.Aborts.Add(1)
-	c.t.Logf("clickhouse: the engine exited on its own (%v), %d time(s) in this test; starting it again on the same data", p.err, n)
+	c.t.Logf("clickhouse: the engine exited on its own (%v), %d time(s) in this test; starting it again on the same data; its log's last errors:\n%s",
+		p.err, n, c.fatalLines(5))
 	if err := c.restart(); err != nil {
 		c.t.Logf("clickhouse: starting the engine again failed: %v", err)
 	}
@@ -222,6 +231,25 @@ func (c *ClickHouse) bindFailed() bool {
 
 func (c *ClickHouse) logPath() string { return filepath.Join(c.dir, "engine.log") }
 
+// serverLogPath is the engine's own log (--logger.log).
+func (c *ClickHouse) serverLogPath() string { return filepath.Join(c.dir, "server.log") }
+
+// fatalLines are the engine's last lines at Fatal or Error level, and the
+// uncaught exceptions that end it: why it aborted, when it did.
+func (c *ClickHouse) fatalLines(n int) string {
+	b, _ := os.ReadFile(c.serverLogPath())
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "<Fatal>") || strings.Contains(l, "<Error>") || strings.Contains(l, "Terminate called") {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
+}
+
 // log is the tail of the engine's output.
 func (c *ClickHouse) log() string {
 	b, _ := os.ReadFile(c.logPath())
@@ -245,6 +273,6 @@ func (c *ClickHouse) cleanup() {
 		c.t.Logf("clickhouse: the engine had exited on its own (%v)", err)
 	}
 	if c.t.Failed() {
-		c.t.Logf("clickhouse output (tail):\n%s", c.log())
+		c.t.Logf("clickhouse output (tail):\n%s\nits log's errors (tail of %s):\n%s", c.log(), c.serverLogPath(), c.fatalLines(20))
 	}
 }
