@@ -77,6 +77,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer r.Close() // after Run: what New opened
 
 	rctx, stopReplica := context.WithCancel(ctx)
 	ran := make(chan error, 1)

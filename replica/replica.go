@@ -77,6 +77,18 @@ type Replica struct {
 // replica, end Run's context.
 func (r *Replica) Kill() { r.killOnce.Do(func() { close(r.killed) }) }
 
+// Close releases what New opened: the Schema Registry client and its
+// connections. Call it once Run has returned; Run's own resources (the
+// Kafka connections, the session) are released when Run returns. The sink
+// and the etcd client are the caller's, and stay open. Close again is a
+// no-op.
+func (r *Replica) Close() error {
+	if r.codec != nil && r.codec.registry != nil {
+		return r.codec.registry.Close()
+	}
+	return nil
+}
+
 func (r *Replica) isKilled() bool { return isClosed(r.killed) }
 
 // New checks cfg (see Config.Validate) and returns a replica that uses cli
