@@ -27,6 +27,10 @@
 //   - Wrapper: the sink wraps another. Without it, the upgrades of a wrapped
 //     sink are hidden behind the wrapper.
 //
+// DestinationClaimer is not the replica's: the caller that opens the sink
+// asks it, before handing the sink over, whether another group writes the
+// same destination.
+//
 // Two functions serve the callers and the wrappers: As finds a side upgrade
 // (Resumer, IntentKeeper, Pinger, DeadLetterCounter) through a chain of Wrappers, and
 // WriteBlocks writes blocks through BatchWriter when a sink has it, else
@@ -207,6 +211,31 @@ type Pinger interface {
 // replica finds a DeadLetterCounter with As, through wrappers.
 type DeadLetterCounter interface {
 	DeadLetters() int64
+}
+
+// ErrDestinationClaimed is wrapped by ClaimDestination's error when another
+// group is recorded as the writer of the destination.
+var ErrDestinationClaimed = errors.New("the destination is written by another group")
+
+// DestinationClaimer is implemented by sinks that record which group
+// writes each of their destinations (a directory's topic, a table's topic),
+// so that two groups delivering one topic to one place, each once, which a
+// plain reader sees as every record twice, is found when the second one
+// opens instead of in the data. The caller (offsetkeeper run) asks it once,
+// after opening the sink and before the replica writes anything.
+//
+// ClaimDestination records group as the writer of each of topics where no
+// group is recorded yet; the first group recorded stays recorded. Where
+// another group is recorded and shared is false, it records nothing and
+// returns an error wrapping ErrDestinationClaimed that names the
+// destination, both groups and how to forget the recorded one; with shared
+// true it records what is free and returns nil, for groups that share a
+// destination on purpose (a reader that deduplicates).
+//
+// A sink without it cannot tell: two groups may write one destination
+// unnoticed.
+type DestinationClaimer interface {
+	ClaimDestination(ctx context.Context, group string, topics []string, shared bool) error
 }
 
 // Wrapper is implemented by a sink that wraps another (to count, time,

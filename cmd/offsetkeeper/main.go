@@ -48,7 +48,7 @@ func newRootCommand() *cobra.Command {
 		Use:   "offsetkeeper",
 		Short: "Move Kafka records into a store, with offsets kept in etcd",
 		Long: `offsetkeeper moves records from Kafka topics into a sink (files, stdout,
-PostgreSQL) with several replicas sharing the partitions. Consumer offsets
+PostgreSQL, ClickHouse) with several replicas sharing the partitions. Consumer offsets
 live in etcd, not in Kafka: an offset is committed only after the rows
 before it are in the sink, and only by the replica that still owns the
 partition, so a crash never loses a record.

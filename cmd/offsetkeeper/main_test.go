@@ -300,3 +300,17 @@ func TestBindEnv(t *testing.T) {
 		t.Errorf("envName(etcd-endpoints) = %q", got)
 	}
 }
+
+// TestRootHelpNamesEverySink: the front page of the CLI names every kind
+// of sink --sink takes, so that it does not drift behind the sinks.
+func TestRootHelpNamesEverySink(t *testing.T) {
+	code, stdout, stderr := execCLI(t, 10*time.Second, "--help")
+	if code != 0 {
+		t.Fatalf("--help exited %d: %s", code, stderr)
+	}
+	for _, s := range []string{"files", "stdout", "PostgreSQL", "ClickHouse"} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("offsetkeeper --help does not name the %s sink:\n%s", s, stdout)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type runOptions struct {
 	shutdown        time.Duration
 	writeTimeout    time.Duration
 	allowSinkChange bool
+	allowSharedSink bool
 
 	// Built by complete.
 	cfg    replica.Config
@@ -119,6 +120,7 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
 	fs.BoolVar(&o.allowSinkChange, "allow-sink-change", false, "join a group whose live replicas write to another sink: to move a group to a new sink, roll every replica with the new --sink and this flag, then without it")
+	fs.BoolVar(&o.allowSharedSink, "allow-shared-sink", false, "write topics to a sink destination (file directory, PostgreSQL or ClickHouse table) that another group writes them to: each group then delivers every record once, so only a reader that deduplicates sees them once")
 	o.formats.register(fs)
 	o.logs.register(fs, logInfo, logJSON)
 	o.ops.register(fs)
@@ -135,7 +137,10 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 	if o.target, err = parseSinkFlag(o.sink); err != nil {
 		return err
 	}
-	o.target.group = o.cluster.group
+	if err := o.target.setGroup(o.cluster.group); err != nil {
+		return err
+	}
+	o.target.claim, o.target.shared = o.topics, o.allowSharedSink
 	o.cfg = replica.Config{
 		Group:     o.cluster.group,
 		ReplicaID: o.replicaID,
@@ -246,6 +251,11 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
 	o.target.log = log
 	sink, err := o.target.open(ctx, cmd.OutOrStdout())
+	if err != nil && ctx.Err() != nil {
+		// Stopped while waiting for the sink's server: a stop, as asked.
+		log.Info("replica stopped before its sink opened", zap.Error(err))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -258,6 +268,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		zap.Stringer("commit_mode", o.cfg.CommitMode))
 	ops.start(ctx, r)
 	runErr := r.Run(ctx)
+	_ = r.Close() // the registry's connections
 	if errors.As(runErr, new(*replica.MissingTopicError)) || errors.As(runErr, new(*replica.SinkMismatchError)) {
 		runErr = usage(runErr) // a name or a URL on the command line: exit 2
 	}

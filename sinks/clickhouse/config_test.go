@@ -24,6 +24,8 @@ func TestParseURL(t *testing.T) {
 	}{
 		{url: "clickhouse://127.0.0.1:9000/db?table=t&group=g", addrs: []string{"127.0.0.1:9000"}, table: "`db`.`t`"},
 		{url: "clickhouse://u:p@h1,h2:9001/db?group=g&mode=columns&table=other.t", addrs: []string{"h1:9000", "h2:9001"}, table: "`other`.`t`", mode: Columns},
+		// No port: the protocol's documented default, not a refusal.
+		{url: "clickhouse://ch/shop?group=g", addrs: []string{"ch:9000"}, table: "`shop`.`offsetkeeper_records`"},
 		{url: "clickhouse://h?group=g&protocol=http", addrs: []string{"h:8123"}, table: "`default`.`offsetkeeper_records`"},
 		{url: "clickhouse://h?group=g&protocol=http&secure=true", addrs: []string{"h:8443"}, table: "`default`.`offsetkeeper_records`"},
 		{url: "clickhouse://h?group=g&secure=true&ca_file=/x.pem", addrs: []string{"h:9440"}, table: "`default`.`offsetkeeper_records`"},

@@ -164,4 +164,23 @@
 // (5s to 30s) and max-empty-polls, so that a block is not cut at every
 // poll. The sink logs a warning when, over a minute, it made more than one
 // insert a second of fewer than 1,000 rows on average.
+//
+// # Cancelled inserts
+//
+// A write whose ctx ends (the replica's --write-timeout, a stop) returns at
+// once: over the native protocol the driver sends ClickHouse a Cancel packet
+// and drops the connection, over HTTP it drops the request. An INSERT whose
+// data had all reached the server may still be stored; the block's next
+// write carries the same token and is dropped then, so the block is stored
+// once (within the deduplication window).
+//
+// # Groups
+//
+// ClaimDestination (sinks.DestinationClaimer) records in GroupsTable which
+// group writes each topic of the table, the first group to claim it, and
+// refuses another group's claim unless it shares on purpose: the tokens
+// hold the group, so two groups delivering one topic to one table each
+// store every record once. There are no transactions: the first claim of
+// a topic wins by insert deduplication on one server, but not across the
+// servers of a cluster (see ClaimDestination).
 package clickhouse

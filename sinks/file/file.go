@@ -38,6 +38,28 @@
 // A crash between the deletions and the rename leaves a gap at offsets the
 // replica delivers again anyway, since it had not committed the block.
 //
+// # A directory moved away
+//
+// A partition's directory (or its topic's) that disappears while the sink
+// runs, moved away by an archiving job or removed, is created again at the
+// partition's next write, with a warning naming it (WithLogger) and counted
+// (Recreated); its .epoch starts again at the highest epoch this sink had
+// written there. A block that was being written when the directory went
+// lands either in the moved directory, complete (the write succeeds: the
+// directory is fsynced through a handle opened before the rename), or
+// nowhere (the write fails and the replica writes it again, into the new
+// directory): together the two directories hold every block once. DIR
+// itself is never created again: a base directory that is gone (an
+// unmounted volume) fails the writes, naming it.
+//
+// # Groups
+//
+// ClaimDestination (sinks.DestinationClaimer) records which group writes
+// each topic of DIR in DIR/.offsetkeeper-groups/TOPIC, the group's name,
+// created once by the first group (a hard link of a complete file, so two
+// groups racing cannot both win). A second group's claim of the topic is
+// refused unless it shares on purpose; removing the file forgets the group.
+//
 // # Format
 //
 // One record is one line, a JSON object with its fields in this order:
@@ -92,7 +114,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+
+	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -107,6 +132,9 @@ var ErrTopic = errors.New("illegal topic name")
 // writes to different partitions run in parallel.
 type Sink struct {
 	dir string
+	log *zap.Logger
+
+	recreated atomic.Int64
 
 	// life is held shared by Write and exclusively by Close, so that Close
 	// waits for the writes in flight and no write starts after it.
@@ -126,11 +154,21 @@ type partKey struct {
 // renaming must not interleave.
 type partState struct {
 	mu    sync.Mutex
-	ready bool // its directories exist and are durable
+	ready bool  // its directories were made (they may have gone since)
+	epoch int64 // the epoch of its last write, for a directory made again
 }
 
+var _ sinks.DestinationClaimer = (*Sink)(nil)
+
+// Option changes a Sink made by New.
+type Option func(*Sink)
+
+// WithLogger makes the sink log what it repairs: a partition's directory
+// created again after it went (default: no logs).
+func WithLogger(log *zap.Logger) Option { return func(s *Sink) { s.log = log } }
+
 // New returns a sink writing under dir, which it creates if missing.
-func New(dir string) (*Sink, error) {
+func New(dir string, opts ...Option) (*Sink, error) {
 	if dir == "" {
 		return nil, errors.New("file sink: empty directory")
 	}
@@ -144,11 +182,22 @@ func New(dir string) (*Sink, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("file sink %s: not a directory", dir)
 	}
-	return &Sink{dir: dir, parts: make(map[partKey]*partState)}, nil
+	s := &Sink{dir: dir, parts: make(map[partKey]*partState), log: zap.NewNop()}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	return s, nil
 }
 
 // Dir is the directory the sink writes under, as given to New.
 func (s *Sink) Dir() string { return s.dir }
+
+// Recreated counts the partition directories the sink created again after
+// they went while it ran (see the package documentation).
+func (s *Sink) Recreated() int64 { return s.recreated.Load() }
 
 // Write stores b durably; see the package documentation for where and how.
 // A block with From == Next holds no range and is a no-op. A cancelled ctx
@@ -194,10 +243,29 @@ func (s *Sink) write(ctx context.Context, b *sinks.Block) error {
 	// claim than one already written here is a zombie's late write, and
 	// its deletions would take the newer owner's blocks with them.
 	unlock, err := fence(dir, b.Epoch)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The directory went since it was made (moved away, removed):
+		// stalling until a restart would help no one.
+		if err := s.recreate(b.Topic, b.Partition, p); err != nil {
+			return err
+		}
+		unlock, err = fence(dir, b.Epoch)
+	}
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	p.epoch = b.Epoch
+
+	// A handle on the directory, for the final fsync: if the directory is
+	// moved away after the rename, the block is in it, and the handle
+	// still makes it durable there (a sync by path would fail, and the
+	// replica would write the block a second time elsewhere).
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
 
 	// Leftovers of a crashed write are removed here, under the partition's
 	// lock: only this partition's writer could still be using them.
@@ -238,7 +306,54 @@ func (s *Sink) write(ctx context.Context, b *sinks.Block) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// recreate makes a partition's directory again, under the partition's
+// lock, with an .epoch holding the epoch of its last write here, so that
+// the fence stays where it was. The base directory is not made again: its
+// absence (an unmounted volume) is an error.
+func (s *Sink) recreate(topic string, partition int, p *partState) error {
+	if _, err := os.Stat(s.dir); err != nil {
+		return fmt.Errorf("the sink's directory %s: %w", s.dir, err)
+	}
+	part := strconv.Itoa(partition)
+	if err := makeDirs(s.dir, topic, part); err != nil {
+		return err
+	}
+	dir := filepath.Join(s.dir, topic, part)
+	if p.epoch > 0 {
+		if err := writeEpoch(dir, p.epoch); err != nil {
+			return err
+		}
+	}
+	s.recreated.Add(1)
+	s.log.Warn("file sink: a partition's directory was gone (moved away or removed); created it again",
+		zap.String("path", dir), zap.String("topic", topic), zap.Int("partition", partition), zap.Int64("epoch", p.epoch))
+	return nil
+}
+
+// writeEpoch creates dir's .epoch holding epoch, if dir has none.
+func writeEpoch(dir string, epoch int64) error {
+	f, err := os.OpenFile(filepath.Join(dir, epochFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil // another writer's, which fence reads
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(strconv.FormatInt(epoch, 10) + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 const tmpPrefix = ".tmp-"

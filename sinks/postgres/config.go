@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,10 @@ const (
 	// MaxRetryTimeout bounds retry_timeout: a write blocked longer than
 	// this is better failed and seen.
 	MaxRetryTimeout = 10 * time.Minute
+	// DefaultConnectTimeout bounds one connection attempt when the URL
+	// has no connect_timeout (pgx's default is none), so that a server
+	// that drops packets costs one attempt, not the whole wait.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // Mode is how records become rows.
@@ -166,6 +171,23 @@ const (
 var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout,
 	paramEvolve, paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
 
+// connParams are the query parameters that go on to pgx: libpq's
+// connection parameters that pgx reads itself, application_name and
+// options (the startup settings libpq sends), and pgx's and pgxpool's own.
+// pgx would send any other name to the server as a setting, where a
+// misspelt sink option (tabel=) fails the connection, or worse, a real
+// setting changes the session unnoticed: those are refused instead, and
+// a server setting goes in options=-c NAME=VALUE, as with libpq.
+var connParams = []string{
+	"host", "port", "dbname", "database", "user", "password", "passfile", "service", "servicefile",
+	"connect_timeout", "target_session_attrs", "application_name", "options",
+	"ssl", "sslmode", "sslnegotiation", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert", "sslsni",
+	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth", "krbsrvname", "krbspn",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime", "pool_max_conn_lifetime_jitter",
+	"pool_max_conn_idle_time", "pool_health_check_period", "pool_ping_timeout",
+}
+
 // upsertParams are the parameters only upsert mode takes.
 var upsertParams = []string{paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
 
@@ -258,6 +280,10 @@ func parseURL(raw string) (config, error) {
 				return c, fmt.Errorf("%w: query parameter %q: %w", ErrURL, k, err)
 			}
 			if !isSinkParam(key) {
+				if !slices.Contains(connParams, key) {
+					return c, fmt.Errorf("%w: unknown parameter %q: want one of the sink's (%s) or a connection parameter (%s); "+
+						"a PostgreSQL setting goes in options=-c NAME=VALUE", ErrURL, key, strings.Join(sinkParams, ", "), strings.Join(connParams, ", "))
+				}
 				keep = append(keep, kv)
 				continue
 			}

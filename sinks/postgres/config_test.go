@@ -75,6 +75,42 @@ func TestParseURLErrors(t *testing.T) {
 	}
 }
 
+// TestUnknownParameterRefused: a query parameter that is neither the
+// sink's nor one pgx reads as a connection parameter (a misspelt table=,
+// a server setting pgx would send as is) is refused, naming it and listing
+// what is accepted, instead of reaching the server; the connection
+// parameters the sink documents go through to pgx.
+func TestUnknownParameterRefused(t *testing.T) {
+	for _, name := range []string{"tabel", "search_path", "statement_timeout", "Table", "hostaddr", "keepalives"} {
+		_, err := parseURL("postgres://u:secret@db/app?group=g&" + name + "=x")
+		if !errors.Is(err, ErrURL) {
+			t.Errorf("%s=: %v, want ErrURL", name, err)
+			continue
+		}
+		for _, want := range []string{`unknown parameter "` + name + `"`, "table, mode", "sslmode", "application_name", "pool_max_conns", "options=-c NAME=VALUE"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s=: %q does not say %q", name, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s=: the error shows the password: %v", name, err)
+		}
+	}
+	kept := "sslmode=disable&sslrootcert=ca.pem&connect_timeout=5&application_name=a&options=-c%20search_path%3Dx" +
+		"&pool_max_conns=4&target_session_attrs=read-write&dbname=app&statement_cache_capacity=10"
+	c, err := parseURL("postgres://db/app?group=g&table=t&" + kept)
+	if err != nil {
+		t.Fatalf("connection parameters: %v", err)
+	}
+	if c.connString != "postgres://db/app?"+kept {
+		t.Errorf("pgx gets %q, want every connection parameter as written", c.connString)
+	}
+	// pgx reads sslrootcert's file: not here.
+	if err := ValidateURL("postgres://db/app?"+strings.Replace(kept, "sslrootcert=ca.pem&", "", 1), false); err != nil {
+		t.Errorf("ValidateURL of the connection parameters: %v", err)
+	}
+}
+
 func TestValidateURL(t *testing.T) {
 	if err := ValidateURL("postgres://db/app?sslmode=disable", true); err == nil || !strings.Contains(err.Error(), "group") {
 		t.Errorf("no group: %v, want an error naming group=", err)

@@ -10,20 +10,30 @@
 //
 //	postgres://user:secret@db.example:5432/app?sslmode=require&group=orders&table=orders_raw
 //
-// Everything pgx accepts in a URL works (libpq's connection parameters such
-// as sslmode, connect_timeout or application_name, and pgxpool's
-// pool_max_conns and the like; PGPASSWORD and the other PG* variables fill
-// what is missing). The sink's own options are query parameters too, and
-// are removed before connecting:
+// The connection parameters are libpq's that pgx reads (host, port, dbname,
+// user, password, passfile, service, servicefile, connect_timeout,
+// target_session_attrs, application_name, options, ssl, sslmode,
+// sslnegotiation, sslcert, sslkey, sslpassword, sslcertmode, sslrootcert,
+// sslsni, min_protocol_version, max_protocol_version, channel_binding,
+// require_auth, krbsrvname, krbspn), pgx's statement_cache_capacity,
+// description_cache_capacity and default_query_exec_mode, and pgxpool's
+// pool_max_conns and the other pool_ settings; PGPASSWORD and the other PG*
+// variables fill what is missing. Any other name is refused (pgx would send
+// it to the server as a setting: a misspelt tabel= would fail the
+// connection); a server setting goes in options=-c NAME=VALUE, as with
+// libpq. connect_timeout is 10s when not given (pgx's own default is none).
+// The sink's own options are query parameters too, and are removed before
+// connecting:
 //
 //	group=NAME                  the offsetkeeper group: the offsets table's key; required
-//	                            unless the caller passes WithGroup (offsetkeeper run does not yet)
+//	                            unless the caller passes WithGroup (offsetkeeper run does)
 //	mode=raw|columns|upsert     how records become rows (default raw)
 //	table=[SCHEMA.]NAME         the rows' table (default offsetkeeper_records)
 //	offsets_table=[SCHEMA.]NAME (default offsetkeeper_offsets)
 //	dead_letter_table=[SCHEMA.]NAME (default offsetkeeper_dead_letters)
 //	retry_timeout=DURATION      how long a write retries after losing its
-//	                            connection (default 30s; 0 never retries)
+//	                            connection, and how long New waits for a
+//	                            server it cannot reach (default 30s; 0 never retries)
 //
 // for mode=columns and mode=upsert (given with mode=raw, it is refused):
 //
@@ -286,6 +296,26 @@
 // to retry_timeout. Whether a lost commit happened is read from the offsets
 // rows by the next attempt, as above, so nothing is applied twice. Retries
 // counts them.
+//
+// New waits likewise for a server it cannot reach (connection refused or
+// timed out, a name that does not resolve, a server starting up, shutting
+// down or out of connection slots), with backoff for up to retry_timeout,
+// logging each attempt; its ctx ends the wait at once. A refused login, a
+// database, schema or table that does not exist, a table of the wrong
+// shape and TLS that does not verify fail at once: no wait mends them.
+//
+// A write whose ctx ends (the replica's --write-timeout, a stop) returns at
+// once: pgx closes its connection and sends the server a cancel request for
+// the statement in flight, so that a statement waiting for a lock stops
+// waiting on the server too, and its transaction is rolled back: nothing
+// of it is committed (TestCancelledWriteCancelsOnServer).
+//
+// # Groups
+//
+// ClaimDestination (sinks.DestinationClaimer) records in GroupsTable which
+// group writes each topic of the table, the first group to claim it, and
+// refuses another group's claim unless it shares on purpose: two groups
+// delivering one topic to one table each deliver every record once.
 package postgres
 
 import (
@@ -362,6 +392,11 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrURL, err)
 	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		// pgx's default is none: one connection attempt to a server that
+		// drops packets would take the whole wait at start.
+		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
 	stage := createStageRaw
 	switch c.mode {
 	case Columns:
@@ -380,11 +415,38 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
 	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
-	if err := s.setup(ctx); err != nil {
+	if err := s.setupRetrying(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
 	}
 	return s, nil
+}
+
+// setupRetrying is setup, tried again with backoff for up to retry_timeout
+// while the server cannot be reached or is starting or stopping: a replica
+// (re)started during a failover waits for the database, as its writes
+// would, instead of exiting and crash-looping. What no retry mends (a
+// refused login, a database or table that does not exist, a table of the
+// wrong shape) fails at once, and so does a cancelled ctx (a stop).
+func (s *Sink) setupRetrying(ctx context.Context) error {
+	giveUp := time.Now().Add(s.cfg.retryTimeout)
+	retry := backoff.Backoff{Min: retryFirst, Max: startRetryMax}
+	for attempt := 1; ; attempt++ {
+		err := s.setup(ctx)
+		if err == nil || ctx.Err() != nil || !unreachable(err) {
+			return err
+		}
+		wait := retry.Next()
+		if time.Now().Add(wait).After(giveUp) {
+			return fmt.Errorf("still unreachable after retry_timeout=%s (%d attempts): %w", s.cfg.retryTimeout, attempt, err)
+		}
+		s.retries.Add(1)
+		s.cfg.log.Warn("postgres unreachable at start; retrying", zap.Int("attempt", attempt),
+			zap.Duration("gives_up_in", time.Until(giveUp).Round(time.Second)), zap.Error(err))
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *Sink) setup(ctx context.Context) error {
@@ -437,8 +499,9 @@ func (s *Sink) TakesUndecodable() bool { return true }
 // holds a value for it (not null). Raw mode keeps every field: zero.
 func (s *Sink) IgnoredFields() int64 { return s.ignoredFields.Load() }
 
-// Retries counts the attempts that Write and WriteBlocks made again after
-// losing their connection.
+// Retries counts the attempts made again for want of a server: New's while
+// it waited for one, and Write's and WriteBlocks' after losing their
+// connection.
 func (s *Sink) Retries() int64 { return s.retries.Load() }
 
 // Write stores b and the partition's (next, epoch, generation) in one

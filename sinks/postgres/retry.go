@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +22,49 @@ const (
 	retryFirst = 50 * time.Millisecond
 	retryMax   = time.Second
 )
+
+// startRetryMax is the longest wait between attempts to reach the server
+// at start: a database being failed over takes seconds, and a replica
+// waiting for it need not knock every second.
+const startRetryMax = 2 * time.Second
+
+// unreachable reports whether New's setup failed for want of a server to
+// talk to, which waiting can mend: the connection refused, reset or timed
+// out, the name not resolved, the server starting up, shutting down,
+// recovering or out of connection slots. A refused login, a database or a
+// table that does not exist and TLS that does not verify are not: those
+// fail at once.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			pe.Code == "57P01", // admin_shutdown
+			pe.Code == "57P02", // crash_shutdown
+			pe.Code == "57P03", // cannot_connect_now: starting up or recovering
+			pe.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var (
+		alert  tls.AlertError
+		verify *tls.CertificateVerificationError
+		ca     x509.UnknownAuthorityError
+		host   x509.HostnameError
+		cert   x509.CertificateInvalidError
+	)
+	if errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &ca) || errors.As(err, &host) || errors.As(err, &cert) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) ||
+		// connect_timeout's, one attempt's (New's own ctx is checked first)
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, pgconn.ErrConnClosed)
+}
 
 // transient reports whether err is the connection's fault rather than the
 // statement's: the server went away, restarted, is starting up or shutting
