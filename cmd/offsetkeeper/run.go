@@ -81,6 +81,14 @@ With --commit-mode after-write (default) a crash replays at most the block
 in flight (at-least-once; no duplicate in a file:// sink, which replaces a
 replayed block). every-batch commits before the write: at-most-once.
 
+A group records itself where it writes (file: DIR/.offsetkeeper-groups/TOPIC;
+PostgreSQL, ClickHouse: the table offsetkeeper_sink_groups), and its replicas
+advertise their --sink in etcd. A replica of another group on the same topic
+of the same directory or table exits 2, naming both groups (each would deliver
+every record once: duplicates to a plain reader); --allow-shared-sink lets it
+write there anyway. A replica whose --sink differs from its group's live
+replicas exits 2; --allow-sink-change moves a group to a new sink on purpose.
+
 SIGTERM or SIGINT stops gracefully: blocks in flight are finished and
 committed, claims released, the lease revoked; other replicas take over at
 once. Exit status 0.`,
