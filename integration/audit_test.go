@@ -86,7 +86,7 @@ type auditReport struct {
 // kind (kinds without any left out), for comparing with what was planted.
 func findings(p audit.Partition) map[string][]audit.Range {
 	out := map[string][]audit.Range{}
-	for kind, rs := range map[string]audit.Ranges{"missing": p.Missing, "duplicated": p.Duplicated, "in flight": p.InFlight,
+	for kind, rs := range map[string]audit.Ranges{"missing": p.Missing, "duplicated": p.Duplicated, "mismatched": p.Mismatched, "in flight": p.InFlight,
 		"beyond": p.BeyondCommit, "aborted": p.Aborted, "unverifiable": p.Unverifiable} {
 		if rs.Count > 0 {
 			out[kind] = rs.Ranges
@@ -323,8 +323,14 @@ func TestAuditPostgresRaw(t *testing.T) {
 			t.Errorf("raw table checks %+v, want missing and no duplicates", rep.Capabilities)
 		}
 
+		if c, n := rep.Compared(); c != 40 || n != 0 || !rep.Capabilities.Records {
+			t.Errorf("compared %d, not compared %d (records checked: %v); want 40, 0, true", c, n, rep.Capabilities.Records)
+		}
+
 		ins := `INSERT INTO raw_events (topic, partition, "offset", value_bytes, "timestamp", headers) VALUES ($1, $2, $3, '\x00', now(), '[]')`
 		pg.Exec(t, `DELETE FROM raw_events WHERE partition = 0 AND "offset" = 5`)
+		// A row whose value is not the record's: another run's, say.
+		pg.Exec(t, `UPDATE raw_events SET value_bytes = '\x7b7d' WHERE partition = 1 AND "offset" = 3`)
 		pg.Exec(t, ins, e.topic, 0, 10)
 		pg.Exec(t, ins, e.topic, 0, ends[0]+4)
 		// Partition 1: the sink committed a block etcd has not yet.
@@ -337,7 +343,7 @@ func TestAuditPostgresRaw(t *testing.T) {
 		}
 		checkFindings(t, rep, e.topic, map[int]map[string][]audit.Range{
 			0: {"missing": {rg(5, 6)}, "aborted": {rg(10, 11)}, "beyond": {rg(27, 28)}},
-			1: {"in flight": {rg(20, 21)}},
+			1: {"mismatched": {rg(3, 4)}, "in flight": {rg(20, 21)}},
 		})
 
 		code, out, _ = e.auditCLI(e.group, "--sink", pg.URL()+"&table=nosuch")
@@ -361,6 +367,12 @@ func TestAuditPostgresColumns(t *testing.T) {
 		code, out, rep := e.auditCLI(e.group, "--sink", url)
 		if code != 0 || rep == nil || !rep.Clean {
 			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
+		// A columns table holds fields of the values: the records are not
+		// compared, and the report says so rather than count them as
+		// matched.
+		if c, n := rep.Compared(); c != 0 || n != 40 || rep.Capabilities.Records || !strings.Contains(rep.Capabilities.RecordsNote, "columns table") {
+			t.Errorf("compared %d, not compared %d, capabilities %+v; want 0, 40, records not compared and why", c, n, rep.Capabilities)
 		}
 
 		ins := `INSERT INTO ev (kafka_topic, kafka_partition, kafka_offset) VALUES ($1, $2, $3)`
@@ -444,6 +456,11 @@ func TestAuditClickHouse(t *testing.T) {
 		code, out, rep := e.auditCLI(e.group, "--sink", url)
 		if code != 0 || rep == nil || !rep.Clean {
 			t.Fatalf("audit of a clean table: exit %d, want 0 and clean:\n%s", code, out)
+		}
+		// The ClickHouse reader reads offsets: no record is compared, and
+		// the report says so.
+		if c, n := rep.Compared(); c != 0 || n != 40 || rep.Capabilities.Records || rep.Capabilities.RecordsNote == "" {
+			t.Errorf("compared %d, not compared %d, capabilities %+v; want 0, 40, records not compared and why", c, n, rep.Capabilities)
 		}
 
 		ch.Exec(t, `ALTER TABLE events DELETE WHERE kafka_partition = 1 AND kafka_offset = 7 SETTINGS mutations_sync = 1`)

@@ -34,15 +34,22 @@ func newAuditCommand() *cobra.Command {
 	o := &auditOptions{}
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Check a sink against Kafka and etcd: records missing, held twice, not committed, aborted",
-		Long: `Compare, per partition of the group's topics, the offsets the sink holds with
-the records Kafka delivers (read_committed: aborted records and transaction
+		Short: "Check a sink against Kafka and etcd: records missing, held twice, not Kafka's, not committed, aborted",
+		Long: `Compare, per partition of the group's topics, what the sink holds with the
+records Kafka delivers (read_committed: aborted records and transaction
 markers never are) from the log start up to the group's committed offset in
-etcd. Findings, as offset ranges:
+etcd: each offset, and where the sink keeps the record as Kafka had it, the
+record itself, by a checksum of its key, value and timestamp. Findings, as
+offset ranges:
 
   MISSING        delivered records below the committed offset that the sink
                  does not hold: lost
   DUPLICATED     offsets the sink holds more than once
+  MISMATCHED     offsets whose record in the sink is not the one Kafka holds
+                 there (another key, value or timestamp): a record of another
+                 run, or of the topic before it was deleted and created
+                 again, where this group's record should be; "n/a" where the
+                 sink keeps no record to compare (the report says why)
   NOT-COMMITTED  offsets the sink holds at or beyond the committed offset:
                  "in flight" inside the partition's intent in etcd (a block
                  being written, or a crash before its commit) or, for a
@@ -63,24 +70,31 @@ What each sink can be audited for:
                  From order, each up to the From of the next (a later block
                  supersedes the offsets from its From onward), so held
                  twice means an offset on two lines that reading keeps (a
-                 line repeated within a block's file)
+                 line repeated within a block's file). Records decoded
+                 through a Schema Registry are not compared (their lines
+                 hold the decoded JSON, not Kafka's bytes)
   postgres://…?mode=raw
                  everything but duplicates: the table's primary key is
-                 (topic, partition, "offset"), so none can exist
+                 (topic, partition, "offset"), so none can exist; records
+                 compared by key, value_bytes and timestamp
   postgres://…?mode=columns
-                 everything, from the table's kafka_offset column (required;
-                 kafka_topic and kafka_partition, when there, tell topics and
-                 partitions apart, else audit one partition with --topic T:P)
-                 with the dead-letter table's offsets counted as held
+                 everything but mismatched records (the table holds fields of
+                 the value, not the record), from the table's kafka_offset
+                 column (required; kafka_topic and kafka_partition, when
+                 there, tell topics and partitions apart, else audit one
+                 partition with --topic T:P) with the dead-letter table's
+                 offsets counted as held
   postgres://…?mode=upsert
                  duplicates, not committed and aborted only: the table keeps
                  the last record of each key, so an older record's absence is
-                 not a loss and MISSING is not checked ("n/a")
+                 not a loss and MISSING is not checked ("n/a"), nor are
+                 records compared
   clickhouse://…?mode=raw|columns
-                 everything, from the table's kafka_offset column (raw tables
-                 have it; a columns table needs it), counted, with the
-                 dead-letter table's offsets as held; kafka_topic and
-                 kafka_partition as for postgres columns. Copies a
+                 everything but mismatched records (the ClickHouse reader
+                 reads offsets only), from the table's kafka_offset column
+                 (raw tables have it; a columns table needs it), counted,
+                 with the dead-letter table's offsets as held; kafka_topic
+                 and kafka_partition as for postgres columns. Copies a
                  deduplicating engine has not merged yet count as duplicated
   stdout:, discard:
                  cannot be audited (exit 2)
@@ -90,7 +104,8 @@ in offset order and merged; each finding lists at most its first 100 ranges
 per partition, with exact counts. A long audit prints its progress on stderr
 at most once a second; stdout holds the report only. --kafka-timeout bounds
 each exchange with Kafka (the partitions, the log bounds, each fetch), not the
-whole audit.
+whole audit. The report ends with how many records were compared, or why
+none were.
 
 A running group can be audited: each partition's offset and intent are read
 again just before its sink, so its blocks being written show as in flight.
@@ -195,6 +210,12 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		case errors.Is(err, audit.ErrSinkUnreadable):
 			return usage(fmt.Errorf("--sink %q: %w", shown, err))
 		}
+		if errors.Is(err, audit.ErrKafkaTimeout) {
+			// Name the knobs: a timeout alone does not say that the
+			// address may be the mistake.
+			return fmt.Errorf("audit group %s: %w (the brokers are --brokers or OFFSETKEEPER_BROKERS; each exchange waits --kafka-timeout, %s)",
+				o.admin.cluster.group, err, o.admin.kafkaTimeout)
+		}
 		return fmt.Errorf("audit group %s: %w", o.admin.cluster.group, err)
 	}
 	v := &auditView{rep: rep}
@@ -217,7 +238,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 type auditView struct{ rep *audit.Report }
 
 func (v *auditView) columns() []string {
-	return []string{"TOPIC", "PARTITION", "LOG-START", "COMMITTED", "HELD", "MISSING", "DUPLICATED", "NOT-COMMITTED", "ABORTED", "UNVERIFIABLE"}
+	return []string{"TOPIC", "PARTITION", "LOG-START", "COMMITTED", "HELD", "MISSING", "DUPLICATED", "MISMATCHED", "NOT-COMMITTED", "ABORTED", "UNVERIFIABLE"}
 }
 
 func (v *auditView) rows() [][]string {
@@ -227,8 +248,12 @@ func (v *auditView) rows() [][]string {
 		if !p.MissingChecked {
 			missing = "n/a"
 		}
+		mismatched := i64(p.Mismatched.Count)
+		if p.Compared == 0 && p.NotCompared > 0 {
+			mismatched = "n/a"
+		}
 		out = append(out, []string{p.Topic, strconv.Itoa(p.Partition), i64(p.LogStart), i64(p.Committed), i64(p.Held),
-			missing, i64(p.Duplicated.Count), i64(p.InFlight.Count + p.BeyondCommit.Count), i64(p.Aborted.Count), i64(p.Unverifiable.Count)})
+			missing, i64(p.Duplicated.Count), mismatched, i64(p.InFlight.Count + p.BeyondCommit.Count), i64(p.Aborted.Count), i64(p.Unverifiable.Count)})
 	}
 	return out
 }
@@ -250,7 +275,7 @@ func (v *auditView) printFindings(w io.Writer) error {
 			kind string
 			rs   audit.Ranges
 		}{
-			{"missing", p.Missing}, {"duplicated", p.Duplicated}, {"not committed (in flight)", p.InFlight},
+			{"missing", p.Missing}, {"duplicated", p.Duplicated}, {"mismatched", p.Mismatched}, {"not committed (in flight)", p.InFlight},
 			{"not committed (beyond the commit)", p.BeyondCommit}, {"aborted", p.Aborted}, {"unverifiable", p.Unverifiable},
 		} {
 			if f.rs.Count == 0 {
@@ -277,19 +302,21 @@ func (v *auditView) printFindings(w io.Writer) error {
 	return err
 }
 
-// summary is one line: clean, or the count of each finding.
+// summary is one line: clean, or the count of each finding, then how
+// many records were compared, or why none were.
 func (v *auditView) summary() string {
-	var missing, dup, copies, flight, beyond, aborted, unverifiable int64
+	var missing, dup, copies, mismatched, flight, beyond, aborted, unverifiable int64
 	for _, p := range v.rep.Partitions {
 		missing += p.Missing.Count
 		dup += p.Duplicated.Count
 		copies += p.Copies
+		mismatched += p.Mismatched.Count
 		flight += p.InFlight.Count
 		beyond += p.BeyondCommit.Count
 		aborted += p.Aborted.Count
 		unverifiable += p.Unverifiable.Count
 	}
-	var notes []string
+	notes := []string{comparedNote(v.rep)}
 	if flight > 0 && v.rep.Clean() {
 		notes = append(notes, fmt.Sprintf("%d offsets in flight (not findings)", flight))
 	}
@@ -301,6 +328,9 @@ func (v *auditView) summary() string {
 	}
 	if !v.rep.Capabilities.Duplicates {
 		notes = append(notes, "no duplicates possible (keyed by offset)")
+	}
+	if n := v.rep.DeadLetters(); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d offsets held in the dead-letter table", n))
 	}
 	note := ""
 	if len(notes) > 0 {
@@ -316,6 +346,9 @@ func (v *auditView) summary() string {
 	if dup > 0 {
 		found = append(found, fmt.Sprintf("%d duplicated (%d extra copies)", dup, copies))
 	}
+	if mismatched > 0 {
+		found = append(found, fmt.Sprintf("%d mismatched (held, but not the record Kafka holds there)", mismatched))
+	}
 	if flight+beyond > 0 {
 		found = append(found, fmt.Sprintf("%d not committed (%d in flight, %d beyond the commit)", flight+beyond, flight, beyond))
 	}
@@ -323,4 +356,20 @@ func (v *auditView) summary() string {
 		found = append(found, fmt.Sprintf("%d aborted", aborted))
 	}
 	return strings.Join(found, ", ") + note
+}
+
+// comparedNote says how many records were compared with Kafka's, and which
+// were not and why: an audit that checked offsets alone must not read as
+// one that checked the records.
+func comparedNote(rep *audit.Report) string {
+	compared, not := rep.Compared()
+	why := rep.Capabilities.RecordsNote
+	switch {
+	case not == 0:
+		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp)", compared)
+	case compared == 0:
+		return fmt.Sprintf("records not compared, only their offsets: %s", why)
+	default:
+		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp), %d not: %s", compared, not, why)
+	}
 }

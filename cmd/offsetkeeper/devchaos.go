@@ -6,11 +6,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
@@ -72,10 +77,14 @@ func parseFaults(s string) ([]string, error) {
 // devChaos injects dev's faults. Faults are dealt from a deck: a seeded
 // shuffle of the enabled kinds, dealt one per tick and shuffled again when
 // empty, so that every kind comes up in every round and --seed repeats the
-// order. A fault that cannot run now (a second etcd leader down, a second
-// replica held) waits in the deck for a later tick. Faults that last (zombie,
-// leader, etcd-cut, kafka-cut, drain) are undone by a goroutine of their
-// own, which finish ends early and waits for.
+// order. A fault that cannot run now (a second etcd leader down, every
+// replica held) waits in the deck for a later tick; a tick where none can
+// is a skipped slot, printed and counted. Faults that last (zombie, leader,
+// etcd-cut, kafka-cut, drain) are undone by a goroutine of their own, which
+// finish ends early and waits for. A lasting fault holds one replica, and a
+// replica one lasting fault at a time, so that faults of different
+// replicas overlap: one replica at a time would leave slots with nothing
+// to deal while a zombie's pause (twice the TTL) runs.
 type devChaos struct {
 	faults []string
 	rng    *rand.Rand
@@ -86,15 +95,19 @@ type devChaos struct {
 	ttl    time.Duration
 	out    io.Writer
 	start  time.Time
+	// expect is told which replicas each fault touches, so that their
+	// warnings read as the fault's (nil: not told).
+	expect *devExpect
 
 	deck   []string
 	stop   chan struct{} // closed by finish: undo every fault now
 	undone sync.WaitGroup
 
 	mu         sync.Mutex
-	history    []string       // faults in order, as printed
-	counts     map[string]int // faults done, by kind
-	held       string         // replica under a lasting fault, or ""
+	history    []string        // faults in order, as printed
+	counts     map[string]int  // faults done, by kind
+	skipped    int             // ticks where no fault could run
+	held       map[string]bool // replicas under a lasting fault
 	leaderDown bool
 }
 
@@ -106,6 +119,7 @@ func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *devEtcd, c
 		start:  time.Now(),
 		stop:   make(chan struct{}),
 		counts: map[string]int{},
+		held:   map[string]bool{},
 	}
 }
 
@@ -132,6 +146,10 @@ func (c *devChaos) tick(ctx context.Context) error {
 		fmt.Fprintln(c.out, "fault "+line)
 		return nil
 	}
+	c.mu.Lock()
+	c.skipped++
+	c.mu.Unlock()
+	fmt.Fprintf(c.out, "fault %6.1fs skipped: none of %s can run now\n", time.Since(c.start).Seconds(), strings.Join(c.deck, ", "))
 	return nil
 }
 
@@ -145,30 +163,32 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 			return "", false, nil
 		}
 		id := d.r.ID()
+		end := c.expect.begin(id, "kill "+id)
 		c.fleet.crash(i)
+		end()
 		if err := c.fleet.start(ctx); err != nil {
 			return "", false, err
 		}
 		return id, true, nil
 	case faultZombie:
-		return c.hold(2*c.ttl, func(d *devReplica) (func(), string) {
+		return c.hold(f, 2*c.ttl, func(d *devReplica) (func(), string) {
 			d.pause(c.ttl)
 			return d.resume, "paused"
 		})
 	case faultEtcdCut:
 		// Past the lease, so that the replica loses it; shorter than a
 		// zombie's pause, to leave the other faults time.
-		return c.hold(c.ttl*3/2, func(d *devReplica) (func(), string) {
+		return c.hold(f, c.ttl*3/2, func(d *devReplica) (func(), string) {
 			n := c.fleet.cutEtcd(d, true)
 			return func() { c.fleet.cutEtcd(d, false) }, fmt.Sprintf("%d connections cut", n)
 		})
 	case faultKafkaCut:
-		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
+		return c.hold(f, c.ttl, func(d *devReplica) (func(), string) {
 			n := d.kafka.cut()
 			return d.kafka.restore, fmt.Sprintf("%d connections cut", n)
 		})
 	case faultDrain:
-		return c.hold(c.ttl, func(d *devReplica) (func(), string) {
+		return c.hold(f, c.ttl, func(d *devReplica) (func(), string) {
 			id := d.r.ID()
 			if err := c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, true) }); err != nil {
 				return nil, ""
@@ -191,13 +211,13 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 // pick is a random running replica not under a lasting fault.
 func (c *devChaos) pick() (int, *devReplica) {
 	c.mu.Lock()
-	held := c.held
+	held := maps.Clone(c.held)
 	c.mu.Unlock()
 	c.fleet.mu.Lock()
 	defer c.fleet.mu.Unlock()
 	var free []int
 	for i, d := range c.fleet.running {
-		if d.r.ID() != held {
+		if !held[d.r.ID()] {
 			free = append(free, i)
 		}
 	}
@@ -208,32 +228,29 @@ func (c *devChaos) pick() (int, *devReplica) {
 	return i, c.fleet.running[i]
 }
 
-// hold runs a lasting fault on one replica, one replica at a time: do
-// starts it and returns its undo (nil: it did not start), run after d or at
-// finish, and a note for the fault's line.
-func (c *devChaos) hold(d time.Duration, do func(*devReplica) (func(), string)) (string, bool, error) {
-	c.mu.Lock()
-	busy := c.held != ""
-	c.mu.Unlock()
-	if busy {
-		return "", false, nil
-	}
+// hold runs lasting fault f on a replica under no other: do starts it
+// and returns its undo (nil: it did not start), run after d or at finish,
+// and a note for the fault's line.
+func (c *devChaos) hold(f string, d time.Duration, do func(*devReplica) (func(), string)) (string, bool, error) {
 	_, r := c.pick()
 	if r == nil {
 		return "", false, nil
 	}
+	id := r.r.ID()
+	end := c.expect.begin(id, f+" "+id)
 	undo, note := do(r)
 	if undo == nil {
+		end()
 		return "", false, nil
 	}
-	id := r.r.ID()
 	c.mu.Lock()
-	c.held = id
+	c.held[id] = true
 	c.mu.Unlock()
 	c.later(d, func() {
 		undo()
+		end()
 		c.mu.Lock()
-		c.held = ""
+		delete(c.held, id)
 		c.mu.Unlock()
 	})
 	return fmt.Sprintf("%s for %s (%s)", id, d, note), true, nil
@@ -271,9 +288,12 @@ func (c *devChaos) stopLeader() (string, bool, error) {
 	c.mu.Lock()
 	c.leaderDown = true
 	c.mu.Unlock()
+	// Every replica talks to the leader: each may see its requests fail.
+	end := c.expect.begin(devEveryReplica, fmt.Sprintf("leader (etcd member %d)", l))
 	c.fleet.memberDown(l)
 	c.etcd.stop(l)
 	c.later(c.ttl, func() {
+		defer end()
 		ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
 		defer cancel()
 		if err := c.etcd.restart(ctx, l); err != nil {
@@ -394,7 +414,8 @@ func (c *devChaos) finish() {
 	c.undone.Wait()
 }
 
-// summary is the count of each enabled fault: "kill=2 zombie=1 ...".
+// summary is the count of each enabled fault, and of the slots skipped:
+// "kill=2 zombie=1 ... skipped=0".
 func (c *devChaos) summary() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -404,6 +425,7 @@ func (c *devChaos) summary() string {
 			parts = append(parts, fmt.Sprintf("%s=%d", f, c.counts[f]))
 		}
 	}
+	parts = append(parts, fmt.Sprintf("skipped=%d", c.skipped))
 	return strings.Join(parts, " ")
 }
 
@@ -412,4 +434,126 @@ func (c *devChaos) faultsInOrder() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.history)
+}
+
+// devEveryReplica stands for every replica in devExpect's windows.
+const devEveryReplica = "*"
+
+// devExpect tells whether a replica's warning or error is the expected
+// work of a fault dev injected itself: a paused replica loses its session,
+// one cut off from etcd fails its commits. Each fault opens a window on
+// the replica it touches (every replica for the etcd leader's crash), from
+// its start until settle after it is undone, since the consequences (a
+// lost session found on resume, a rejoin) come after the undo. Entries in
+// a window are logged at INFO, with "expected" naming the fault, and
+// counted; the others keep WARN or ERROR, and are counted too. A nil
+// devExpect opens no window.
+type devExpect struct {
+	settle time.Duration
+
+	mu      sync.Mutex
+	windows map[string]*devWindow // by replica id, or devEveryReplica
+
+	expected, unexpected atomic.Int64
+}
+
+// devWindow is one replica's: the faults on it not undone yet, and the
+// end of the settling after the last undo.
+type devWindow struct {
+	fault string
+	open  int
+	until time.Time
+}
+
+func newDevExpect(settle time.Duration) *devExpect {
+	return &devExpect{settle: settle, windows: map[string]*devWindow{}}
+}
+
+// begin opens a window on replica id for fault; end closes it, settle
+// later.
+func (e *devExpect) begin(id, fault string) (end func()) {
+	if e == nil {
+		return func() {}
+	}
+	e.mu.Lock()
+	w := e.windows[id]
+	if w == nil {
+		w = &devWindow{}
+		e.windows[id] = w
+	}
+	w.open++
+	w.fault = fault
+	e.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			w.open--
+			w.until = time.Now().Add(e.settle)
+		})
+	}
+}
+
+// during names the fault whose window replica id is in, if any.
+func (e *devExpect) during(id string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	for _, k := range []string{id, devEveryReplica} {
+		if w := e.windows[k]; w != nil && (w.open > 0 || now.Before(w.until)) {
+			return w.fault, true
+		}
+	}
+	return "", false
+}
+
+// String is the logs: line of the report.
+func (e *devExpect) String() string {
+	return fmt.Sprintf("%d warnings and errors of replicas under a fault dev injected, expected: logged at INFO with \"expected\" (--log-level info shows them); %d others, logged as they came",
+		e.expected.Load(), e.unexpected.Load())
+}
+
+// logger is log for replica id: its warnings and errors in a window of id
+// are logged at INFO.
+func (e *devExpect) logger(log *zap.Logger, id string) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &devExpectCore{Core: c, id: id, e: e} }))
+}
+
+// devExpectCore is devExpect's zap core for one replica.
+type devExpectCore struct {
+	zapcore.Core
+	id string
+	e  *devExpect
+}
+
+func (c *devExpectCore) With(fields []zapcore.Field) zapcore.Core {
+	return &devExpectCore{Core: c.Core.With(fields), id: c.id, e: c.e}
+}
+
+func (c *devExpectCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if ent.Level != zapcore.WarnLevel && ent.Level != zapcore.ErrorLevel {
+		return c.Core.Check(ent, ce)
+	}
+	fault, ok := c.e.during(c.id)
+	if !ok {
+		c.e.unexpected.Add(1)
+		return c.Core.Check(ent, ce)
+	}
+	c.e.expected.Add(1)
+	ent.Level = zapcore.InfoLevel
+	if !c.Core.Enabled(ent.Level) {
+		return ce
+	}
+	return ce.AddCore(ent, devNoteCore{Core: c.Core, fault: fault})
+}
+
+// devNoteCore writes an entry with the fault that made it expected.
+type devNoteCore struct {
+	zapcore.Core
+	fault string
+}
+
+func (c devNoteCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	return c.Core.Write(ent, append(fields, zap.String("expected", c.fault)))
 }

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 )
 
@@ -48,6 +51,23 @@ func TestVerdictFailure(t *testing.T) {
 	v.note("t", 2, 3, 0)
 	if got, want := v.failure(false), "2 records lost, the first t/1 at offset 7"; got != want {
 		t.Errorf("lost: failure %q, want %q", got, want)
+	}
+
+	// Without losses: records not Kafka's come first, then dead letters.
+	w := verdict{delivered: 10, compared: 10, mismatched: 2, firstMismatch: "t/0 at offset 4", deadLetters: 3, deadWhere: " dl"}
+	if got, want := w.failure(false), "2 records in the sink are not the ones Kafka holds at their offsets (another run's, or of another topic of the same name), the first t/0 at offset 4"; got != want {
+		t.Errorf("mismatched: failure %q, want %q", got, want)
+	}
+	w.mismatched = 0
+	if got, want := w.failure(false), "3 records went to the dead-letter table dl: the sink refused them, though each is a JSON object"; got != want {
+		t.Errorf("dead letters: failure %q, want %q", got, want)
+	}
+	if got, want := w.line(10), "produced=10 delivered=10 lost=0 duplicates=0 mismatched=0 dead_letters=3"; got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	w.compared = 0
+	if got, want := w.line(10), "produced=10 delivered=10 lost=0 duplicates=0 mismatched=n/a dead_letters=3"; got != want {
+		t.Errorf("line with nothing compared %q, want %q", got, want)
 	}
 }
 
@@ -143,25 +163,87 @@ func TestDevProxy(t *testing.T) {
 }
 
 // TestAuditVerdict: dev's verdict line counts what the audit found: its
-// missing records and extra copies, and records produced past a
-// partition's committed offset as lost; it names the first of each.
+// missing records, extra copies and records not Kafka's, and records
+// produced past a partition's committed offset as lost; it names the first
+// of each.
 func TestAuditVerdict(t *testing.T) {
 	rep := &audit.Report{Partitions: []audit.Partition{
-		{Topic: "events", Partition: 0, Committed: 100, Delivered: 100},
-		{Topic: "events", Partition: 1, Committed: 100, Delivered: 100,
+		{Topic: "events", Partition: 0, Committed: 100, Delivered: 100, Compared: 100},
+		{Topic: "events", Partition: 1, Committed: 100, Delivered: 100, Compared: 97,
 			Missing:    audit.Ranges{Count: 3, Ranges: []audit.Range{{From: 7, Next: 10}}},
-			Duplicated: audit.Ranges{Count: 2, Ranges: []audit.Range{{From: 20, Next: 22}}}, Copies: 2},
-		{Topic: "events", Partition: 2, Committed: 90, Delivered: 90},
+			Duplicated: audit.Ranges{Count: 2, Ranges: []audit.Range{{From: 20, Next: 22}}}, Copies: 2,
+			Mismatched: audit.Ranges{Count: 5, Ranges: []audit.Range{{From: 30, Next: 35}}}},
+		{Topic: "events", Partition: 2, Committed: 90, Delivered: 90, Compared: 90},
 	}}
 	v := auditVerdict(rep, map[int]int64{0: 100, 1: 100, 2: 100})
-	if v.lost != 13 || v.duplicates != 2 || v.delivered != 287 {
-		t.Fatalf("lost %d, duplicates %d, delivered %d: want 13, 2, 287", v.lost, v.duplicates, v.delivered)
+	if v.lost != 13 || v.duplicates != 2 || v.delivered != 287 || v.compared != 287 || v.mismatched != 5 {
+		t.Fatalf("lost %d, duplicates %d, delivered %d, compared %d, mismatched %d: want 13, 2, 287, 287, 5",
+			v.lost, v.duplicates, v.delivered, v.compared, v.mismatched)
 	}
-	if v.firstLost != "events/1 at offset 7" || v.firstDuplicate != "events/1 at offset 20" {
-		t.Fatalf("first lost %q, first duplicate %q", v.firstLost, v.firstDuplicate)
+	if v.firstLost != "events/1 at offset 7" || v.firstDuplicate != "events/1 at offset 20" || v.firstMismatch != "events/1 at offset 30" {
+		t.Fatalf("first lost %q, first duplicate %q, first mismatch %q", v.firstLost, v.firstDuplicate, v.firstMismatch)
 	}
 	clean := auditVerdict(&audit.Report{Partitions: rep.Partitions[:1]}, map[int]int64{0: 100})
 	if clean.lost != 0 || clean.duplicates != 0 || clean.failure(true) != "" {
 		t.Fatalf("a clean report gives %+v", clean)
 	}
+}
+
+// TestDevExpect: a replica's warnings and errors while a fault dev
+// injected touches it, and for the settling time after it is undone, are
+// logged at INFO naming the fault, and counted as expected; the others
+// keep their level and are counted as not. A window on every replica (the
+// etcd leader's crash) covers them all.
+func TestDevExpect(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	e := newDevExpect(time.Hour)
+	base := zap.New(core)
+	a, b := e.logger(base, "dev-1").With(zap.String("replica", "dev-1")), e.logger(base, "dev-2")
+
+	a.Warn("before")
+	end := e.begin("dev-1", "zombie dev-1")
+	a.Warn("during")
+	a.Error("during, an error")
+	a.Info("info stays info")
+	b.Warn("another replica")
+	end()
+	a.Warn("settling")
+	endAll := e.begin(devEveryReplica, "leader (etcd member 0)")
+	b.Warn("every replica")
+	endAll()
+
+	type line struct {
+		msg, level, expected string
+	}
+	var got []line
+	for _, en := range logs.All() {
+		exp, _ := en.ContextMap()["expected"].(string)
+		got = append(got, line{en.Message, en.Level.String(), exp})
+	}
+	want := []line{
+		{"before", "warn", ""},
+		{"during", "info", "zombie dev-1"},
+		{"during, an error", "info", "zombie dev-1"},
+		{"info stays info", "info", ""},
+		{"another replica", "warn", ""},
+		{"settling", "info", "zombie dev-1"},
+		{"every replica", "info", "leader (etcd member 0)"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("logged:\n%v\nwant:\n%v", got, want)
+	}
+	if e.expected.Load() != 4 || e.unexpected.Load() != 2 {
+		t.Fatalf("expected %d, unexpected %d; want 4, 2", e.expected.Load(), e.unexpected.Load())
+	}
+
+	// Once the settling is over, a warning is a warning again.
+	short := newDevExpect(0)
+	c := short.logger(base, "dev-3")
+	short.begin("dev-3", "kill dev-3")()
+	c.Warn("after")
+	if en := logs.All()[len(logs.All())-1]; en.Message != "after" || en.Level != zap.WarnLevel {
+		t.Fatalf("after the window: %s at %s, want a warning", en.Message, en.Level)
+	}
+	var none *devExpect
+	none.begin("dev-1", "kill")() // no chaos: nothing to tell
 }

@@ -1,10 +1,11 @@
 // Package audit compares what a sink holds with what Kafka delivered and
 // etcd committed, per partition: records missing, held twice, held but not
-// committed, held but not delivered (aborted), and what retention made
-// unverifiable. The core is Merge, a pure merge of two rising offset
-// streams that keeps its findings as ranges, so memory is bounded by the
-// ranges listed, not by the records; Run wires it to etcd, Kafka and a
-// sink URL.
+// committed, held but not delivered (aborted), held but not the record
+// Kafka holds at that offset (mismatched, by a checksum of key, value and
+// timestamp), and what retention made unverifiable. The core is Merge, a
+// pure merge of two rising offset streams that keeps its findings as
+// ranges, so memory is bounded by the ranges listed, not by the records;
+// Run wires it to etcd, Kafka and a sink URL.
 package audit
 
 import (
@@ -12,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -40,7 +42,24 @@ var (
 	// ErrSinkUnreadable: the sink URL can be audited but not this one (a
 	// missing directory or table, a table without kafka_offset).
 	ErrSinkUnreadable = errors.New("sink cannot be read")
+	// ErrKafkaTimeout: Kafka did not answer one exchange within
+	// Config.KafkaTimeout; the error names the brokers asked.
+	ErrKafkaTimeout = errors.New("kafka did not answer in time")
 )
+
+// kafkaTimeout is err of an exchange with Kafka bounded by xctx, as
+// ErrKafkaTimeout naming the brokers when it timed out: xctx's own
+// deadline (not ctx, the whole audit's), or a dial or read that the same
+// timeout bounds. A timeout that names no broker leaves the reader to
+// guess which address was wrong.
+func kafkaTimeout(ctx, xctx context.Context, brokers []string, d time.Duration, err error) error {
+	var ne net.Error
+	timedOut := xctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+	if err == nil || ctx.Err() != nil || !timedOut {
+		return err
+	}
+	return fmt.Errorf("%w: brokers %s, within %s: %w", ErrKafkaTimeout, strings.Join(brokers, ","), d, err)
+}
 
 // TopicPartition names one partition.
 type TopicPartition = kafka.TopicPartition
@@ -53,6 +72,13 @@ type Capabilities struct {
 	// Duplicates: the sink can hold an offset twice (not so in a table
 	// keyed by offset: the audit then finds none, by construction).
 	Duplicates bool `json:"duplicates"`
+	// Records: the sink keeps each record's key, value and timestamp as
+	// Kafka had them, so the record held at each offset is compared with
+	// Kafka's (Partition.Compared). RecordsNote says why records are not
+	// compared when Records is false, and which are not when it is true
+	// (records decoded through a Schema Registry, in a file sink).
+	Records     bool   `json:"records"`
+	RecordsNote string `json:"records_note,omitempty"`
 }
 
 // Sink is a sink as the audit reads it.
@@ -165,6 +191,35 @@ func (r *Report) Lost() int64 {
 	return n
 }
 
+// Mismatched counts the offsets whose record in the sink is not Kafka's.
+func (r *Report) Mismatched() int64 {
+	var n int64
+	for _, p := range r.Partitions {
+		n += p.Mismatched.Count
+	}
+	return n
+}
+
+// Compared counts the records compared with Kafka's, and NotCompared
+// those held and delivered that were not (the sink keeps no comparable
+// copy).
+func (r *Report) Compared() (compared, notCompared int64) {
+	for _, p := range r.Partitions {
+		compared += p.Compared
+		notCompared += p.NotCompared
+	}
+	return compared, notCompared
+}
+
+// DeadLetters counts the offsets held in the sink's dead-letter table.
+func (r *Report) DeadLetters() int64 {
+	var n int64
+	for _, p := range r.Partitions {
+		n += p.DeadLetters
+	}
+	return n
+}
+
 // Duplicates counts the copies the sink holds beyond the first of each
 // offset.
 func (r *Report) Duplicates() int64 {
@@ -206,6 +261,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cons.Close()
 	pctx, cancel := kafkaContext(ctx, cfg.KafkaTimeout)
 	parts, err := scope(pctx, kcfg, cfg.Group, topics, cfg.Scope)
+	err = kafkaTimeout(ctx, pctx, kcfg.Brokers, cfg.KafkaTimeout, err)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -242,6 +298,7 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	}
 	bctx, cancel := kafkaContext(ctx, cfg.KafkaTimeout)
 	start, end, err := cur.Bounds(bctx)
+	err = kafkaTimeout(ctx, bctx, cfg.Kafka.Brokers, cfg.KafkaTimeout, err)
 	cancel()
 	if err != nil {
 		_ = cur.Close()
@@ -268,9 +325,10 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	}
 	// Kafka cannot deliver past its log end: a commit beyond it (a
 	// topic recreated) leaves those offsets undelivered.
-	delivered := newDeliveredStream(cur, start, min(b.Committed, end))
+	delivered := newDeliveredStream(cur, start, min(b.Committed, end), caps.Records)
 	if cfg.KafkaTimeout > 0 {
 		delivered.timeout = cfg.KafkaTimeout + cfg.Kafka.WithDefaults().MaxWait
+		delivered.brokers = cfg.Kafka.Brokers
 	}
 	defer delivered.Close()
 	held, err := cfg.Sink.Offsets(ctx, tp.Topic, tp.Partition)

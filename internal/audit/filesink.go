@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,10 +14,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 
-// fileSink reads the offsets of a file:// sink's directory as
-// file.ReadAll reads its records: block files in From order, each only up
+// fileSink reads the records of a file:// sink's directory as
+// file.ReadAll reads them: block files in From order, each only up
 // to the From of the next (a later block supersedes the offsets from its
 // From onward), temporary files ignored. An offset on two lines that this
 // reading keeps (a line copied within a block's file) is held twice.
@@ -37,7 +38,10 @@ func openFileSink(dir string) (*fileSink, error) {
 
 func (s *fileSink) Describe() string { return "file://" + s.dir }
 
-func (s *fileSink) Capabilities() Capabilities { return Capabilities{Missing: true, Duplicates: true} }
+func (s *fileSink) Capabilities() Capabilities {
+	return Capabilities{Missing: true, Duplicates: true, Records: true,
+		RecordsNote: "records decoded through a Schema Registry are not compared: their lines hold the decoded JSON, not Kafka's bytes"}
+}
 
 // SinkNext: the file sink records no offsets of its own (etcd's intents
 // say what is in flight).
@@ -89,25 +93,34 @@ func parseBlockName(name string) (from, next int64, ok bool) {
 	return f, n, true
 }
 
-// fileStream yields the offsets of one partition's files. It holds one
-// file's offsets at a time, sorted: a block's, at most the replica's
-// --max-block-rows.
+// fileStream yields the offsets of one partition's files, each record
+// summed. It holds one file's entries at a time, sorted: a block's, at most
+// the replica's --max-block-rows.
 type fileStream struct {
 	topic     string
 	partition int
 	files     []blockFile
 	fi        int
-	offs      []int64
+	lines     []fileLine
 	i         int
 }
 
-func (s *fileStream) Next(ctx context.Context) (int64, int64, bool, error) {
-	for s.i >= len(s.offs) {
+// fileLine is what the audit keeps of a line: its offset and its record's
+// sum, unless the record was decoded through a Schema Registry (the line
+// then holds its JSON, not Kafka's bytes).
+type fileLine struct {
+	off    int64
+	sum    Sum
+	summed bool
+}
+
+func (s *fileStream) Next(ctx context.Context) (Entry, bool, error) {
+	for s.i >= len(s.lines) {
 		if s.fi >= len(s.files) {
-			return 0, 0, false, nil
+			return Entry{}, false, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, 0, false, err
+			return Entry{}, false, err
 		}
 		f := s.files[s.fi]
 		s.fi++
@@ -118,48 +131,54 @@ func (s *fileStream) Next(ctx context.Context) (int64, int64, bool, error) {
 		if limit <= f.from {
 			continue // superseded by a block with the same From
 		}
-		offs, err := s.readFile(f, limit)
+		lines, err := s.readFile(f, limit)
 		if err != nil {
-			return 0, 0, false, err
+			return Entry{}, false, err
 		}
-		s.offs, s.i = offs, 0
+		s.lines, s.i = lines, 0
 	}
-	off, n := s.offs[s.i], int64(0)
-	for s.i < len(s.offs) && s.offs[s.i] == off {
+	first := s.lines[s.i]
+	e := Entry{Offset: first.off, Sum: first.sum, Summed: true}
+	for s.i < len(s.lines) && s.lines[s.i].off == first.off {
+		l := s.lines[s.i]
+		e.Copies++
+		e.Summed = e.Summed && l.summed
+		e.Mixed = e.Mixed || l.sum != first.sum
 		s.i++
-		n++
 	}
-	return off, n, true, nil
+	return e, true, nil
 }
 
-// readFile returns the offsets of f's lines below limit, sorted.
-func (s *fileStream) readFile(f blockFile, limit int64) ([]int64, error) {
+// readFile returns the lines of f below limit, sorted by offset (in file
+// order within an offset).
+func (s *fileStream) readFile(f blockFile, limit int64) ([]fileLine, error) {
 	fh, err := os.Open(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", f.path, err)
 	}
 	defer fh.Close()
-	offs := s.offs[:0]
+	lines := s.lines[:0]
 	br := bufio.NewReader(fh)
 	for n := 1; ; n++ {
 		line, rerr := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			var l struct {
-				Topic     string `json:"topic"`
-				Partition *int   `json:"partition"`
-				Offset    *int64 `json:"offset"`
+			l, err := file.ParseLine(line)
+			if err != nil {
+				return nil, fmt.Errorf("read %s line %d: not a record's line: %w", f.path, n, err)
 			}
-			if err := json.Unmarshal(line, &l); err != nil || l.Offset == nil || l.Partition == nil {
-				return nil, fmt.Errorf("read %s line %d: not a record's line (want topic, partition and offset): %v", f.path, n, err)
-			}
+			off := l.Record.Offset
 			switch {
-			case l.Topic != s.topic || *l.Partition != s.partition:
-				return nil, fmt.Errorf("read %s line %d: a line of %s/%d in the wrong place", f.path, n, l.Topic, *l.Partition)
-			case *l.Offset < f.from || *l.Offset >= f.next:
-				return nil, fmt.Errorf("read %s line %d: offset %d outside the block [%d, %d)", f.path, n, *l.Offset, f.from, f.next)
+			case l.Topic != s.topic || l.Partition != s.partition:
+				return nil, fmt.Errorf("read %s line %d: a line of %s/%d in the wrong place", f.path, n, l.Topic, l.Partition)
+			case off < f.from || off >= f.next:
+				return nil, fmt.Errorf("read %s line %d: offset %d outside the block [%d, %d)", f.path, n, off, f.from, f.next)
 			}
-			if *l.Offset < limit {
-				offs = append(offs, *l.Offset)
+			if off < limit {
+				fl := fileLine{off: off}
+				if l.Record.Decoded == nil {
+					fl.sum, fl.summed = RecordSum(&l.Record), true
+				}
+				lines = append(lines, fl)
 			}
 		}
 		if rerr == io.EOF {
@@ -169,8 +188,8 @@ func (s *fileStream) readFile(f blockFile, limit int64) ([]int64, error) {
 			return nil, fmt.Errorf("read %s: %w", f.path, rerr)
 		}
 	}
-	slices.Sort(offs)
-	return offs, nil
+	slices.SortStableFunc(lines, func(a, b fileLine) int { return cmp.Compare(a.off, b.off) })
+	return lines, nil
 }
 
 func (s *fileStream) Close() error { return nil }

@@ -44,14 +44,17 @@ func held(t *testing.T, dir string) [][2]int64 {
 	}
 	var out [][2]int64
 	for {
-		off, n, ok, err := st.Next(context.Background())
+		e, ok, err := st.Next(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ok {
 			return out
 		}
-		out = append(out, [2]int64{off, n})
+		if !e.Summed {
+			t.Fatalf("offset %d not summed", e.Offset)
+		}
+		out = append(out, [2]int64{e.Offset, e.Copies})
 	}
 }
 
@@ -88,7 +91,7 @@ func TestFileSinkRefusesLinesOutOfPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := st.Next(context.Background()); err == nil {
+	if _, _, err := st.Next(context.Background()); err == nil {
 		t.Fatal("a line outside its block's range: no error")
 	}
 }
@@ -107,5 +110,59 @@ func TestOpenSinkRefusals(t *testing.T) {
 		if _, err := OpenSink(ctx, tc.url, tc.url, "g"); !errors.Is(err, tc.want) {
 			t.Errorf("OpenSink(%q) = %v, want %v", tc.url, err, tc.want)
 		}
+	}
+}
+
+// TestFileSinkSumsRecords: each line's record is summed as Kafka's would
+// be (key, value, timestamp); two lines of one offset that differ are
+// mixed; a line decoded through a Schema Registry is not summed.
+func TestFileSinkSumsRecords(t *testing.T) {
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "t", "0")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	recs := []sinks.Record{
+		{Offset: 0, Key: []byte("k0"), Value: []byte(`{"a": 1}`), Time: time.UnixMilli(1000)},
+		{Offset: 1, Key: nil, Value: nil, Time: time.UnixMilli(2000)},
+		{Offset: 2, Key: []byte{}, Value: []byte{0xff, 0}, Time: time.UnixMilli(3000)},
+		{Offset: 2, Key: []byte{}, Value: []byte("other"), Time: time.UnixMilli(3000)},
+		{Offset: 3, Value: []byte(`{"decoded":true}`), Time: time.UnixMilli(4000),
+			Decoded: &sinks.Decoded{ValueSchema: &sinks.Schema{ID: 7}}},
+	}
+	var b []byte
+	for i := range recs {
+		b = file.AppendLine(b, "t", 0, &recs[i])
+	}
+	if err := os.WriteFile(filepath.Join(pdir, fmt.Sprintf("%020d-%020d.jsonl", 0, 4)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openFileSink(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Offsets(context.Background(), "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Entry
+	for {
+		e, ok, err := st.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, e)
+	}
+	want := []Entry{
+		{Offset: 0, Copies: 1, Sum: RecordSum(&recs[0]), Summed: true},
+		{Offset: 1, Copies: 1, Sum: RecordSum(&recs[1]), Summed: true},
+		{Offset: 2, Copies: 2, Sum: RecordSum(&recs[2]), Summed: true, Mixed: true},
+		{Offset: 3, Copies: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries:\n%+v\nwant:\n%+v", got, want)
 	}
 }

@@ -8,49 +8,61 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
-// deliveredStream is the offsets of the records a read_committed reader of
-// one partition is delivered from a position up to an end: aborted records
-// and transaction markers never come.
+// deliveredStream is the records a read_committed reader of one partition
+// is delivered from a position up to an end, as offsets and, with sums,
+// checksums: aborted records and transaction markers never come.
 type deliveredStream struct {
-	cur  *kafka.Cursor
-	pos  int64 // where the next fetch starts
-	end  int64
-	offs []int64 // the offsets of the batch in hand, copied: its memory is freed at once
-	i    int
-	// timeout bounds each fetch; zero for none.
+	cur *kafka.Cursor
+	pos int64 // where the next fetch starts
+	end int64
+	// entries of the batch in hand: offsets and sums, copied, so that its
+	// memory is freed at once.
+	entries []Entry
+	i       int
+	// sums tells whether to sum the records: not for a sink that keeps
+	// none to compare.
+	sums bool
+	// timeout bounds each fetch; zero for none. brokers are named when
+	// it passes.
 	timeout time.Duration
+	brokers []string
 }
 
 // newDeliveredStream opens cur's records [from, end).
-func newDeliveredStream(cur *kafka.Cursor, from, end int64) *deliveredStream {
+func newDeliveredStream(cur *kafka.Cursor, from, end int64, sums bool) *deliveredStream {
 	cur.SeekTo(from)
-	return &deliveredStream{cur: cur, pos: from, end: end}
+	return &deliveredStream{cur: cur, pos: from, end: end, sums: sums}
 }
 
-func (s *deliveredStream) Next(ctx context.Context) (int64, int64, bool, error) {
-	for s.i >= len(s.offs) {
+func (s *deliveredStream) Next(ctx context.Context) (Entry, bool, error) {
+	for s.i >= len(s.entries) {
 		if s.pos >= s.end {
-			return 0, 0, false, nil
+			return Entry{}, false, nil
 		}
 		b, err := s.fetch(ctx)
 		if err != nil {
-			return 0, 0, false, fmt.Errorf("read %s at %d: %w", s.cur.Partition(), s.pos, err)
+			return Entry{}, false, fmt.Errorf("read %s at %d: %w", s.cur.Partition(), s.pos, err)
 		}
-		s.offs, s.i = s.offs[:0], 0
-		for _, r := range b.Records {
+		s.entries, s.i = s.entries[:0], 0
+		for j := range b.Records {
+			r := &b.Records[j]
 			// A fetch may start before the offset asked for.
-			if r.Offset >= s.pos && r.Offset < s.end {
-				s.offs = append(s.offs, r.Offset)
+			if r.Offset < s.pos || r.Offset >= s.end {
+				continue
 			}
+			e := Entry{Offset: r.Offset, Copies: 1}
+			if s.sums {
+				e.Sum, e.Summed = RecordSum(r), true
+			}
+			s.entries = append(s.entries, e)
 		}
 		s.cur.Free(b.Bytes)
 		if b.Next > s.pos {
 			s.pos = b.Next
 		}
 	}
-	off := s.offs[s.i]
 	s.i++
-	return off, 1, true, nil
+	return s.entries[s.i-1], true, nil
 }
 
 // fetch is one Fetch, within the timeout.
@@ -61,10 +73,7 @@ func (s *deliveredStream) fetch(ctx context.Context) (kafka.PolledBatch, error) 
 	fctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	b, err := s.cur.Fetch(fctx)
-	if err != nil && ctx.Err() == nil && fctx.Err() != nil {
-		return b, fmt.Errorf("kafka did not answer within %s: %w", s.timeout, err)
-	}
-	return b, err
+	return b, kafkaTimeout(ctx, fctx, s.brokers, s.timeout, err)
 }
 
 func (s *deliveredStream) Close() error { return s.cur.Close() }

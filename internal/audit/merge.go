@@ -5,14 +5,6 @@ import (
 	"fmt"
 )
 
-// Stream gives offsets in rising order. Next returns the next offset and
-// how many times it is held (1 for Kafka's delivered records; for a sink,
-// the copies it holds), and ok false at the end. Close ends it early.
-type Stream interface {
-	Next(ctx context.Context) (offset, copies int64, ok bool, err error)
-	Close() error
-}
-
 // Bounds is what Kafka and etcd say of a partition, against which its sink
 // is audited.
 type Bounds struct {
@@ -45,6 +37,14 @@ type Partition struct {
 	// MissingChecked is false where the sink's kind makes missing
 	// records unknowable (upsert tables): Missing is then empty.
 	MissingChecked bool `json:"missing_checked"`
+	// Compared counts the offsets, held and delivered, whose record in the
+	// sink was compared with Kafka's by checksum; NotCompared those whose
+	// record was not, the sink keeping no comparable copy of it (see
+	// Capabilities.Records).
+	Compared    int64 `json:"compared"`
+	NotCompared int64 `json:"not_compared"`
+	// DeadLetters counts the offsets held in the sink's dead-letter table.
+	DeadLetters int64 `json:"dead_letters"`
 
 	// Missing: delivered records the sink does not hold.
 	Missing Ranges `json:"missing"`
@@ -52,6 +52,10 @@ type Partition struct {
 	// the copies beyond the first.
 	Duplicated Ranges `json:"duplicated"`
 	Copies     int64  `json:"extra_copies"`
+	// Mismatched: offsets whose record in the sink is not the one Kafka
+	// holds there (another key, value or timestamp): a record of another
+	// run, or of the topic before it was deleted and created again.
+	Mismatched Ranges `json:"mismatched"`
 	// InFlight and BeyondCommit are the offsets the sink holds at or past
 	// Committed ("not committed"): inside the in-flight range, or not.
 	InFlight     Ranges `json:"in_flight"`
@@ -70,13 +74,16 @@ type Partition struct {
 // commit a crash cut off, which the next owner replays over the same range
 // (or, for a sink that records its offsets, resumes after).
 func (p *Partition) Clean() bool {
-	return p.Missing.Count == 0 && p.Duplicated.Count == 0 && p.BeyondCommit.Count == 0 && p.Aborted.Count == 0
+	return p.Missing.Count == 0 && p.Duplicated.Count == 0 && p.BeyondCommit.Count == 0 && p.Aborted.Count == 0 &&
+		p.Mismatched.Count == 0
 }
 
 // Merge audits one partition: held is the sink's offsets, delivered
 // Kafka's delivered offsets from b.LogStart up to b.Committed, both rising.
-// It holds nothing but the findings' listed ranges, however long the
-// streams. progress, if not nil, is called with the count of offsets read
+// Where both streams sum an offset's record, the two sums must agree, or
+// the offset is mismatched: an offset alone does not say which record the
+// sink holds there. It holds nothing but the findings' listed ranges,
+// however long the streams. progress, if not nil, is called with the count of offsets read
 // from either stream, now and then. Merge does not close the streams.
 func Merge(ctx context.Context, topic string, partition int, b Bounds, held, delivered Stream, maxRanges int, progress func(read int64)) (*Partition, error) {
 	if maxRanges <= 0 {
@@ -84,7 +91,7 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 	}
 	p := &Partition{Topic: topic, Partition: partition, LogStart: b.LogStart, Committed: b.Committed,
 		MissingChecked: b.CheckMissing,
-		Missing:        newRanges(maxRanges), Duplicated: newRanges(maxRanges), InFlight: newRanges(maxRanges),
+		Missing:        newRanges(maxRanges), Duplicated: newRanges(maxRanges), Mismatched: newRanges(maxRanges), InFlight: newRanges(maxRanges),
 		BeyondCommit: newRanges(maxRanges), Aborted: newRanges(maxRanges), Unverifiable: newRanges(maxRanges)}
 	var read, reported int64
 	tick := func() {
@@ -100,26 +107,26 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 		}
 	}()
 
-	// d is the next delivered offset not yet matched; dOK false once the
+	// d is the next delivered record not yet matched; dOK false once the
 	// delivered stream ended.
-	var d int64
+	var d Entry
 	dOK := true
 	nextDelivered := func() error {
 		for {
-			off, _, ok, err := delivered.Next(ctx)
+			e, ok, err := delivered.Next(ctx)
 			if err != nil {
 				return fmt.Errorf("kafka %s/%d: %w", topic, partition, err)
 			}
-			if !ok || off >= b.Committed {
+			if !ok || e.Offset >= b.Committed {
 				dOK = false
 				return nil
 			}
-			if off < b.LogStart {
+			if e.Offset < b.LogStart {
 				continue // before the log start: a fetch may begin early
 			}
 			tick()
 			p.Delivered++
-			d = off
+			d = e
 			return nil
 		}
 	}
@@ -129,9 +136,9 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 	// missing records the delivered offsets below off that the sink does
 	// not hold, and leaves d at the first delivered offset at or past off.
 	missingBelow := func(off int64) error {
-		for dOK && d < off {
+		for dOK && d.Offset < off {
 			if b.CheckMissing {
-				p.Missing.add(d, d+1)
+				p.Missing.add(d.Offset, d.Offset+1)
 			}
 			if err := nextDelivered(); err != nil {
 				return err
@@ -142,19 +149,23 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 
 	prev := int64(-1)
 	for {
-		off, copies, ok, err := held.Next(ctx)
+		h, ok, err := held.Next(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("sink %s/%d: %w", topic, partition, err)
 		}
 		if !ok {
 			break
 		}
+		off, copies := h.Offset, h.Copies
 		if off <= prev {
 			return nil, fmt.Errorf("sink %s/%d: offset %d after %d: the sink's offsets must come in rising order", topic, partition, off, prev)
 		}
 		prev = off
 		tick()
 		p.Held++
+		if h.DeadLetters > 0 {
+			p.DeadLetters++
+		}
 		if copies > 1 {
 			p.Duplicated.add(off, off+1)
 			p.Copies += copies - 1
@@ -172,7 +183,8 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 			if err := missingBelow(off); err != nil {
 				return nil, err
 			}
-			if dOK && d == off {
+			if dOK && d.Offset == off {
+				p.compare(h, d)
 				if err := nextDelivered(); err != nil {
 					return nil, err
 				}
@@ -185,4 +197,17 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 		return nil, err
 	}
 	return p, nil
+}
+
+// compare checks the record held at an offset against the one delivered
+// there, where both are summed.
+func (p *Partition) compare(held, delivered Entry) {
+	if !held.Summed || !delivered.Summed {
+		p.NotCompared++
+		return
+	}
+	p.Compared++
+	if held.Mixed || held.Sum != delivered.Sum {
+		p.Mismatched.add(held.Offset, held.Offset+1)
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // span lists the offsets [from, next).
@@ -111,5 +114,83 @@ func TestRangesCapKeepsCountExact(t *testing.T) {
 func TestMergeRefusesUnorderedSink(t *testing.T) {
 	if _, err := Merge(context.Background(), "t", 0, Bounds{Committed: 3, CheckMissing: true}, Offsets(2, 1), Offsets(0, 1, 2), 0, nil); err == nil {
 		t.Fatal("offsets out of order: no error")
+	}
+}
+
+// rec is a record of offset off with value v at second sec.
+func rec(off int64, v string, sec int64) sinks.Record {
+	return sinks.Record{Offset: off, Key: []byte("k"), Value: []byte(v), Time: time.Unix(sec, 0)}
+}
+
+// TestMergeComparesRecords: a record held at the right offset but not
+// Kafka's (another value, another timestamp, a copy that differs) is
+// mismatched; a sink that keeps no record to compare counts its offsets
+// as not compared, never as matched.
+func TestMergeComparesRecords(t *testing.T) {
+	delivered := []sinks.Record{rec(0, "a", 1), rec(1, "b", 1), rec(2, "c", 1), rec(3, "d", 1), rec(4, "e", 1)}
+	held := []sinks.Record{
+		rec(0, "a", 1),
+		rec(1, "B", 1),                 // another value
+		rec(2, "c", 2),                 // another timestamp: another run's record
+		rec(3, "d", 1), rec(3, "x", 1), // two copies that differ
+		rec(4, "e", 1),
+	}
+	b := Bounds{Committed: 5, CheckMissing: true}
+	p, err := Merge(context.Background(), "t", 0, b, Records(held...), Records(delivered...), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Compared != 5 || p.NotCompared != 0 {
+		t.Errorf("compared %d, not compared %d; want 5, 0", p.Compared, p.NotCompared)
+	}
+	if want := []Range{{1, 4}}; !slices.Equal(p.Mismatched.Ranges, want) || p.Mismatched.Count != 3 {
+		t.Errorf("mismatched %v (count %d), want %v (count 3)", p.Mismatched.Ranges, p.Mismatched.Count, want)
+	}
+	if p.Clean() {
+		t.Error("Clean() with mismatched records")
+	}
+
+	p, err = Merge(context.Background(), "t", 0, b, Records(delivered...), Records(delivered...), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Clean() || p.Compared != 5 || p.Mismatched.Count != 0 {
+		t.Errorf("the same records: clean %v, compared %d, mismatched %d; want true, 5, 0", p.Clean(), p.Compared, p.Mismatched.Count)
+	}
+
+	p, err = Merge(context.Background(), "t", 0, b, Offsets(0, 1, 2, 3, 4), Records(delivered...), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Clean() || p.Compared != 0 || p.NotCompared != 5 {
+		t.Errorf("offsets only: clean %v, compared %d, not compared %d; want true, 0, 5", p.Clean(), p.Compared, p.NotCompared)
+	}
+}
+
+func TestChecksumTellsRecordsApart(t *testing.T) {
+	at := time.UnixMilli(1700000000123)
+	base := Checksum([]byte("k"), []byte("v"), at)
+	for _, tc := range []struct {
+		name       string
+		key, value []byte
+		at         time.Time
+	}{
+		{"nil key", nil, []byte("v"), at},
+		{"empty key", []byte{}, []byte("v"), at},
+		{"tombstone", []byte("k"), nil, at},
+		{"empty value", []byte("k"), []byte{}, at},
+		{"key and value shifted", []byte("kv"), []byte{}, at},
+		{"a millisecond later", []byte("k"), []byte("v"), at.Add(time.Millisecond)},
+	} {
+		if Checksum(tc.key, tc.value, tc.at) == base {
+			t.Errorf("%s: same sum as k/v", tc.name)
+		}
+	}
+	if Checksum(nil, []byte{}, at) == Checksum([]byte{}, nil, at) {
+		t.Error("nil key and empty value: same sum as empty key and nil value")
+	}
+	// Kafka's precision: what is below the millisecond is not the record's.
+	if Checksum([]byte("k"), []byte("v"), at.Add(999*time.Microsecond)) != base {
+		t.Error("a sub-millisecond difference changed the sum")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,11 +14,13 @@ import (
 )
 
 // pgSink reads a postgres:// sink's table. Raw mode: the (topic, partition,
-// "offset") keys, a primary key, so an offset is never held twice there.
-// Columns and upsert modes: the kafka_offset column, counted, together
-// with the dead-letter table's offsets (a record set aside there is held,
-// not lost); kafka_topic and kafka_partition narrow it when the table has
-// them.
+// "offset") keys, a primary key, so an offset is never held twice there,
+// and each row's key, value_bytes and timestamp, the record as Kafka had
+// it, summed. Columns and upsert modes: the kafka_offset column, counted,
+// together with the dead-letter table's offsets (a record set aside there
+// is held, not lost); kafka_topic and kafka_partition narrow it when the
+// table has them. Their rows hold fields of the value, not the record:
+// they are not compared.
 type pgSink struct {
 	conn                    *pgx.Conn
 	t                       postgres.Tables
@@ -96,7 +99,14 @@ func (s *pgSink) Describe() string { return s.shown }
 func (s *pgSink) Capabilities() Capabilities {
 	// Upsert keeps one row per key: an older record of a key is rightly
 	// gone, so a record absent from the table is not known to be lost.
-	return Capabilities{Missing: s.t.Mode != postgres.Upsert, Duplicates: s.t.Mode != postgres.Raw}
+	c := Capabilities{Missing: s.t.Mode != postgres.Upsert, Duplicates: s.t.Mode != postgres.Raw, Records: s.t.Mode == postgres.Raw}
+	switch s.t.Mode {
+	case postgres.Columns:
+		c.RecordsNote = "a columns table holds fields of each value, not the record's key, value and timestamp as Kafka had them"
+	case postgres.Upsert:
+		c.RecordsNote = "an upsert table holds the last value of each key, not each record as Kafka had it"
+	}
+	return c
 }
 
 func (s *pgSink) CheckScope(ps []TopicPartition) error {
@@ -143,29 +153,31 @@ func (s *pgSink) SinkNext(ctx context.Context, topic string, partition int) (int
 }
 
 func (s *pgSink) Offsets(ctx context.Context, topic string, partition int) (Stream, error) {
-	var q string
-	var args []any
 	if s.t.Mode == postgres.Raw {
-		q = `SELECT "offset", 1::bigint FROM ` + s.t.Table + ` WHERE topic = $1 AND partition = $2 ORDER BY "offset"`
-		args = []any{topic, partition}
-	} else {
-		var where []string
-		if s.hasTopic {
-			args = append(args, topic)
-			where = append(where, fmt.Sprintf("kafka_topic = $%d", len(args)))
+		rows, err := s.conn.Query(ctx, `SELECT "offset", key, value_bytes, "timestamp" FROM `+s.t.Table+
+			` WHERE topic = $1 AND partition = $2 ORDER BY "offset"`, topic, partition)
+		if err != nil {
+			return nil, fmt.Errorf("audit %s: read %s of %s/%d: %w", s.shown, s.t.Table, topic, partition, err)
 		}
-		if s.hasPartition {
-			args = append(args, partition)
-			where = append(where, fmt.Sprintf("kafka_partition = $%d", len(args)))
-		}
-		where = append(where, "kafka_offset IS NOT NULL")
-		q = `SELECT kafka_offset AS o FROM ` + s.t.Table + ` WHERE ` + strings.Join(where, " AND ")
-		if s.hasDeadLetters {
-			args = append(args, topic, partition)
-			q += fmt.Sprintf(` UNION ALL SELECT "offset" FROM %s WHERE topic = $%d AND partition = $%d`, s.t.DeadLetters, len(args)-1, len(args))
-		}
-		q = `SELECT o, count(*) FROM (` + q + `) s GROUP BY o ORDER BY o`
+		return &pgRawStream{rows: rows}, nil
 	}
+	var args []any
+	var where []string
+	if s.hasTopic {
+		args = append(args, topic)
+		where = append(where, fmt.Sprintf("kafka_topic = $%d", len(args)))
+	}
+	if s.hasPartition {
+		args = append(args, partition)
+		where = append(where, fmt.Sprintf("kafka_partition = $%d", len(args)))
+	}
+	where = append(where, "kafka_offset IS NOT NULL")
+	q := `SELECT kafka_offset AS o, false AS dead FROM ` + s.t.Table + ` WHERE ` + strings.Join(where, " AND ")
+	if s.hasDeadLetters {
+		args = append(args, topic, partition)
+		q += fmt.Sprintf(` UNION ALL SELECT "offset", true FROM %s WHERE topic = $%d AND partition = $%d`, s.t.DeadLetters, len(args)-1, len(args))
+	}
+	q = `SELECT o, count(*), count(*) FILTER (WHERE dead) FROM (` + q + `) s GROUP BY o ORDER BY o`
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: read %s of %s/%d: %w", s.shown, s.t.Table, topic, partition, err)
@@ -175,19 +187,38 @@ func (s *pgSink) Offsets(ctx context.Context, topic string, partition int) (Stre
 
 func (s *pgSink) Close() error { return s.conn.Close(context.Background()) }
 
-// pgStream streams the rows of (offset, copies), as pgx reads them off the
-// wire.
+// pgStream streams the rows of (offset, copies, dead letters), as pgx
+// reads them off the wire.
 type pgStream struct{ rows pgx.Rows }
 
-func (s *pgStream) Next(context.Context) (int64, int64, bool, error) {
+func (s *pgStream) Next(context.Context) (Entry, bool, error) {
 	if !s.rows.Next() {
-		return 0, 0, false, s.rows.Err()
+		return Entry{}, false, s.rows.Err()
 	}
-	var off, n int64
-	if err := s.rows.Scan(&off, &n); err != nil {
-		return 0, 0, false, err
+	var e Entry
+	if err := s.rows.Scan(&e.Offset, &e.Copies, &e.DeadLetters); err != nil {
+		return Entry{}, false, err
 	}
-	return off, n, true, nil
+	return e, true, nil
 }
 
 func (s *pgStream) Close() error { s.rows.Close(); return s.rows.Err() }
+
+// pgRawStream streams a raw table's rows, each record summed as it comes
+// off the wire.
+type pgRawStream struct{ rows pgx.Rows }
+
+func (s *pgRawStream) Next(context.Context) (Entry, bool, error) {
+	if !s.rows.Next() {
+		return Entry{}, false, s.rows.Err()
+	}
+	var off int64
+	var key, value []byte
+	var at time.Time
+	if err := s.rows.Scan(&off, &key, &value, &at); err != nil {
+		return Entry{}, false, err
+	}
+	return Entry{Offset: off, Copies: 1, Sum: Checksum(key, value, at), Summed: true}, true, nil
+}
+
+func (s *pgRawStream) Close() error { s.rows.Close(); return s.rows.Err() }

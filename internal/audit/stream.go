@@ -1,28 +1,121 @@
 package audit
 
-import "context"
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"time"
 
-// sliceStream is a Stream of offsets in memory, rising, each held once or
-// as many times as it repeats. For tests and for small sets.
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// Stream gives a partition's offsets in rising order, one Entry each; ok
+// is false at the end. Close ends it early.
+type Stream interface {
+	Next(ctx context.Context) (e Entry, ok bool, err error)
+	Close() error
+}
+
+// Entry is one offset of a Stream: what Kafka delivered there, or what a
+// sink holds there.
+type Entry struct {
+	Offset int64
+	// Copies is how many times the offset is held: 1 for Kafka's records;
+	// for a sink, its rows or lines of the offset.
+	Copies int64
+	// Sum is the record's checksum (Checksum), set when Summed: a sink
+	// that keeps no comparable copy of the record (a columns table holds
+	// fields of the value, not its bytes) leaves it unset, and the record
+	// is then not compared.
+	Sum    Sum
+	Summed bool
+	// Mixed tells that the copies of the offset do not all hold the same
+	// record (Sum is the first's).
+	Mixed bool
+	// DeadLetters is how many of the Copies are in the sink's dead-letter
+	// table.
+	DeadLetters int64
+}
+
+// Sum is a record's checksum: of its key, its value and its timestamp, so
+// that a record of another run or of another incarnation of the topic,
+// held at the same offset, does not pass for the one Kafka holds.
+type Sum [16]byte
+
+// Checksum is the Sum of a record's key, value and timestamp (in
+// milliseconds, Kafka's precision). A nil key or value (a tombstone) and an
+// empty one differ. Headers are left out: not every sink keeps them as
+// bytes.
+func Checksum(key, value []byte, at time.Time) Sum {
+	h := sha256.New()
+	var buf [binary.MaxVarintLen64 + 1]byte
+	field := func(b []byte) {
+		if b == nil {
+			_, _ = h.Write([]byte{0})
+			return
+		}
+		buf[0] = 1
+		n := binary.PutUvarint(buf[1:], uint64(len(b)))
+		_, _ = h.Write(buf[:1+n])
+		_, _ = h.Write(b)
+	}
+	field(key)
+	field(value)
+	binary.BigEndian.PutUint64(buf[:8], uint64(at.UnixMilli()))
+	_, _ = h.Write(buf[:8])
+	var s Sum
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// RecordSum is the Sum of r.
+func RecordSum(r *sinks.Record) Sum { return Checksum(r.Key, r.Value, r.Time) }
+
+// sliceStream is a Stream of entries in memory, rising. For tests and for
+// small sets.
 type sliceStream struct {
-	offs []int64
-	i    int
+	entries []Entry
+	i       int
 }
 
 // Offsets returns a Stream of offs, which must rise; an offset repeated
-// next to itself counts as held that many times.
-func Offsets(offs ...int64) Stream { return &sliceStream{offs: offs} }
+// next to itself counts as held that many times. Its records are not
+// summed, so none is compared.
+func Offsets(offs ...int64) Stream {
+	var es []Entry
+	for _, o := range offs {
+		if n := len(es); n > 0 && es[n-1].Offset == o {
+			es[n-1].Copies++
+			continue
+		}
+		es = append(es, Entry{Offset: o, Copies: 1})
+	}
+	return &sliceStream{entries: es}
+}
 
-func (s *sliceStream) Next(context.Context) (int64, int64, bool, error) {
-	if s.i >= len(s.offs) {
-		return 0, 0, false, nil
+// Records returns a Stream of recs, whose offsets must rise, each summed;
+// a record repeated at one offset counts as held that many times (Mixed
+// when the copies differ).
+func Records(recs ...sinks.Record) Stream {
+	var es []Entry
+	for i := range recs {
+		s := RecordSum(&recs[i])
+		if n := len(es); n > 0 && es[n-1].Offset == recs[i].Offset {
+			es[n-1].Copies++
+			es[n-1].Mixed = es[n-1].Mixed || es[n-1].Sum != s
+			continue
+		}
+		es = append(es, Entry{Offset: recs[i].Offset, Copies: 1, Sum: s, Summed: true})
 	}
-	off, n := s.offs[s.i], int64(0)
-	for s.i < len(s.offs) && s.offs[s.i] == off {
-		s.i++
-		n++
+	return &sliceStream{entries: es}
+}
+
+func (s *sliceStream) Next(context.Context) (Entry, bool, error) {
+	if s.i >= len(s.entries) {
+		return Entry{}, false, nil
 	}
-	return off, n, true, nil
+	s.i++
+	return s.entries[s.i-1], true, nil
 }
 
 func (s *sliceStream) Close() error { return nil }
