@@ -215,7 +215,9 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 			opts = append(opts, postgres.WithLogger(t.log))
 		}
 		s, err := postgres.New(ctx, t.url, opts...)
-		if errors.Is(err, postgres.ErrURL) {
+		if errors.Is(err, postgres.ErrURL) || errors.Is(err, postgres.ErrTableShape) {
+			// A table the mode cannot use is the URL's mistake too: table=
+			// or mode= names the wrong one, and no retry mends it.
 			return nil, usage(fmt.Errorf("--sink %q: %w", shownSink(t.url), err))
 		}
 		if err != nil {
@@ -233,7 +235,7 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 			opts = append(opts, clickhouse.WithLogger(t.log))
 		}
 		s, err := clickhouse.New(ctx, t.url, opts...)
-		if errors.Is(err, clickhouse.ErrURL) {
+		if errors.Is(err, clickhouse.ErrURL) || errors.Is(err, clickhouse.ErrTableShape) || errors.Is(err, clickhouse.ErrNoDeduplication) {
 			return nil, usage(fmt.Errorf("--sink %q: %w", shownSink(t.url), err))
 		}
 		if err != nil {

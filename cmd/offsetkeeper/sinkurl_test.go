@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
 
 // TestParseSinkForms: what each sink URL form becomes, and the forms
@@ -185,4 +188,62 @@ func TestOpenClaimsTheDestination(t *testing.T) {
 		t.Fatalf("open without claim: %v", err)
 	}
 	_ = s.Close()
+}
+
+// TestOpenRefusesATableOfAnotherShape (issue 23): a PostgreSQL or
+// ClickHouse table the sink's mode cannot use is bad usage (exit 2), named
+// with what is wrong and the likely fix, and nothing is claimed: the
+// groups table is not made.
+func TestOpenRefusesATableOfAnotherShape(t *testing.T) {
+	ctx := context.Background()
+	pg := harness.StartPostgres(t)
+	chs := harness.StartClickHouse(t)
+	pg.Exec(t, `CREATE TABLE shaped (id bigint, pad text, kafka_topic text, kafka_partition integer, kafka_offset bigint)`)
+	chs.Exec(t, `CREATE TABLE shaped (id UInt64, pad String, kafka_topic String, kafka_partition Int32, kafka_offset Int64)
+		ENGINE = MergeTree ORDER BY tuple() SETTINGS non_replicated_deduplication_window = 1000`)
+	for _, tc := range []struct {
+		url  string
+		want []string
+	}{
+		{pg.URL() + "&table=shaped", []string{`"shaped" as a mode=raw table`, "value_bytes bytea", "use mode=columns"}},
+		{pg.URL() + "&table=shaped&mode=upsert", []string{`"shaped" has no primary key`}},
+		{chs.DSN() + "?table=shaped", []string{"`shaped` as a mode=raw table", "kafka_generation Int64", "use mode=columns"}},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			tg, err := parseSink(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tg.setGroup("g"); err != nil {
+				t.Fatal(err)
+			}
+			tg.claim = []string{"orders"}
+			s, err := tg.open(ctx, io.Discard)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("open: nil error, want the table refused")
+			}
+			var ue *usageError
+			if !errors.As(err, &ue) {
+				t.Errorf("open: %v, want a usage error (exit 2)", err)
+			}
+			for _, w := range append([]string{"--sink", "table does not fit the sink"}, tc.want...) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	if n := chs.QueryInt(t, `SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'offsetkeeper_sink_groups'`); n != 0 {
+		t.Errorf("ClickHouse: the refused open made the groups table")
+	}
+	conn, err := pgx.Connect(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var groups *string
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('offsetkeeper_sink_groups')::text`).Scan(&groups); err != nil || groups != nil {
+		t.Errorf("PostgreSQL: the refused open made the groups table (%v, %v)", groups, err)
+	}
 }

@@ -73,10 +73,12 @@ var (
 	_ sinks.DeadLetterCounter = (*Sink)(nil)
 )
 
-// New connects to ClickHouse, creates the tables that are missing, checks
-// that the table deduplicates (see the package documentation) and, in
-// columns mode, reads its columns. ctx bounds only this; the sink's
-// lifetime is the caller's, until Close.
+// New connects to ClickHouse, checks the tables that exist against the
+// mode (refusing one it cannot use with an error wrapping ErrTableShape,
+// before anything is created) and, in columns mode, reads the table's
+// columns; creates the tables that are missing, and checks that the table
+// deduplicates (see the package documentation). ctx bounds only this; the
+// sink's lifetime is the caller's, until Close.
 func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	c, err := parseURL(url)
 	if err == nil {
@@ -163,31 +165,28 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := s.conn.Ping(ctx); err != nil {
 		return fmt.Errorf("connect to %s: %w", s.cfg.addrs[0], err)
 	}
+	// The tables that exist are checked before any is made, so that a
+	// refused start changes nothing (ErrTableShape, ErrNoDeduplication); in
+	// columns mode this reads the table's columns. The raw table, when it
+	// is made, is made deduplicating.
+	if err := s.checkTables(ctx); err != nil {
+		return err
+	}
 	if s.cfg.mode == Raw {
 		if err := s.conn.Exec(ctx, createRaw(s.cfg.table)); err != nil {
 			return fmt.Errorf("create %s: %w", s.cfg.table, err)
 		}
-	}
-	if err := s.conn.Exec(ctx, createDead(s.cfg.deadLetters)); err != nil {
-		return fmt.Errorf("create %s: %w", s.cfg.deadLetters, err)
-	}
-	if s.cfg.mode == Columns {
-		cols, err := readColumns(ctx, s.conn, s.cfg.table)
-		if err != nil {
-			return err
-		}
-		s.cols = cols
-		have := map[string]bool{}
-		for _, c := range cols {
-			have[c.name] = true
-		}
-		s.resumes = have["kafka_topic"] && have["kafka_partition"] && have["kafka_offset"] && have["kafka_generation"]
-	} else {
 		s.resumes = true
 	}
 	var err error
 	if s.dedup, err = checkDedup(ctx, s.conn, s.cfg.table); err != nil {
 		return err
+	}
+	if s.dedup.window <= 0 && !s.cfg.atLeastOnce {
+		return s.dedup.refusal(s.cfg.table)
+	}
+	if err := s.conn.Exec(ctx, createDead(s.cfg.deadLetters)); err != nil {
+		return fmt.Errorf("create %s: %w", s.cfg.deadLetters, err)
 	}
 	// Resume trusts the highest offset in the table because a block is one
 	// part, inserted whole or not at all. In a table with a partition key a
@@ -199,9 +198,6 @@ func (s *Sink) setup(ctx context.Context) error {
 	log := s.cfg.log.With(zap.String("table", s.cfg.table.String()), zap.String("engine", s.dedup.engine),
 		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes))
 	if s.dedup.window <= 0 {
-		if !s.cfg.atLeastOnce {
-			return s.dedup.refusal(s.cfg.table)
-		}
 		log.Warn("the table does not deduplicate inserts: at-least-once only (at_least_once=true); a block written again after a crash is duplicated")
 	} else {
 		if s.dedup.window < minWindow {

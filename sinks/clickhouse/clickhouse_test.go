@@ -187,6 +187,9 @@ func TestTableWithoutDeduplicationIsRefused(t *testing.T) {
 			if !errors.Is(err, clickhouse.ErrNoDeduplication) {
 				t.Fatalf("New: %v; want ErrNoDeduplication", err)
 			}
+			if got := chs.QueryInt(t, `SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?`, fmt.Sprintf("dead_%d", n)); got != 0 {
+				t.Errorf("the refused New made the dead-letter table")
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("the refusal %q does not say %q", err, w)

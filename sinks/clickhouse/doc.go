@@ -153,6 +153,32 @@
 // again: the sink does not split inserts, which would multiply parts and
 // tokens. DeadLetters counts the dead letters.
 //
+// # Tables of another shape
+//
+// New checks the tables that exist before it creates any, and refuses one
+// the mode cannot use with an error wrapping ErrTableShape that names the
+// table, what is wrong with it and the likely fix (offsetkeeper run exits
+// 2), rather than report ready and fail every Resume or insert after:
+//
+//   - raw mode: the table must have the raw layout's columns (LowCardinality
+//     or plain String for kafka_topic and the error, Array(LowCardinality(String))
+//     for header_keys, any DateTime64 of 3 to 9 digits for kafka_timestamp, the
+//     other types as above), none MATERIALIZED or ALIAS; other columns are
+//     left to their defaults. A table of another shape is refused, saying to
+//     use mode=columns or another table name;
+//   - columns mode: the table must exist, every column the insert fills must
+//     be of a type the client inserts, and each kafka_* column must hold any
+//     value the record gives it (a 249-byte topic, any partition and 64-bit
+//     offset and generation, a time); a table with all four of kafka_topic,
+//     kafka_partition, kafka_offset and kafka_generation resumes from them, so
+//     kafka_topic must be a String and the others integers (Resume compares the
+//     topic and takes the highest generation and offset). A table without all
+//     four is accepted and resumes from etcd alone;
+//   - both modes: a dead-letter table of another layout than the one above.
+//
+// A table that does not deduplicate (ErrNoDeduplication) is likewise refused
+// before anything is created.
+//
 // # Block sizes
 //
 // ClickHouse wants few, large inserts: every insert is a part, and a table

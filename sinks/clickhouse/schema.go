@@ -150,7 +150,8 @@ func readColumns(ctx context.Context, conn driver.Conn, t ident) ([]tableColumn,
 		return nil, fmt.Errorf("read the columns of %s: %w", t, err)
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s not found, or without columns to insert (columns mode needs an existing table)", t)
+		return nil, fmt.Errorf("%w: table %s not found, or without columns to insert: columns mode fills an existing table "+
+			"(create it first, or use mode=raw, which creates a table of its own)", ErrTableShape, t)
 	}
 	return cols, nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -166,7 +165,8 @@ func readColumns(ctx context.Context, db querier, t pgx.Identifier, mode Mode) (
 		return 0, nil, nil, fmt.Errorf("look up table %s: %w", t.Sanitize(), err)
 	}
 	if oid == nil {
-		return 0, nil, nil, fmt.Errorf("table %s does not exist: %s mode fills an existing table", t.Sanitize(), mode)
+		return 0, nil, nil, fmt.Errorf("%w: table %s does not exist: %s mode fills an existing table (create it first, or use mode=raw, which creates a table of its own)",
+			ErrTableShape, t.Sanitize(), mode)
 	}
 	rows, err := db.Query(ctx, `
 SELECT a.attname, a.attidentity::text, a.attgenerated::text,
@@ -211,7 +211,7 @@ ORDER BY a.attnum`, *oid, t.Sanitize())
 		return 0, nil, nil, fmt.Errorf("read the columns of %s: %w", t.Sanitize(), err)
 	}
 	if len(cols) == 0 {
-		return 0, nil, nil, errors.New("table " + t.Sanitize() + " has no column the sink can fill")
+		return 0, nil, nil, fmt.Errorf("%w: table %s has no column the sink can fill", ErrTableShape, t.Sanitize())
 	}
 	return *oid, cols, names, nil
 }

@@ -81,11 +81,11 @@ ORDER BY c.contype, c.conname`, oid)
 	}
 	switch {
 	case found == nil && conflict == "":
-		return keyPlan{}, fmt.Errorf("table %s has no primary key: upsert mode finds rows by one, or by the unique constraint named by %s= (%s)", t.Sanitize(), paramConflict, known)
+		return keyPlan{}, fmt.Errorf("%w: table %s has no primary key: upsert mode finds rows by one, or by the unique constraint named by %s= (%s)", ErrTableShape, t.Sanitize(), paramConflict, known)
 	case found == nil:
-		return keyPlan{}, fmt.Errorf("table %s has no primary key or unique constraint named %q (%s=; %s)", t.Sanitize(), conflict, paramConflict, known)
+		return keyPlan{}, fmt.Errorf("%w: table %s has no primary key or unique constraint named %q (%s=; %s)", ErrTableShape, t.Sanitize(), conflict, paramConflict, known)
 	case found.deferrable:
-		return keyPlan{}, fmt.Errorf("constraint %q of %s is deferrable: INSERT ... ON CONFLICT cannot use it", found.name, t.Sanitize())
+		return keyPlan{}, fmt.Errorf("%w: constraint %q of %s is deferrable: INSERT ... ON CONFLICT cannot use it", ErrTableShape, found.name, t.Sanitize())
 	}
 	for _, k := range found.cols {
 		var c *column
@@ -96,9 +96,9 @@ ORDER BY c.contype, c.conname`, oid)
 		}
 		switch {
 		case c == nil:
-			return keyPlan{}, fmt.Errorf("key column %q of %s (constraint %q) is generated: upsert mode takes the key from the records", k, t.Sanitize(), found.name)
+			return keyPlan{}, fmt.Errorf("%w: key column %q of %s (constraint %q) is generated: upsert mode takes the key from the records", ErrTableShape, k, t.Sanitize(), found.name)
 		case c.meta:
-			return keyPlan{}, fmt.Errorf("key column %q of %s (constraint %q) is filled from the record's position, not its key", k, t.Sanitize(), found.name)
+			return keyPlan{}, fmt.Errorf("%w: key column %q of %s (constraint %q) is filled from the record's position, not its key", ErrTableShape, k, t.Sanitize(), found.name)
 		}
 	}
 	p := keyPlan{constraint: found.name, cols: found.cols}

@@ -1,0 +1,115 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+)
+
+// New connects to the database of url, checks the tables that exist
+// against the mode (refusing one it cannot use with an error wrapping
+// ErrTableShape, before anything is created), creates the tables that are
+// missing and, in columns and upsert modes, reads the table's columns. ctx
+// bounds only this; the sink's lifetime is the caller's, until Close.
+func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
+	c, err := parseURL(url)
+	if err == nil {
+		err = c.finish(opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(c.connString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		// pgx's default is none: one connection attempt to a server that
+		// drops packets would take the whole wait at start.
+		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	stage := createStageRaw
+	switch c.mode {
+	case Columns:
+		stage = createStageCols
+	case Upsert:
+		stage = createStageUpsert
+	}
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, stage); err != nil {
+			return fmt.Errorf("create the staging table: %w", err)
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres sink: %w", err)
+	}
+	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
+	if err := s.setupRetrying(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
+	}
+	return s, nil
+}
+
+// setupRetrying is setup, tried again with backoff for up to retry_timeout
+// while the server cannot be reached or is starting or stopping: a replica
+// (re)started during a failover waits for the database, as its writes
+// would, instead of exiting and crash-looping. What no retry mends (a
+// refused login, a database or table that does not exist, a table of the
+// wrong shape) fails at once, and so does a cancelled ctx (a stop).
+func (s *Sink) setupRetrying(ctx context.Context) error {
+	giveUp := time.Now().Add(s.cfg.retryTimeout)
+	retry := backoff.Backoff{Min: retryFirst, Max: startRetryMax}
+	for attempt := 1; ; attempt++ {
+		err := s.setup(ctx)
+		if err == nil || ctx.Err() != nil || !unreachable(err) {
+			return err
+		}
+		wait := retry.Next()
+		if time.Now().Add(wait).After(giveUp) {
+			return fmt.Errorf("still unreachable after retry_timeout=%s (%d attempts): %w", s.cfg.retryTimeout, attempt, err)
+		}
+		s.retries.Add(1)
+		s.cfg.log.Warn("postgres unreachable at start; retrying", zap.Int("attempt", attempt),
+			zap.Duration("gives_up_in", time.Until(giveUp).Round(time.Second)), zap.Error(err))
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Sink) setup(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	// What can refuse a table is read before any table is made, so that a
+	// refused start changes nothing (ErrTableShape).
+	if err := checkTables(ctx, s.pool, &s.cfg); err != nil {
+		return err
+	}
+	if s.cfg.mode != Raw {
+		oid, cols, names, err := readColumns(ctx, s.pool, s.cfg.table, s.cfg.mode)
+		if err != nil {
+			return err
+		}
+		if s.cfg.mode == Upsert {
+			if s.key, err = readKey(ctx, s.pool, s.cfg.table, oid, s.cfg.conflict, cols); err != nil {
+				return err
+			}
+		}
+		s.tab.Store(s.newTable(cols, names))
+	}
+	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
+		return err
+	}
+	s.sql = buildStatements(&s.cfg)
+	return s.prepareAll(ctx)
+}
