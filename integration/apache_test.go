@@ -3,8 +3,12 @@ package integration_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -191,6 +195,7 @@ func TestApacheRecordsDeletedPastPausedReplica(t *testing.T) {
 func TestApacheRunNamingMissingTopicExits2(t *testing.T) {
 	e := newEnvOn(t, apacheBackend, "present", 1)
 	missing := uniqueTopic("missing")
+	dir := t.TempDir()
 	began := time.Now()
 	p := harness.StartProcess(t, "run", bin, "run",
 		"--http-addr", "127.0.0.1:0",
@@ -198,7 +203,7 @@ func TestApacheRunNamingMissingTopicExits2(t *testing.T) {
 		"--brokers", strings.Join(e.kafka.Brokers(), ","),
 		"--group", e.group,
 		"--topics", e.topic+","+missing,
-		"--sink", "file://"+t.TempDir(),
+		"--sink", "file://"+dir,
 		"--log-format", "console")
 	code := p.Wait(30 * time.Second)
 	took := time.Since(began)
@@ -210,6 +215,10 @@ func TestApacheRunNamingMissingTopicExits2(t *testing.T) {
 	}
 	if took > 15*time.Second {
 		t.Errorf("run took %v to exit, want at once", took)
+	}
+	// Nor does it claim the sink's destination for its group.
+	if _, err := os.Stat(filepath.Join(dir, ".offsetkeeper-groups")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the replica that refused to start claimed the sink's directory: %v", err)
 	}
 
 	for i := range e.kafka.Nodes() {

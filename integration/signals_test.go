@@ -3,6 +3,10 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -163,6 +167,10 @@ func TestSecondSinkForAGroupRefused(t *testing.T) {
 	if owners := e.owners(); owners["a"] != 2 || len(owners) != 1 {
 		t.Fatalf("owners %v after b was refused", owners)
 	}
+	// A replica that refuses to start leaves no claim in its directory.
+	if _, err := os.Stat(filepath.Join(db, ".offsetkeeper-groups")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("b claimed its directory though it refused to start: %v", err)
+	}
 	e.processSink("c", "file://"+db, "--allow-sink-change")
 	await(t, 20*time.Second, "c to join", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "c": 1}) })
 	if a.Exited() {
@@ -265,4 +273,47 @@ func TestStopThatGivesUpABlockSaysSo(t *testing.T) {
 	if len(seen) != 100 {
 		t.Fatalf("the next owner delivered %d distinct offsets, want 100", len(seen))
 	}
+}
+
+// Row 8 for ClickHouse, and for dev: a replica, or `dev`, waiting for a
+// ClickHouse that does not answer at start (a closed port) stops at once on
+// SIGTERM, exit 0; dev has printed its endpoints before it waits.
+func TestSIGTERMWhileClickHouseDownAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	_ = l.Close()
+	url := "clickhouse://" + closed + "/default?table=events&protocol=http&retry_timeout=60s"
+	stop := func(t *testing.T, p *harness.Process, waiting string) {
+		t.Helper()
+		await(t, 30*time.Second, "the wait for ClickHouse", func() bool {
+			return strings.Contains(p.Output(), waiting) || p.Exited()
+		})
+		if p.Exited() {
+			t.Fatalf("exited while ClickHouse was down:\n%s", p.Output())
+		}
+		stopped := time.Now()
+		p.Signal(syscall.SIGTERM)
+		code := p.Wait(10 * time.Second)
+		if took := time.Since(stopped); took > 2*time.Second {
+			t.Errorf("SIGTERM took %s to stop a wait for ClickHouse, want under 2s", took.Round(time.Millisecond))
+		}
+		if code != 0 {
+			t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, p.Output())
+		}
+	}
+	t.Run("run", func(t *testing.T) {
+		e := newEnv(t, "orders", 1)
+		stop(t, e.processSink("r1", url), "clickhouse unreachable at start; retrying")
+	})
+	t.Run("dev", func(t *testing.T) {
+		d := harness.StartProcess(t, "dev", bin, "dev", "--messages", "10", "--sink", url)
+		// Its endpoints first: the user can see what it waits on.
+		stop(t, d, "kafka:")
+		if !strings.Contains(d.Output(), "etcd:") {
+			t.Errorf("dev did not print its endpoints before waiting for the sink:\n%s", d.Output())
+		}
+	})
 }

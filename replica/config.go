@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -201,6 +202,11 @@ type Config struct {
 	// write to another sink: the way to move a group to a new sink is to
 	// roll every replica with the new one and this set, then without it.
 	AllowSinkChange bool
+	// BeforeJoin, if set, runs in Run once the topics and the sink are
+	// checked, before the replica joins its group: what must not happen
+	// for a replica that refuses to start (the CLI claims the sink's
+	// destination for the group there). Its error ends Run.
+	BeforeJoin func(ctx context.Context) error
 
 	// HTTPAddr and Version are advertised in the member key, for the
 	// operator's tools (offsetkeeper replicas). Default empty.

@@ -141,6 +141,15 @@ func (r *Replica) Run(ctx context.Context) error {
 		consumer.Close()
 		return err
 	}
+	if r.cfg.BeforeJoin != nil {
+		if err := r.cfg.BeforeJoin(ctx); err != nil {
+			consumer.Close()
+			if ctx.Err() != nil {
+				return nil // stopped
+			}
+			return err
+		}
+	}
 	r.writer = countedSink{r.sink, &r.stats.sinkCalls}
 	if bw, ok := r.sink.(sinks.BatchWriter); ok {
 		rounds := newSinkRounds(bw, &r.stats.sinkCalls)

@@ -258,7 +258,10 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	// TLS and SASL, which validate read from the files (sasl.go).
 	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
 	o.target.log = log
-	sink, err := o.target.open(ctx, cmd.OutOrStdout())
+	// The destination is claimed for the group once the replica has found
+	// its topics and its group's sink (BeforeJoin): a replica that refuses
+	// to start leaves no claim behind.
+	sink, err := o.target.openSink(ctx, cmd.OutOrStdout())
 	if err != nil && ctx.Err() != nil {
 		// Stopped while waiting for the sink's server: a stop, as asked.
 		log.Info("replica stopped before its sink opened", zap.Error(err))
@@ -267,6 +270,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	o.cfg.BeforeJoin = func(ctx context.Context) error { return o.target.claimDestination(ctx, sink) }
 	r, err := replica.New(o.cfg, cli, sink, log)
 	if err != nil {
 		_ = sink.Close()
