@@ -1,6 +1,4 @@
-//go:build !nodev
-
-package main
+package dev
 
 import (
 	"context"
@@ -14,30 +12,30 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/localetcd"
-	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/internal/netproxy"
 )
 
-// devEtcdReadyTimeout bounds the start of dev's etcd.
-const devEtcdReadyTimeout = 30 * time.Second
+// etcdReadyTimeout bounds the start of dev's etcd.
+const etcdReadyTimeout = 30 * time.Second
 
-// devEtcd is dev's embedded etcd. Its members reach each other through
+// etcdCluster is dev's embedded etcd. Its members reach each other through
 // proxies, so that a stopped member's peer connections are cut at once, as a
 // crash would, and none outlives Close (an embedded member leaves its peers'
 // HTTP connections open).
-type devEtcd struct {
+type etcdCluster struct {
 	*localetcd.Cluster
 	mu    sync.Mutex
-	peers map[int]*devProxy // in front of member i's peer address
+	peers map[int]*netproxy.Proxy // in front of member i's peer address
 }
 
-// startDevEtcd starts an etcd of members members (1, or 3 for the leader
+// startEtcd starts an etcd of members members (1, or 3 for the leader
 // fault) in dir on free loopback ports and returns it with its members'
-// client addresses (host:port). Only `dev` runs an embedded etcd; `run`
+// client addresses (host:port). Only dev runs an embedded etcd; `run`
 // always talks to a real cluster.
-func startDevEtcd(dir string, members int) (*devEtcd, []string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
+func startEtcd(dir string, members int) (*etcdCluster, []string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
 	defer cancel()
-	e := &devEtcd{peers: map[int]*devProxy{}}
+	e := &etcdCluster{peers: map[int]*netproxy.Proxy{}}
 	c, err := localetcd.Start(ctx, localetcd.Config{
 		Dir:       dir,
 		Members:   members,
@@ -75,8 +73,8 @@ func startDevEtcd(dir string, members int) (*devEtcd, []string, error) {
 
 // advertise puts a proxy in front of member i's peer address
 // (localetcd.Config.Advertise), closing that of an earlier try to start.
-func (e *devEtcd) advertise(i int, client, peer string) (string, string, error) {
-	p, err := newDevProxy(peer)
+func (e *etcdCluster) advertise(i int, client, peer string) (string, string, error) {
+	p, err := netproxy.New(peer)
 	if err != nil {
 		return "", "", fmt.Errorf("peer proxy of member %d: %w", i, err)
 	}
@@ -85,50 +83,51 @@ func (e *devEtcd) advertise(i int, client, peer string) (string, string, error) 
 	e.peers[i] = p
 	e.mu.Unlock()
 	if old != nil {
-		old.close()
+		old.Close()
 	}
-	return client, p.addr(), nil
+	return client, p.Addr(), nil
 }
 
 // stop crashes member i: its peers' connections to it are cut with it.
-func (e *devEtcd) stop(i int) {
+func (e *etcdCluster) stop(i int) {
 	e.mu.Lock()
 	p := e.peers[i]
 	e.mu.Unlock()
-	p.cut(true)
+	p.Refuse(true)
+	_ = p.Cut()
 	e.Stop(i)
 }
 
 // restart starts member i again and waits until it is ready.
-func (e *devEtcd) restart(ctx context.Context, i int) error {
+func (e *etcdCluster) restart(ctx context.Context, i int) error {
 	if err := e.Restart(ctx, i); err != nil {
 		return err
 	}
 	e.mu.Lock()
-	e.peers[i].restore()
+	e.peers[i].Refuse(false)
 	e.mu.Unlock()
 	return e.WaitReady(ctx, i)
 }
 
 // close stops every member, then their proxies.
-func (e *devEtcd) close() {
+func (e *etcdCluster) close() {
 	e.Cluster.Close()
 	e.closePeers()
 }
 
-func (e *devEtcd) closePeers() {
+func (e *etcdCluster) closePeers() {
 	e.mu.Lock()
 	peers := e.peers
-	e.peers = map[int]*devProxy{}
+	e.peers = map[int]*netproxy.Proxy{}
 	e.mu.Unlock()
 	for _, p := range peers {
-		p.close()
+		p.Close()
 	}
 }
 
-// startDevKafka starts kfake, an in-process broker speaking the Kafka
+// startKafka starts kfake, an in-process broker speaking the Kafka
 // protocol, with one topic.
-func startDevKafka(topic string, partitions int) (*kfake.Cluster, []string, error) {
+func startKafka(topic string, partitions int) (*kfake.Cluster, []string, error) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topic))
 	if err != nil {
 		return nil, nil, fmt.Errorf("start kafka: %w", err)
@@ -136,9 +135,9 @@ func startDevKafka(topic string, partitions int) (*kfake.Cluster, []string, erro
 	return c, c.ListenAddrs(), nil
 }
 
-// devProducer writes JSON records round-robin over a topic's partitions and
+// producer writes JSON records round-robin over a topic's partitions and
 // counts what each partition got.
-type devProducer struct {
+type producer struct {
 	brokers    []string
 	topic      string
 	partitions int
@@ -147,12 +146,12 @@ type devProducer struct {
 	produced map[int]int64
 }
 
-func newDevProducer(brokers []string, topic string, partitions int) *devProducer {
-	return &devProducer{brokers: brokers, topic: topic, partitions: partitions, produced: map[int]int64{}}
+func newProducer(brokers []string, topic string, partitions int) *producer {
+	return &producer{brokers: brokers, topic: topic, partitions: partitions, produced: map[int]int64{}}
 }
 
 // run produces n records, at rate per second when rate > 0.
-func (d *devProducer) run(ctx context.Context, n, rate int) error {
+func (d *producer) run(ctx context.Context, n, rate int) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
@@ -199,7 +198,7 @@ func (d *devProducer) run(ctx context.Context, n, rate int) error {
 	return nil
 }
 
-func (d *devProducer) counts() map[int]int64 {
+func (d *producer) counts() map[int]int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[int]int64, len(d.produced))
@@ -209,7 +208,7 @@ func (d *devProducer) counts() map[int]int64 {
 	return out
 }
 
-func (d *devProducer) total() int64 {
+func (d *producer) total() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var n int64
@@ -217,91 +216,4 @@ func (d *devProducer) total() int64 {
 		n += v
 	}
 	return n
-}
-
-// recorder wraps a sink and remembers which offsets were written, so dev can
-// tell lost records from duplicates whatever the sink. It is a sinks.Wrapper:
-// the inner sink's side upgrades (Resumer, Pinger, DeadLetterCounter) stay
-// visible through sinks.As, and its WriteBlocks keeps the inner sink's
-// batching.
-type recorder struct {
-	inner     sinks.Sink
-	mu        sync.Mutex
-	seen      map[int]map[int64]int // partition → offset → writes
-	distinctN int64
-	writes    int64
-}
-
-func newRecorder(s sinks.Sink) *recorder { return &recorder{inner: s, seen: map[int]map[int64]int{}} }
-
-// Unwrap returns the recorded sink (sinks.Wrapper).
-func (r *recorder) Unwrap() sinks.Sink { return r.inner }
-
-// Write writes b to the inner sink and records it once it is durable.
-func (r *recorder) Write(ctx context.Context, b *sinks.Block) error {
-	if err := r.inner.Write(ctx, b); err != nil {
-		return err
-	}
-	r.record(b)
-	return nil
-}
-
-// WriteBlocks (sinks.BatchWriter) writes blocks through the inner sink's own
-// WriteBlocks if it has one, and records those that became durable.
-func (r *recorder) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
-	errs := sinks.WriteBlocks(ctx, r.inner, blocks)
-	for i, err := range errs {
-		if err == nil {
-			r.record(blocks[i])
-		}
-	}
-	return errs
-}
-
-// Close closes the inner sink.
-func (r *recorder) Close() error { return r.inner.Close() }
-
-func (r *recorder) record(b *sinks.Block) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.seen[b.Partition]
-	if m == nil {
-		m = map[int64]int{}
-		r.seen[b.Partition] = m
-	}
-	for _, rec := range b.Records {
-		if m[rec.Offset] == 0 {
-			r.distinctN++
-		}
-		m[rec.Offset]++
-		r.writes++
-	}
-}
-
-// tally compares what was written with what was produced: distinct offsets
-// delivered, offsets never delivered, and extra copies.
-func (r *recorder) tally(topic string, produced map[int]int64) verdict {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var v verdict
-	for _, p := range sortedKeys(produced) {
-		for off := int64(0); off < produced[p]; off++ {
-			v.note(topic, p, off, r.seen[p][off])
-		}
-	}
-	return v
-}
-
-// distinct is how many different records were written.
-func (r *recorder) distinct() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.distinctN
-}
-
-// replayed is how many record writes repeated an earlier one.
-func (r *recorder) replayed() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.writes - r.distinctN
 }

@@ -1,6 +1,4 @@
-//go:build !nodev
-
-package main
+package dev
 
 import (
 	"context"
@@ -11,44 +9,47 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
-// The faults of dev --chaos, in the order the report counts them.
+// The faults of Chaos, in the order the report counts them.
 const (
-	faultKill     = "kill"
-	faultZombie   = "zombie"
-	faultLeader   = "leader"
-	faultEtcdCut  = "etcd-cut"
-	faultKafkaCut = "kafka-cut"
-	faultReset    = "reset"
-	faultRelease  = "release"
-	faultDrain    = "drain"
+	// FaultKill crashes a replica (no block finished, nothing released,
+	// the lease left to expire) and starts a fresh one.
+	FaultKill = "kill"
+	// FaultZombie pauses a replica in the middle of a block (its sink
+	// write held, then its etcd traffic) for twice the lease TTL, then
+	// resumes it: it must find itself fenced, its late write refused or
+	// harmless.
+	FaultZombie = "zombie"
+	// FaultLeader crashes the etcd leader (of three members) and restarts
+	// it a lease TTL later.
+	FaultLeader = "leader"
+	// FaultEtcdCut cuts a replica off from etcd for 1.5 times the TTL.
+	FaultEtcdCut = "etcd-cut"
+	// FaultKafkaCut cuts a replica off from Kafka for a TTL.
+	FaultKafkaCut = "kafka-cut"
+	// FaultReset resets a partition's offset live to an earlier one, as
+	// `offsets reset` does: records delivered again.
+	FaultReset = "reset"
+	// FaultRelease releases a claimed partition, as `claims release` does.
+	FaultRelease = "release"
+	// FaultDrain drains a replica, as `replicas drain` does, undone a TTL
+	// later.
+	FaultDrain = "drain"
 )
 
-var allFaults = []string{faultKill, faultZombie, faultLeader, faultEtcdCut, faultKafkaCut, faultReset, faultRelease, faultDrain}
+var allFaults = []string{FaultKill, FaultZombie, FaultLeader, FaultEtcdCut, FaultKafkaCut, FaultReset, FaultRelease, FaultDrain}
 
-// faultHelp is the menu of --faults, for --help.
-const faultHelp = `  kill       crash a replica (no block finished, nothing released) and start a fresh one
-  zombie     pause a replica in the middle of a block (its sink write held,
-             then its etcd traffic) for twice --lease-ttl, then resume it: it
-             must find itself fenced, its late write refused or harmless
-  leader     crash the etcd leader (of three members) and restart it --lease-ttl later
-  etcd-cut   cut a replica off from etcd for 1.5 times --lease-ttl
-  kafka-cut  cut a replica off from Kafka for --lease-ttl
-  reset      'offsets reset' a partition live to an earlier offset (records
-             delivered again: duplicates allowed, except with postgres)
-  release    'claims release' a partition
-  drain      'replicas drain' a replica, undone --lease-ttl later`
+// Faults are the kinds of fault, in the order the report counts them.
+func Faults() []string { return slices.Clone(allFaults) }
 
-// parseFaults parses --faults: "all" or a comma list of allFaults.
-func parseFaults(s string) ([]string, error) {
+// ParseFaults parses a list of faults: "all" or a comma list of Faults,
+// in any order, returned once each in Faults' order (so that the deck, and
+// so a seed, do not depend on how the list was written).
+func ParseFaults(s string) ([]string, error) {
 	on := map[string]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
@@ -60,11 +61,9 @@ func parseFaults(s string) ([]string, error) {
 		case slices.Contains(allFaults, f):
 			on[f] = true
 		default:
-			return nil, usagef("--faults %q: unknown fault %q; want all or a comma list of %s", s, f, strings.Join(allFaults, ", "))
+			return nil, fmt.Errorf("unknown fault %q; want all or a comma list of %s", f, strings.Join(allFaults, ", "))
 		}
 	}
-	// In the menu's order, whatever the order given: the deck, and so
-	// --seed, then do not depend on how the list was written.
 	var out []string
 	for _, f := range allFaults {
 		if on[f] {
@@ -74,9 +73,9 @@ func parseFaults(s string) ([]string, error) {
 	return out, nil
 }
 
-// devChaos injects dev's faults. Faults are dealt from a deck: a seeded
+// chaos injects dev's faults. Faults are dealt from a deck: a seeded
 // shuffle of the enabled kinds, dealt one per tick and shuffled again when
-// empty, so that every kind comes up in every round and --seed repeats the
+// empty, so that every kind comes up in every round and the seed repeats the
 // order. A fault that cannot run now (a second etcd leader down, every
 // replica held) waits in the deck for a later tick; a tick where none can
 // is a skipped slot, printed and counted. Faults that last (zombie, leader,
@@ -85,11 +84,11 @@ func parseFaults(s string) ([]string, error) {
 // replica one lasting fault at a time, so that faults of different
 // replicas overlap: one replica at a time would leave slots with nothing
 // to deal while a zombie's pause (twice the TTL) runs.
-type devChaos struct {
+type chaos struct {
 	faults []string
 	rng    *rand.Rand
-	fleet  *devFleet
-	etcd   *devEtcd
+	fleet  *fleet
+	etcd   *etcdCluster
 	coord  *coordinator.Coordinator
 	topic  string
 	ttl    time.Duration
@@ -97,7 +96,7 @@ type devChaos struct {
 	start  time.Time
 	// expect is told which replicas each fault touches, so that their
 	// warnings read as the fault's (nil: not told).
-	expect *devExpect
+	expect *expect
 
 	deck   []string
 	stop   chan struct{} // closed by finish: undo every fault now
@@ -111,8 +110,8 @@ type devChaos struct {
 	leaderDown bool
 }
 
-func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *devEtcd, coord *coordinator.Coordinator, topic string, ttl time.Duration, out io.Writer) *devChaos {
-	return &devChaos{
+func newChaos(faults []string, seed uint64, fleet *fleet, etcd *etcdCluster, coord *coordinator.Coordinator, topic string, ttl time.Duration, out io.Writer) *chaos {
+	return &chaos{
 		faults: faults,
 		rng:    rand.New(rand.NewPCG(seed, seed)),
 		fleet:  fleet, etcd: etcd, coord: coord, topic: topic, ttl: ttl, out: out,
@@ -124,7 +123,7 @@ func newDevChaos(faults []string, seed uint64, fleet *devFleet, etcd *devEtcd, c
 }
 
 // tick deals the next fault that can run now and runs it.
-func (c *devChaos) tick(ctx context.Context) error {
+func (c *chaos) tick(ctx context.Context) error {
 	if len(c.deck) == 0 {
 		c.deck = slices.Clone(c.faults)
 		c.rng.Shuffle(len(c.deck), func(i, j int) { c.deck[i], c.deck[j] = c.deck[j], c.deck[i] })
@@ -155,9 +154,9 @@ func (c *devChaos) tick(ctx context.Context) error {
 
 // inject starts fault f; ok is false when it cannot run now. An error is
 // one dev cannot go on after (a replica that does not start).
-func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool, err error) {
+func (c *chaos) inject(ctx context.Context, f string) (target string, ok bool, err error) {
 	switch f {
-	case faultKill:
+	case FaultKill:
 		i, d := c.pick()
 		if d == nil {
 			return "", false, nil
@@ -170,25 +169,25 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 			return "", false, err
 		}
 		return id, true, nil
-	case faultZombie:
-		return c.hold(f, 2*c.ttl, func(d *devReplica) (func(), string) {
+	case FaultZombie:
+		return c.hold(f, 2*c.ttl, func(d *node) (func(), string) {
 			d.pause(c.ttl)
 			return d.resume, "paused"
 		})
-	case faultEtcdCut:
+	case FaultEtcdCut:
 		// Past the lease, so that the replica loses it; shorter than a
 		// zombie's pause, to leave the other faults time.
-		return c.hold(f, c.ttl*3/2, func(d *devReplica) (func(), string) {
+		return c.hold(f, c.ttl*3/2, func(d *node) (func(), string) {
 			n := c.fleet.cutEtcd(d, true)
 			return func() { c.fleet.cutEtcd(d, false) }, fmt.Sprintf("%d connections cut", n)
 		})
-	case faultKafkaCut:
-		return c.hold(f, c.ttl, func(d *devReplica) (func(), string) {
-			n := d.kafka.cut()
-			return d.kafka.restore, fmt.Sprintf("%d connections cut", n)
+	case FaultKafkaCut:
+		return c.hold(f, c.ttl, func(d *node) (func(), string) {
+			n := d.kafka.Cut()
+			return d.kafka.Restore, fmt.Sprintf("%d connections cut", n)
 		})
-	case faultDrain:
-		return c.hold(f, c.ttl, func(d *devReplica) (func(), string) {
+	case FaultDrain:
+		return c.hold(f, c.ttl, func(d *node) (func(), string) {
 			id := d.r.ID()
 			if err := c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, true) }); err != nil {
 				return nil, ""
@@ -198,18 +197,18 @@ func (c *devChaos) inject(ctx context.Context, f string) (target string, ok bool
 				_ = c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, false) })
 			}, "draining"
 		})
-	case faultLeader:
+	case FaultLeader:
 		return c.stopLeader()
-	case faultReset:
+	case FaultReset:
 		return c.reset()
-	case faultRelease:
+	case FaultRelease:
 		return c.release()
 	}
 	return "", false, fmt.Errorf("unknown fault %q", f)
 }
 
 // pick is a random running replica not under a lasting fault.
-func (c *devChaos) pick() (int, *devReplica) {
+func (c *chaos) pick() (int, *node) {
 	c.mu.Lock()
 	held := maps.Clone(c.held)
 	c.mu.Unlock()
@@ -231,7 +230,7 @@ func (c *devChaos) pick() (int, *devReplica) {
 // hold runs lasting fault f on a replica under no other: do starts it
 // and returns its undo (nil: it did not start), run after d or at finish,
 // and a note for the fault's line.
-func (c *devChaos) hold(f string, d time.Duration, do func(*devReplica) (func(), string)) (string, bool, error) {
+func (c *chaos) hold(f string, d time.Duration, do func(*node) (func(), string)) (string, bool, error) {
 	_, r := c.pick()
 	if r == nil {
 		return "", false, nil
@@ -257,7 +256,7 @@ func (c *devChaos) hold(f string, d time.Duration, do func(*devReplica) (func(),
 }
 
 // later runs undo after d, or at once when finish is called.
-func (c *devChaos) later(d time.Duration, undo func()) {
+func (c *chaos) later(d time.Duration, undo func()) {
 	c.undone.Add(1)
 	go func() {
 		defer c.undone.Done()
@@ -274,7 +273,7 @@ func (c *devChaos) later(d time.Duration, undo func()) {
 // stopLeader crashes the etcd leader, and restarts it after a TTL. The
 // replicas' proxies to it are cut too: an embedded member drains its
 // streams for seconds when closed, where a crashed one would not.
-func (c *devChaos) stopLeader() (string, bool, error) {
+func (c *chaos) stopLeader() (string, bool, error) {
 	c.mu.Lock()
 	down := c.leaderDown
 	c.mu.Unlock()
@@ -289,12 +288,12 @@ func (c *devChaos) stopLeader() (string, bool, error) {
 	c.leaderDown = true
 	c.mu.Unlock()
 	// Every replica talks to the leader: each may see its requests fail.
-	end := c.expect.begin(devEveryReplica, fmt.Sprintf("leader (etcd member %d)", l))
+	end := c.expect.begin(everyReplica, fmt.Sprintf("leader (etcd member %d)", l))
 	c.fleet.memberDown(l)
 	c.etcd.stop(l)
 	c.later(c.ttl, func() {
 		defer end()
-		ctx, cancel := context.WithTimeout(context.Background(), devEtcdReadyTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), etcdReadyTimeout)
 		defer cancel()
 		if err := c.etcd.restart(ctx, l); err != nil {
 			fmt.Fprintf(c.out, "fault leader: restart etcd member %d: %v\n", l, err)
@@ -310,7 +309,7 @@ func (c *devChaos) stopLeader() (string, bool, error) {
 // reset is the operator's live `offsets reset` of a random partition to an
 // offset up to 200 records before its committed one, through the same
 // fenced transaction as the CLI's (Coordinator.ResetOffsets).
-func (c *devChaos) reset() (string, bool, error) {
+func (c *chaos) reset() (string, bool, error) {
 	snap, err := c.snapshot()
 	if err != nil {
 		return "", false, nil
@@ -340,7 +339,7 @@ func (c *devChaos) reset() (string, bool, error) {
 // release is the operator's `claims release` of a random claimed partition;
 // the request is cleared once served (or at finish), as the CLI's --wait
 // does.
-func (c *devChaos) release() (string, bool, error) {
+func (c *chaos) release() (string, bool, error) {
 	snap, err := c.snapshot()
 	if err != nil {
 		return "", false, nil
@@ -387,7 +386,7 @@ func (c *devChaos) release() (string, bool, error) {
 	return fmt.Sprintf("%s (%s, epoch %d)", p, snap.Claims[p].Replica, epoch), true, nil
 }
 
-func (c *devChaos) snapshot() (*coordinator.Snapshot, error) {
+func (c *chaos) snapshot() (*coordinator.Snapshot, error) {
 	var snap *coordinator.Snapshot
 	err := c.admin(func(ctx context.Context) error {
 		var err error
@@ -398,14 +397,14 @@ func (c *devChaos) snapshot() (*coordinator.Snapshot, error) {
 }
 
 // admin runs one operator call, bounded as the CLI's --etcd-timeout would.
-func (c *devChaos) admin(call func(context.Context) error) error {
+func (c *chaos) admin(call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return call(ctx)
 }
 
 // finish undoes every lasting fault and waits until they are undone.
-func (c *devChaos) finish() {
+func (c *chaos) finish() {
 	select {
 	case <-c.stop:
 	default:
@@ -416,7 +415,7 @@ func (c *devChaos) finish() {
 
 // summary is the count of each enabled fault, and of the slots skipped:
 // "kill=2 zombie=1 ... skipped=0".
-func (c *devChaos) summary() string {
+func (c *chaos) summary() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var parts []string
@@ -429,131 +428,33 @@ func (c *devChaos) summary() string {
 	return strings.Join(parts, " ")
 }
 
-// faultsInOrder are the faults as they happened, one a line.
-func (c *devChaos) faultsInOrder() []string {
+// counted are the faults dealt so far by kind, the slots skipped and the
+// faults in order, one a line.
+func (c *chaos) counted() (map[string]int, int, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.history)
+	return maps.Clone(c.counts), c.skipped, slices.Clone(c.history)
 }
 
-// devEveryReplica stands for every replica in devExpect's windows.
-const devEveryReplica = "*"
-
-// devExpect tells whether a replica's warning or error is the expected
-// work of a fault dev injected itself: a paused replica loses its session,
-// one cut off from etcd fails its commits. Each fault opens a window on
-// the replica it touches (every replica for the etcd leader's crash), from
-// its start until settle after it is undone, since the consequences (a
-// lost session found on resume, a rejoin) come after the undo. Entries in
-// a window are logged at INFO, with "expected" naming the fault, and
-// counted; the others keep WARN or ERROR, and are counted too. A nil
-// devExpect opens no window.
-type devExpect struct {
-	settle time.Duration
-
-	mu      sync.Mutex
-	windows map[string]*devWindow // by replica id, or devEveryReplica
-
-	expected, unexpected atomic.Int64
-}
-
-// devWindow is one replica's: the faults on it not undone yet, and the
-// end of the settling after the last undo.
-type devWindow struct {
-	fault string
-	open  int
-	until time.Time
-}
-
-func newDevExpect(settle time.Duration) *devExpect {
-	return &devExpect{settle: settle, windows: map[string]*devWindow{}}
-}
-
-// begin opens a window on replica id for fault; end closes it, settle
-// later.
-func (e *devExpect) begin(id, fault string) (end func()) {
-	if e == nil {
-		return func() {}
-	}
-	e.mu.Lock()
-	w := e.windows[id]
-	if w == nil {
-		w = &devWindow{}
-		e.windows[id] = w
-	}
-	w.open++
-	w.fault = fault
-	e.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			w.open--
-			w.until = time.Now().Add(e.settle)
-		})
-	}
-}
-
-// during names the fault whose window replica id is in, if any.
-func (e *devExpect) during(id string) (string, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := time.Now()
-	for _, k := range []string{id, devEveryReplica} {
-		if w := e.windows[k]; w != nil && (w.open > 0 || now.Before(w.until)) {
-			return w.fault, true
+// poll calls check every interval until it is done or fails, or ctx ends.
+func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
-	return "", false
 }
 
-// String is the logs: line of the report.
-func (e *devExpect) String() string {
-	return fmt.Sprintf("%d warnings and errors of replicas under a fault dev injected, expected: logged at INFO with \"expected\" (--log-level info shows them); %d others, logged as they came",
-		e.expected.Load(), e.unexpected.Load())
-}
-
-// logger is log for replica id: its warnings and errors in a window of id
-// are logged at INFO.
-func (e *devExpect) logger(log *zap.Logger, id string) *zap.Logger {
-	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &devExpectCore{Core: c, id: id, e: e} }))
-}
-
-// devExpectCore is devExpect's zap core for one replica.
-type devExpectCore struct {
-	zapcore.Core
-	id string
-	e  *devExpect
-}
-
-func (c *devExpectCore) With(fields []zapcore.Field) zapcore.Core {
-	return &devExpectCore{Core: c.Core.With(fields), id: c.id, e: c.e}
-}
-
-func (c *devExpectCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if ent.Level != zapcore.WarnLevel && ent.Level != zapcore.ErrorLevel {
-		return c.Core.Check(ent, ce)
-	}
-	fault, ok := c.e.during(c.id)
-	if !ok {
-		c.e.unexpected.Add(1)
-		return c.Core.Check(ent, ce)
-	}
-	c.e.expected.Add(1)
-	ent.Level = zapcore.InfoLevel
-	if !c.Core.Enabled(ent.Level) {
-		return ce
-	}
-	return ce.AddCore(ent, devNoteCore{Core: c.Core, fault: fault})
-}
-
-// devNoteCore writes an entry with the fault that made it expected.
-type devNoteCore struct {
-	zapcore.Core
-	fault string
-}
-
-func (c devNoteCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
-	return c.Core.Write(ent, append(fields, zap.String("expected", c.fault)))
+// sortPartitions sorts ps by topic and partition, so that a seed picks the
+// same partition from one run to the next.
+func sortPartitions(ps []coordinator.Partition) {
+	slices.SortFunc(ps, coordinator.Partition.Compare)
 }

@@ -1,14 +1,8 @@
-//go:build !nodev
-
-package main
+package dev
 
 import (
-	"bufio"
 	"bytes"
-	"io"
-	"net"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,20 +18,20 @@ func TestParseFaults(t *testing.T) {
 		want []string
 	}{
 		{"all", allFaults},
-		{"kill", []string{faultKill}},
+		{"kill", []string{FaultKill}},
 		// The menu's order, once each, whatever was written.
-		{"drain, kill,drain", []string{faultKill, faultDrain}},
+		{"drain, kill,drain", []string{FaultKill, FaultDrain}},
 		{"reset,all", allFaults},
 	} {
-		got, err := parseFaults(tc.in)
+		got, err := ParseFaults(tc.in)
 		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("parseFaults(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			t.Errorf("ParseFaults(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
 }
 
 func TestVerdictFailure(t *testing.T) {
-	var v verdict
+	var v Verdict
 	v.note("t", 0, 0, 1)
 	v.note("t", 0, 1, 2)
 	v.note("t", 1, 0, 3)
@@ -54,18 +48,18 @@ func TestVerdictFailure(t *testing.T) {
 	}
 
 	// Without losses: records not Kafka's come first, then dead letters.
-	w := verdict{delivered: 10, compared: 10, mismatched: 2, firstMismatch: "t/0 at offset 4", deadLetters: 3, deadWhere: " dl"}
+	w := Verdict{Delivered: 10, Compared: 10, Mismatched: 2, firstMismatch: "t/0 at offset 4", DeadLetters: 3, deadWhere: " dl"}
 	if got, want := w.failure(false), "2 records in the sink are not the ones Kafka holds at their offsets (another run's, or of another topic of the same name), the first t/0 at offset 4"; got != want {
 		t.Errorf("mismatched: failure %q, want %q", got, want)
 	}
-	w.mismatched = 0
+	w.Mismatched = 0
 	if got, want := w.failure(false), "3 records went to the dead-letter table dl: the sink refused them, though each is a JSON object"; got != want {
 		t.Errorf("dead letters: failure %q, want %q", got, want)
 	}
 	if got, want := w.line(10), "produced=10 delivered=10 lost=0 duplicates=0 mismatched=0 dead_letters=3"; got != want {
 		t.Errorf("line %q, want %q", got, want)
 	}
-	w.compared = 0
+	w.Compared = 0
 	if got, want := w.line(10), "produced=10 delivered=10 lost=0 duplicates=0 mismatched=n/a dead_letters=3"; got != want {
 		t.Errorf("line with nothing compared %q, want %q", got, want)
 	}
@@ -78,87 +72,6 @@ func TestReportFailure(t *testing.T) {
 		"faults in order:\n  1.0s kill dev-1\n  2.0s leader etcd member 0 for 2s\n"
 	if b.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
-	}
-}
-
-// TestDevProxy: the proxy passes bytes, holds them while paused, and when
-// cut closes its connections and refuses new ones until restored.
-func TestDevProxy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // echo server; ends when ln closes
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	p, err := newDevProxy(ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-
-	c, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	echo := func(s string) (string, error) {
-		if _, err := io.WriteString(c, s+"\n"); err != nil {
-			return "", err
-		}
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		return r.ReadString('\n')
-	}
-	if got, err := echo("a"); err != nil || got != "a\n" {
-		t.Fatalf("echo through the proxy = %q, %v", got, err)
-	}
-
-	p.pause()
-	if _, err := io.WriteString(c, "b\n"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if got, err := r.ReadString('\n'); err == nil {
-		t.Fatalf("read %q while paused, want nothing", got)
-	}
-	p.resume()
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := r.ReadString('\n'); err != nil || !strings.HasSuffix(got, "b\n") {
-		t.Fatalf("after resume read %q, %v; want the held b", got, err)
-	}
-
-	p.cut(true)
-	if _, err := echo("c"); err == nil {
-		t.Fatal("a cut connection still echoes")
-	}
-	c2, err := net.Dial("tcp", p.addr())
-	if err == nil {
-		_ = c2.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c2.Read(make([]byte, 1)); err == nil {
-			t.Fatal("a new connection while cut was not closed")
-		}
-		c2.Close()
-	}
-	p.restore()
-	c3, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	if _, err := io.WriteString(c3, "d\n"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c3.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := bufio.NewReader(c3).ReadString('\n'); err != nil || got != "d\n" {
-		t.Fatalf("after restore echo = %q, %v", got, err)
 	}
 }
 
@@ -176,15 +89,15 @@ func TestAuditVerdict(t *testing.T) {
 		{Topic: "events", Partition: 2, Committed: 90, Delivered: 90, Compared: 90},
 	}}
 	v := auditVerdict(rep, map[int]int64{0: 100, 1: 100, 2: 100})
-	if v.lost != 13 || v.duplicates != 2 || v.delivered != 287 || v.compared != 287 || v.mismatched != 5 {
+	if v.Lost != 13 || v.Duplicates != 2 || v.Delivered != 287 || v.Compared != 287 || v.Mismatched != 5 {
 		t.Fatalf("lost %d, duplicates %d, delivered %d, compared %d, mismatched %d: want 13, 2, 287, 287, 5",
-			v.lost, v.duplicates, v.delivered, v.compared, v.mismatched)
+			v.Lost, v.Duplicates, v.Delivered, v.Compared, v.Mismatched)
 	}
 	if v.firstLost != "events/1 at offset 7" || v.firstDuplicate != "events/1 at offset 20" || v.firstMismatch != "events/1 at offset 30" {
 		t.Fatalf("first lost %q, first duplicate %q, first mismatch %q", v.firstLost, v.firstDuplicate, v.firstMismatch)
 	}
 	clean := auditVerdict(&audit.Report{Partitions: rep.Partitions[:1]}, map[int]int64{0: 100})
-	if clean.lost != 0 || clean.duplicates != 0 || clean.failure(true) != "" {
+	if clean.Lost != 0 || clean.Duplicates != 0 || clean.failure(true) != "" {
 		t.Fatalf("a clean report gives %+v", clean)
 	}
 }
@@ -196,7 +109,7 @@ func TestAuditVerdict(t *testing.T) {
 // etcd leader's crash) covers them all.
 func TestDevExpect(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	e := newDevExpect(time.Hour)
+	e := newExpect(time.Hour)
 	base := zap.New(core)
 	a, b := e.logger(base, "dev-1").With(zap.String("replica", "dev-1")), e.logger(base, "dev-2")
 
@@ -208,7 +121,7 @@ func TestDevExpect(t *testing.T) {
 	b.Warn("another replica")
 	end()
 	a.Warn("settling")
-	endAll := e.begin(devEveryReplica, "leader (etcd member 0)")
+	endAll := e.begin(everyReplica, "leader (etcd member 0)")
 	b.Warn("every replica")
 	endAll()
 
@@ -237,13 +150,13 @@ func TestDevExpect(t *testing.T) {
 	}
 
 	// Once the settling is over, a warning is a warning again.
-	short := newDevExpect(0)
+	short := newExpect(0)
 	c := short.logger(base, "dev-3")
 	short.begin("dev-3", "kill dev-3")()
 	c.Warn("after")
 	if en := logs.All()[len(logs.All())-1]; en.Message != "after" || en.Level != zap.WarnLevel {
 		t.Fatalf("after the window: %s at %s, want a warning", en.Message, en.Level)
 	}
-	var none *devExpect
+	var none *expect
 	none.begin("dev-1", "kill")() // no chaos: nothing to tell
 }

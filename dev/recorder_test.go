@@ -1,6 +1,4 @@
-//go:build !nodev
-
-package main
+package dev
 
 import (
 	"context"
@@ -86,7 +84,7 @@ func TestRecorderKeepsUpgrades(t *testing.T) {
 		t.Fatalf("recorded %d distinct records, want 3 (the refused block not counted)", n)
 	}
 	v := rec.tally("t", map[int]int64{0: 2, 1: 1, 9: 1})
-	if v.delivered != 3 || v.lost != 1 || v.duplicates != 0 || v.firstLost != "t/9 at offset 0" {
+	if v.Delivered != 3 || v.Lost != 1 || v.Duplicates != 0 || v.firstLost != "t/9 at offset 0" {
 		t.Fatalf("tally = %+v, want 3 delivered, 1 lost (t/9 at offset 0), 0 duplicates", v)
 	}
 
