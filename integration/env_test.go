@@ -1,6 +1,6 @@
 // Package integration_test runs replicas against a real in-process etcd and
 // a Kafka-protocol broker (kfake), with faults injected for real; the
-// guarantees of the README's failure table, and what only a real broker
+// guarantees of the failure table (docs/failures.md), and what only a real broker
 // does, also against Apache Kafka itself, three nodes shared by the
 // package (backends_test.go, apache_test.go).
 package integration_test

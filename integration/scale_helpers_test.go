@@ -159,7 +159,7 @@ func (k *benchKafka) readBrokerCPU() (time.Duration, error) {
 	return sum, nil
 }
 
-// groupKeys is the group's prefix in etcd, as README.md's etcd layout
+// groupKeys is the group's prefix in etcd, as docs/etcd.md's etcd layout
 // documents it: written out here rather than taken from coordinator, so that
 // the benchmarks measure whatever implements the layout.
 func groupKeys(group string) string { return "/offsetkeeper/v1/groups/" + group + "/" }

@@ -20,7 +20,7 @@ import (
 )
 
 // No Docker engine runs where the tests do, so docker-compose.yml, the
-// Dockerfile and the README's walk-through are checked as data. The compose
+// Dockerfile and the walk-through of docs/deploy.md are checked as data. The compose
 // file is loaded by compose-go, as `docker compose up` loads it, and on top
 // of the Compose specification's validation every
 // offsetkeeper command line must pass the CLI's own parsing and validation
@@ -31,7 +31,7 @@ const (
 	composePath      = "../../docker-compose.yml"
 	dockerfilePath   = "../../Dockerfile"
 	dockerignorePath = "../../.dockerignore"
-	readmePath       = "../../README.md"
+	deployDocPath    = "../../docs/deploy.md" // the docker compose walk-through
 	goModPath        = "../../go.mod"
 )
 
@@ -624,19 +624,20 @@ func TestComposeOffsetkeeperCommandsAreValid(t *testing.T) {
 	}
 }
 
-// The README's walk-through commands name services of the compose file,
+// The walk-through commands of docs/deploy.md ("docker compose") name
+// services of the compose file,
 // and its `docker compose exec <replica> offsetkeeper ...` lines pass the
 // CLI's validation with that replica's environment.
 func TestReadmeComposeCommandsAreValid(t *testing.T) {
 	p := loadCompose(t)
-	raw, err := os.ReadFile(readmePath)
+	raw, err := os.ReadFile(deployDocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(raw)
 	for _, m := range regexp.MustCompile(`docker compose (?:exec|kill|start|stop|restart|logs|pause|unpause)((?: -\S+)*) ([a-z0-9][a-z0-9_-]*)`).FindAllStringSubmatch(readme, -1) {
 		if _, ok := p.Services[m[2]]; !ok {
-			t.Errorf("README: %q names no service of docker-compose.yml", m[0])
+			t.Errorf("docs/deploy.md: %q names no service of docker-compose.yml", m[0])
 		}
 	}
 	var execs int
@@ -651,12 +652,12 @@ func TestReadmeComposeCommandsAreValid(t *testing.T) {
 			withEnv(t, svc.env())
 			_, out, err := dryRun(t, args...)
 			if !errors.Is(err, errDryRun) {
-				t.Errorf("README: offsetkeeper %s in %s is refused: %v\n%s", m[2], m[1], err, out)
+				t.Errorf("docs/deploy.md: offsetkeeper %s in %s is refused: %v\n%s", m[2], m[1], err, out)
 			}
 		})
 	}
 	if execs < 2 {
-		t.Errorf("README shows %d `docker compose exec <replica> offsetkeeper ...` lines, want the walk-through's", execs)
+		t.Errorf("docs/deploy.md shows %d `docker compose exec <replica> offsetkeeper ...` lines, want the walk-through's", execs)
 	}
 }
 

@@ -253,7 +253,7 @@ func TestDevChaosAllFaultsPostgres(t *testing.T) {
 	}
 }
 
-// The README's `dev --sink 'postgres://…?table=dev_rows'`, twice on the
+// docs/postgresql.md's `dev --sink 'postgres://…?table=dev_rows'`, twice on the
 // same table (issue 22, row 5): the second run once wrote nothing (its
 // rows' keys were the first run's) and reported every record delivered.
 // Now each run has a topic of its own, and its audit compares every row

@@ -33,8 +33,8 @@ import (
 // against the API types and each other.
 
 const (
-	k8sDir        = "../../deploy/kubernetes/"
-	k8sReadmePath = "../../README.md"
+	k8sDir     = "../../deploy/kubernetes/"
+	k8sDocPath = "../../docs/deploy.md" // "Deploying on Kubernetes"
 )
 
 // k8sPodName stands for the name Kubernetes gives a pod of the Deployment.
@@ -377,14 +377,15 @@ func TestK8sServiceLinksAreIgnored(t *testing.T) {
 	}
 }
 
-// TestK8sReadmeExecCommandsAreValid: the READMEs' `kubectl exec
-// deploy/offsetkeeper -- offsetkeeper ...` lines pass the CLI's validation
+// TestK8sReadmeExecCommandsAreValid: the `kubectl exec
+// deploy/offsetkeeper -- offsetkeeper ...` lines of docs/deploy.md and
+// deploy/kubernetes/README.md pass the CLI's validation
 // with the pod's environment, which an exec'd command shares.
 func TestK8sReadmeExecCommandsAreValid(t *testing.T) {
 	g := loadK8s(t)
 	env := g.podEnv(t)
 	var execs int
-	for _, file := range []string{k8sReadmePath, k8sDir + "README.md"} {
+	for _, file := range []string{k8sDocPath, k8sDir + "README.md"} {
 		raw, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -408,6 +409,6 @@ func TestK8sReadmeExecCommandsAreValid(t *testing.T) {
 		}
 	}
 	if execs < 2 {
-		t.Errorf("%d `kubectl exec deploy/... -- offsetkeeper ...` lines in the READMEs, want the main README's and deploy/kubernetes'", execs)
+		t.Errorf("%d `kubectl exec deploy/... -- offsetkeeper ...` lines in docs/deploy.md and deploy/kubernetes/README.md, want both's", execs)
 	}
 }
