@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // The faults of Chaos, in the order the report counts them.
@@ -368,7 +369,7 @@ func (c *chaos) release() (string, bool, error) {
 		defer c.undone.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*c.ttl)
 		defer cancel()
-		_ = poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		_ = backoff.Poll(ctx, 50*time.Millisecond, func() (bool, error) {
 			select {
 			case <-c.stop:
 				return true, nil
@@ -434,23 +435,6 @@ func (c *chaos) counted() (map[string]int, int, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.counts), c.skipped, slices.Clone(c.history)
-}
-
-// poll calls check every interval until it is done or fails, or ctx ends.
-func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		done, err := check()
-		if err != nil || done {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 // sortPartitions sorts ps by topic and partition, so that a seed picks the

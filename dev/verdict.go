@@ -171,7 +171,7 @@ func (c checker) verdict(ctx context.Context, cli *clientv3.Client, brokers []st
 			return Verdict{}, fmt.Errorf("audit the sink: %w", err)
 		}
 		v = auditVerdict(rep, produced)
-		v.By = "audit of " + shown + ": " + comparedNote(rep)
+		v.By = "audit of " + shown + ": " + rep.ComparedNote()
 		if v.Lost > 0 || v.Duplicates > 0 || v.Mismatched > 0 {
 			// A second opinion, to tell a fault of the pipeline from one of
 			// the audit: what a reader of the sink sees.
@@ -184,21 +184,6 @@ func (c checker) verdict(ctx context.Context, cli *clientv3.Client, brokers []st
 		return Verdict{}, err
 	}
 	return v, nil
-}
-
-// comparedNote says how many records the audit compared with Kafka's, or
-// why it compared none, as `offsetkeeper audit` prints it.
-func comparedNote(rep *audit.Report) string {
-	compared, not := rep.Compared()
-	why := rep.Capabilities.RecordsNote
-	switch {
-	case not == 0:
-		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp)", compared)
-	case compared == 0:
-		return fmt.Sprintf("records not compared, only their offsets: %s", why)
-	default:
-		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp), %d not: %s", compared, not, why)
-	}
 }
 
 // deadLetters counts the records of this run that the sink set aside: in

@@ -316,7 +316,7 @@ func (v *auditView) summary() string {
 		aborted += p.Aborted.Count
 		unverifiable += p.Unverifiable.Count
 	}
-	notes := []string{comparedNote(v.rep)}
+	notes := []string{v.rep.ComparedNote()}
 	if flight > 0 && v.rep.Clean() {
 		notes = append(notes, fmt.Sprintf("%d offsets in flight (not findings)", flight))
 	}
@@ -356,20 +356,4 @@ func (v *auditView) summary() string {
 		found = append(found, fmt.Sprintf("%d aborted", aborted))
 	}
 	return strings.Join(found, ", ") + note
-}
-
-// comparedNote says how many records were compared with Kafka's, and which
-// were not and why: an audit that checked offsets alone must not read as
-// one that checked the records.
-func comparedNote(rep *audit.Report) string {
-	compared, not := rep.Compared()
-	why := rep.Capabilities.RecordsNote
-	switch {
-	case not == 0:
-		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp)", compared)
-	case compared == 0:
-		return fmt.Sprintf("records not compared, only their offsets: %s", why)
-	default:
-		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp), %d not: %s", compared, not, why)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // claimsReleaseOptions is `offsetkeeper claims release`.
@@ -154,7 +155,7 @@ func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) erro
 	if o.waiting.wait {
 		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
-		err := poll(wctx, 50*time.Millisecond, func() (bool, error) {
+		err := backoff.Poll(wctx, 50*time.Millisecond, func() (bool, error) {
 			s, err := coord.Snapshot(wctx)
 			if err != nil {
 				return false, nil // etcd may be briefly away; keep waiting
@@ -188,21 +189,3 @@ func (h handover) rows() [][]string {
 }
 
 func (h handover) jsonValue() any { return h }
-
-// poll calls check every interval until it reports done, returns an error,
-// or ctx ends.
-func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		done, err := check()
-		if err != nil || done {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // drainOptions is `offsetkeeper replicas drain`.
@@ -83,7 +84,7 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
 		last := -1
-		err := poll(wctx, 100*time.Millisecond, func() (bool, error) {
+		err := backoff.Poll(wctx, 100*time.Millisecond, func() (bool, error) {
 			s, err := coord.Snapshot(wctx)
 			if err != nil {
 				return false, nil

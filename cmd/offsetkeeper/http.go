@@ -201,20 +201,25 @@ func redactURL(raw string) string {
 	if u.User != nil {
 		u.User = url.User("xxxxx")
 	}
-	if q := u.Query(); len(q) > 0 {
-		changed := false
-		for k := range q {
-			lk := strings.ToLower(k)
-			if strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || strings.Contains(lk, "key") {
-				q.Set(k, "xxxxx")
-				changed = true
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
+	redactQuery(u)
+	return u.String()
+}
+
+// redactQuery masks the values of u's query parameters that name a
+// password, secret, token or key; a query without any is left as written.
+func redactQuery(u *url.URL) {
+	q := u.Query()
+	changed := false
+	for k := range q {
+		lk := strings.ToLower(k)
+		if strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || strings.Contains(lk, "key") {
+			q.Set(k, "xxxxx")
+			changed = true
 		}
 	}
-	return u.String()
+	if changed {
+		u.RawQuery = q.Encode()
+	}
 }
 
 // redactURLs is redactURL of each.

@@ -2,12 +2,13 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/credfile"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
@@ -62,13 +63,12 @@ func tlsConfig(service, caFile, certFile, keyFile string, on bool) (*tls.Config,
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, usagef("%s: %v", flag("cacert"), err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		pool, err := credfile.CAPool(caFile)
+		switch {
+		case errors.Is(err, credfile.ErrNoPEM):
 			return nil, usagef("%s %q: no PEM certificate in it", flag("cacert"), caFile)
+		case err != nil:
+			return nil, usagef("%s: %v", flag("cacert"), err)
 		}
 		cfg.RootCAs = pool
 	}
@@ -97,11 +97,10 @@ func password(userFlag, user, env, fileFlag, file string) (secret, error) {
 	case user == "":
 		return secret{}, nil
 	case file != "":
-		b, err := os.ReadFile(file)
+		p, err := credfile.Password(file)
 		if err != nil {
 			return secret{}, usagef("%s: %v", fileFlag, err) // names the file, never its content
 		}
-		p := strings.TrimRight(string(b), "\r\n")
 		if p == "" {
 			return secret{}, usagef("%s %q is empty: want the password of %s %q", fileFlag, file, userFlag, user)
 		}

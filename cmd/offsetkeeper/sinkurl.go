@@ -145,19 +145,7 @@ func shownSink(raw string) string {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
 	}
-	if q := u.Query(); len(q) > 0 {
-		changed := false
-		for k := range q {
-			lk := strings.ToLower(k)
-			if strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || strings.Contains(lk, "key") {
-				q.Set(k, "xxxxx")
-				changed = true
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
-	}
+	redactQuery(u)
 	return u.String()
 }
 
@@ -207,14 +195,7 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 	case "postgres":
 		ctx, cancel := context.WithTimeout(ctx, t.openTimeout(postgresOpenTimeout, postgres.DefaultRetryTimeout))
 		defer cancel()
-		var opts []postgres.Option
-		if t.group != "" {
-			opts = append(opts, postgres.WithGroup(t.group))
-		}
-		if t.log != nil {
-			opts = append(opts, postgres.WithLogger(t.log))
-		}
-		s, err := postgres.New(ctx, t.url, opts...)
+		s, err := postgres.New(ctx, t.url, sqlSinkOptions(t, postgres.WithGroup, postgres.WithLogger)...)
 		if errors.Is(err, postgres.ErrURL) || errors.Is(err, postgres.ErrTableShape) {
 			// A table the mode cannot use is the URL's mistake too: table=
 			// or mode= names the wrong one, and no retry mends it.
@@ -227,14 +208,7 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 	case "clickhouse":
 		ctx, cancel := context.WithTimeout(ctx, t.openTimeout(clickhouseOpenTimeout, clickhouse.DefaultRetryTimeout))
 		defer cancel()
-		var opts []clickhouse.Option
-		if t.group != "" {
-			opts = append(opts, clickhouse.WithGroup(t.group))
-		}
-		if t.log != nil {
-			opts = append(opts, clickhouse.WithLogger(t.log))
-		}
-		s, err := clickhouse.New(ctx, t.url, opts...)
+		s, err := clickhouse.New(ctx, t.url, sqlSinkOptions(t, clickhouse.WithGroup, clickhouse.WithLogger)...)
 		if errors.Is(err, clickhouse.ErrURL) || errors.Is(err, clickhouse.ErrTableShape) || errors.Is(err, clickhouse.ErrNoDeduplication) {
 			return nil, usage(fmt.Errorf("--sink %q: %w", shownSink(t.url), err))
 		}
@@ -245,6 +219,19 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 	default:
 		return discard.New(), nil
 	}
+}
+
+// sqlSinkOptions are the options of a SQL sink's New that t sets: its group
+// and its logger, each where t has one.
+func sqlSinkOptions[O any](t sinkTarget, withGroup func(string) O, withLogger func(*zap.Logger) O) []O {
+	var opts []O
+	if t.group != "" {
+		opts = append(opts, withGroup(t.group))
+	}
+	if t.log != nil {
+		opts = append(opts, withLogger(t.log))
+	}
+	return opts
 }
 
 // claimDestination records t.group as the writer of t.claim in s's

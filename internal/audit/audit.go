@@ -211,6 +211,23 @@ func (r *Report) Compared() (compared, notCompared int64) {
 	return compared, notCompared
 }
 
+// ComparedNote says how many records were compared with Kafka's, and
+// which were not and why (Capabilities.RecordsNote): an audit that checked
+// offsets alone must not read as one that checked the records. It is the
+// line `offsetkeeper audit` and dev's verdict print.
+func (r *Report) ComparedNote() string {
+	compared, not := r.Compared()
+	why := r.Capabilities.RecordsNote
+	switch {
+	case not == 0:
+		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp)", compared)
+	case compared == 0:
+		return fmt.Sprintf("records not compared, only their offsets: %s", why)
+	default:
+		return fmt.Sprintf("%d records compared with Kafka's (key, value, timestamp), %d not: %s", compared, not, why)
+	}
+}
+
 // DeadLetters counts the offsets held in the sink's dead-letter table.
 func (r *Report) DeadLetters() int64 {
 	var n int64

@@ -58,3 +58,22 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Poll calls check at once and then every interval until it reports done,
+// returns an error, or ctx ends (then it returns ctx.Err()): the
+// fixed-interval wait for a condition, where Backoff retries a failure.
+func Poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

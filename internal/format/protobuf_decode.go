@@ -222,12 +222,8 @@ func (s *pbState) object(dst []byte, m *pbMsg, occs []pbOcc, oneofBase, depth in
 	written, j := 0, 0
 	for fi := range m.fields {
 		f := &m.fields[fi]
-		k := j
-		for k < len(occs) && occs[k].field == int32(fi) {
-			k++
-		}
-		these := occs[j:k]
-		j = k
+		var these []pbOcc
+		these, j = fieldRun(occs, j, fi)
 		if f.oneof > 0 && s.oneof[oneofBase+f.oneof-1] != int32(fi) {
 			if err := s.check(f, these, depth); err != nil {
 				return dst, inPath(err, f.name)
@@ -254,18 +250,24 @@ func (s *pbState) object(dst []byte, m *pbMsg, occs []pbOcc, oneofBase, depth in
 	return append(dst, '}'), nil
 }
 
+// fieldRun returns the occurrences of field fi that start occs[j:] (occs
+// are sorted by field), and the index after them.
+func fieldRun(occs []pbOcc, j, fi int) ([]pbOcc, int) {
+	k := j
+	for k < len(occs) && occs[k].field == int32(fi) {
+		k++
+	}
+	return occs[j:k], k
+}
+
 // unwrapped writes the JSON of a wrapper, Struct, ListValue or Value: that
 // of its one field set (or of its zero), or null when none is.
 func (s *pbState) unwrapped(dst []byte, m *pbMsg, occs []pbOcc, oneofBase, depth int) ([]byte, error) {
 	written, j := false, 0
 	for fi := range m.fields {
 		f := &m.fields[fi]
-		k := j
-		for k < len(occs) && occs[k].field == int32(fi) {
-			k++
-		}
-		these := occs[j:k]
-		j = k
+		var these []pbOcc
+		these, j = fieldRun(occs, j, fi)
 		if f.oneof > 0 && s.oneof[oneofBase+f.oneof-1] != int32(fi) || written {
 			if err := s.check(f, these, depth); err != nil {
 				return dst, err

@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/credfile"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
@@ -457,11 +457,11 @@ func (c *config) finish(opts []Option) error {
 	case env != "" && (c.havePassword || c.passwordFile != ""):
 		return fmt.Errorf("%w: the password given twice ($%s and the URL): give one", ErrURL, PasswordEnv)
 	case c.passwordFile != "":
-		b, err := os.ReadFile(c.passwordFile)
+		p, err := credfile.Password(c.passwordFile)
 		if err != nil {
 			return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramPasswordFile, c.passwordFile, err)
 		}
-		c.password = strings.TrimRight(string(b), "\r\n")
+		c.password = p
 	case env != "":
 		c.password = env
 	}
@@ -471,13 +471,12 @@ func (c *config) finish(opts []Option) error {
 	if c.secure {
 		c.tls = &tls.Config{InsecureSkipVerify: c.skipVerify, ServerName: c.serverName}
 		if c.caFile != "" {
-			pem, err := os.ReadFile(c.caFile)
-			if err != nil {
-				return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramCAFile, c.caFile, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
+			pool, err := credfile.CAPool(c.caFile)
+			switch {
+			case errors.Is(err, credfile.ErrNoPEM):
 				return fmt.Errorf("%w: %s=%q holds no PEM certificate", ErrURL, paramCAFile, c.caFile)
+			case err != nil:
+				return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramCAFile, c.caFile, err)
 			}
 			c.tls.RootCAs = pool
 		}

@@ -129,25 +129,16 @@ type tableColumn struct {
 // readColumns reads the columns an insert can fill: all but MATERIALIZED
 // and ALIAS ones.
 func readColumns(ctx context.Context, conn driver.Conn, t ident) ([]tableColumn, error) {
-	rows, err := conn.Query(ctx, `SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ? ORDER BY position`,
-		t.db, t.name)
+	all, err := inspectColumns(ctx, conn, t)
 	if err != nil {
-		return nil, fmt.Errorf("read the columns of %s: %w", t, err)
+		return nil, err
 	}
-	defer rows.Close()
 	var cols []tableColumn
-	for rows.Next() {
-		var name, typ, kind string
-		if err := rows.Scan(&name, &typ, &kind); err != nil {
-			return nil, fmt.Errorf("read the columns of %s: %w", t, err)
-		}
-		if kind == "MATERIALIZED" || kind == "ALIAS" {
+	for _, c := range all {
+		if c.kind == "MATERIALIZED" || c.kind == "ALIAS" {
 			continue
 		}
-		cols = append(cols, tableColumn{name: name, typ: typ, conv: columnConverter(typ)})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the columns of %s: %w", t, err)
+		cols = append(cols, tableColumn{name: c.name, typ: c.typ, conv: columnConverter(c.typ)})
 	}
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("%w: table %s not found, or without columns to insert: columns mode fills an existing table "+

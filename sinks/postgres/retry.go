@@ -37,15 +37,7 @@ const startRetryMax = 2 * time.Second
 func unreachable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"), // connection exception
-			pe.Code == "57P01", // admin_shutdown
-			pe.Code == "57P02", // crash_shutdown
-			pe.Code == "57P03", // cannot_connect_now: starting up or recovering
-			pe.Code == "53300": // too_many_connections
-			return true
-		}
-		return false
+		return serverAway(pe.Code)
 	}
 	var (
 		alert  tls.AlertError
@@ -66,6 +58,21 @@ func unreachable(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed)
 }
 
+// serverAway reports whether a server's error code says it cannot serve
+// the connection now: a connection exception, the server starting up,
+// shutting down or recovering, or out of connection slots.
+func serverAway(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), // connection exception
+		code == "57P01", // admin_shutdown
+		code == "57P02", // crash_shutdown
+		code == "57P03", // cannot_connect_now: starting up or recovering
+		code == "53300": // too_many_connections
+		return true
+	}
+	return false
+}
+
 // transient reports whether err is the connection's fault rather than the
 // statement's: the server went away, restarted, is starting up or shutting
 // down, or could not be reached; or the transaction lost a serialization
@@ -73,17 +80,9 @@ func unreachable(err error) bool {
 func transient(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"), // connection exception
-			pe.Code == "57P01", // admin_shutdown
-			pe.Code == "57P02", // crash_shutdown
-			pe.Code == "57P03", // cannot_connect_now: starting up or recovering
-			pe.Code == "53300", // too_many_connections
-			pe.Code == "40001", // serialization_failure
-			pe.Code == "40P01": // deadlock_detected
-			return true
-		}
-		return false
+		return serverAway(pe.Code) ||
+			pe.Code == "40001" || // serialization_failure
+			pe.Code == "40P01" // deadlock_detected
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
