@@ -58,6 +58,13 @@ type Sink struct {
 
 	deadLetters atomic.Int64
 	retries     atomic.Int64
+	reinserts   atomic.Int64
+
+	// Where a block's insert is checked (see target), and the partitions
+	// whose next block is checked whatever its insert's outcome.
+	mainTarget, deadTarget target
+	suspectMu              sync.Mutex
+	suspect                map[partitionKey]bool
 
 	tinyMu      sync.Mutex
 	tinyStart   time.Time
@@ -195,6 +202,9 @@ func (s *Sink) setup(ctx context.Context) error {
 	// resumes from etcd alone, and the intent's replay, with its token,
 	// completes the block instead.
 	s.resumes = s.resumes && !s.dedup.partitioned
+	if err := s.planChecks(ctx); err != nil {
+		return err
+	}
 	log := s.cfg.log.With(zap.String("table", s.cfg.table.String()), zap.String("engine", s.dedup.engine),
 		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes))
 	if s.dedup.window <= 0 {
@@ -267,8 +277,11 @@ func Token(group string, b *sinks.Block) string {
 // insert that fails is retried with the same token for up to
 // retry_timeout. A cancelled ctx fails the write with an error wrapping
 // ctx's; what was sent may still be in the table, and the block's next
-// write is dropped then.
-func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
+// write is dropped then. An insert that succeeded only on a retry, and a
+// partition's first block after Resume or a failed Write, is checked to be
+// in the table, and inserted again with a new token if it is not (see
+// target).
+func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 	if b == nil {
 		return errors.New("write: nil block")
 	}
@@ -283,6 +296,13 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	if len(b.Records) == 0 {
 		return nil
 	}
+	suspect := s.takeSuspect(b.Topic, b.Partition)
+	defer func() {
+		if err != nil {
+			// The block is written again: its token may be known.
+			s.suspectNext(b.Topic, b.Partition)
+		}
+	}()
 	var rows *columns
 	b, dead := undecodable(b)
 	var cols []string
@@ -299,14 +319,14 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) error {
 	}
 	token := Token(s.cfg.group, b)
 	if len(dead) > 0 {
-		if err := s.insert(ctx, b, s.cfg.deadLetters, deadColumns, dead, token+"/dead"); err != nil {
+		if err := s.insertChecked(ctx, b, s.deadTarget, deadColumns, dead, token+"/dead", suspect); err != nil {
 			return fmt.Errorf("write %s: dead letters to %s: %w", b, s.cfg.deadLetters, err)
 		}
 		s.cfg.log.Warn("records set aside in the dead-letter table", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
 			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("rows", len(dead)), zap.String("table", s.cfg.deadLetters.String()))
 	}
 	if rows.count() > 0 {
-		if err := s.insert(ctx, b, s.cfg.table, cols, rows, token); err != nil {
+		if err := s.insertChecked(ctx, b, s.mainTarget, cols, rows, token, suspect); err != nil {
 			return fmt.Errorf("write %s: %w", b, err)
 		}
 		s.observe(rows.count())
@@ -323,32 +343,35 @@ type insertRows interface {
 }
 
 // insert sends one INSERT of rows with the token, retrying with backoff
-// for up to retry_timeout while the failure is not the rows' own.
-func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) error {
+// for up to retry_timeout while the failure is not the rows' own. retried
+// reports a success on a later attempt: an earlier one failed, maybe after
+// its request reached the server, so the success may be the server
+// dropping the retry as a duplicate.
+func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) (retried bool, err error) {
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
 		err := s.insertOnce(ctx, t, cols, rows, token)
 		switch {
 		case err == nil:
-			return nil
+			return attempt > 1, nil
 		case ctx.Err() != nil:
-			return fmt.Errorf("%w: %w", ctx.Err(), err)
+			return false, fmt.Errorf("%w: %w", ctx.Err(), err)
 		case !transient(err):
-			return err
+			return false, err
 		}
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
 		wait := retry.Next()
 		if time.Now().Add(wait).After(giveUp) {
-			return fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
+			return false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
 		}
 		s.retries.Add(1)
 		s.cfg.log.Warn("insert failed; retrying with the same token", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
 			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("attempt", attempt), zap.Error(err))
 		if err := backoff.Sleep(ctx, wait); err != nil {
-			return err
+			return false, err
 		}
 	}
 }
@@ -422,6 +445,9 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (next, g
 	if s.closed {
 		return 0, 0, false, fmt.Errorf("resume %s/%d: %w", topic, partition, ErrClosed)
 	}
+	// A new owner starts here: its first block may be the previous
+	// owner's, replayed with a token the server knows.
+	s.suspectNext(topic, partition)
 	if !s.resumes {
 		return 0, 0, false, nil
 	}
