@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
 // The CLI reference, generated from the commands (cobra/doc) so that it
@@ -333,4 +334,127 @@ func cliDocsIndex(cmds []*cobra.Command) []byte {
 			c.CommandPath(), strings.ReplaceAll(c.Short, "|", `\|`), markdownName(c), markdownName(c), manName(c), manName(c))
 	}
 	return b.Bytes()
+}
+
+// The SQL sinks' URL parameter tables in docs/postgresql.md and
+// docs/clickhouse.md, generated from the parameters the sinks' URL parsers
+// accept (postgres.Params, postgres.ConnParams, clickhouse.Params), each
+// between <!-- params:NAME --> and <!-- /params --> in its page. The rest
+// of the page is not touched. TestCLIDocsUpToDate checks them with docs/cli,
+// and cliDocsRegenerate rewrites them too.
+
+const sinkParamsEnd = "<!-- /params -->"
+
+// sinkParamBlock is one generated block of a docs page.
+type sinkParamBlock struct {
+	page string // the page, in the docs directory: postgresql.md
+	name string // the block's marker name: postgres for <!-- params:postgres -->
+	text func() string
+}
+
+var sinkParamBlocks = []sinkParamBlock{
+	{"postgresql.md", "postgres", func() string {
+		var rows [][3]string
+		for _, p := range postgres.Params() {
+			rows = append(rows, [3]string{p.Name, p.Default, p.Meaning})
+		}
+		return sinkParamTable("postgres.Params (sinks/postgres/params.go)", rows)
+	}},
+	{"postgresql.md", "postgres-conn", postgresConnParamList},
+	{"clickhouse.md", "clickhouse", func() string {
+		var rows [][3]string
+		for _, p := range clickhouse.Params() {
+			rows = append(rows, [3]string{p.Name, p.Default, p.Meaning})
+		}
+		return sinkParamTable("clickhouse.Params (sinks/clickhouse/params.go)", rows)
+	}},
+}
+
+// sinkParamTable is a block of a parameter table, on lines of its own
+// between the markers, under a comment naming where it comes from.
+func sinkParamTable(from string, rows [][3]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n<!-- Generated from %s by writeSinkParamDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", from, cliDocsRegenerate)
+	b.WriteString("| parameter | default | meaning |\n|---|---|---|\n")
+	esc := strings.NewReplacer("|", `\|`).Replace
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r[0], esc(r[1]), esc(r[2]))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// postgresConnParamList is the PostgreSQL sink's connection parameters,
+// inline in a sentence: libpq's `host`, ...; pgx's `database`, ...;
+// pgxpool's `pool_max_conns`, ... (by who defines them, in the parser's
+// order).
+func postgresConnParamList() string {
+	var from []string
+	names := map[string][]string{}
+	for _, p := range postgres.ConnParams() {
+		if _, ok := names[p.From]; !ok {
+			from = append(from, p.From)
+		}
+		names[p.From] = append(names[p.From], "`"+p.Name+"`")
+	}
+	var parts []string
+	for _, f := range from {
+		parts = append(parts, f+"'s "+strings.Join(names[f], ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// sinkParamDocs are the pages of docsDir that hold sink parameter blocks,
+// by name, as they should be: as they are, with each block's text
+// regenerated. A page without its block's markers, or with them twice, is
+// an error.
+func sinkParamDocs(docsDir string) (map[string][]byte, error) {
+	pages := map[string][]byte{}
+	for _, blk := range sinkParamBlocks {
+		page, ok := pages[blk.page]
+		if !ok {
+			b, err := os.ReadFile(filepath.Join(docsDir, blk.page))
+			if err != nil {
+				return nil, fmt.Errorf("sink parameter docs: %w", err)
+			}
+			page = b
+		}
+		start := "<!-- params:" + blk.name + " -->"
+		i := bytes.Index(page, []byte(start))
+		if i < 0 || bytes.Count(page, []byte(start)) > 1 {
+			return nil, fmt.Errorf("sink parameter docs: %s: want one %s ... %s", blk.page, start, sinkParamsEnd)
+		}
+		i += len(start)
+		j := bytes.Index(page[i:], []byte(sinkParamsEnd))
+		if j < 0 {
+			return nil, fmt.Errorf("sink parameter docs: %s: %s has no %s after it", blk.page, start, sinkParamsEnd)
+		}
+		out := slices.Clone(page[:i])
+		out = append(out, blk.text()...)
+		pages[blk.page] = append(out, page[i+j:]...)
+	}
+	return pages, nil
+}
+
+// writeSinkParamDocs regenerates the sink parameter blocks of the pages in
+// docsDir, writing only the pages that change.
+func writeSinkParamDocs(docsDir string) error {
+	pages, err := sinkParamDocs(docsDir)
+	if err != nil {
+		return err
+	}
+	for name, want := range pages {
+		path := filepath.Join(docsDir, name)
+		got, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("sink parameter docs: %w", err)
+		}
+		if bytes.Equal(got, want) {
+			continue
+		}
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			return fmt.Errorf("sink parameter docs: %w", err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,12 +18,18 @@ import (
 // cliDocsDir is the generated CLI reference, from this package.
 const cliDocsDir = "../../docs/cli"
 
+// sinkDocsDir holds the sinks' pages, whose parameter tables are generated.
+const sinkDocsDir = "../../docs"
+
 // TestCLIDocsUpToDate: docs/cli is what writeCLIDocs makes of the
 // commands, byte for byte: a changed flag, help text or command fails here
 // until the reference is regenerated. With OFFSETKEEPER_UPDATE_DOCS=1 it
 // regenerates docs/cli instead (cliDocsRegenerate). The reference is of the
 // default build, which has dev (clidocs.go is not in a -tags nodev build).
+// The sinks' URL parameter tables in docs/postgresql.md and
+// docs/clickhouse.md are checked and regenerated the same way.
 func TestCLIDocsUpToDate(t *testing.T) {
+	t.Run("sink parameters", testSinkParamDocs)
 	if os.Getenv("OFFSETKEEPER_UPDATE_DOCS") != "" {
 		if err := writeCLIDocs(newRootCommand(), cliDocsDir); err != nil {
 			t.Fatal(err)
@@ -64,6 +71,32 @@ func TestCLIDocsUpToDate(t *testing.T) {
 	}
 	if stale {
 		t.Fatalf("docs/cli does not match the commands: regenerate it with\n\t%s", cliDocsRegenerate)
+	}
+}
+
+// testSinkParamDocs: the sink parameter blocks of the docs pages are what
+// the sinks' parsers accept (sinkParamDocs), byte for byte; with
+// OFFSETKEEPER_UPDATE_DOCS=1 they are regenerated instead.
+func testSinkParamDocs(t *testing.T) {
+	if os.Getenv("OFFSETKEEPER_UPDATE_DOCS") != "" {
+		if err := writeSinkParamDocs(sinkDocsDir); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("regenerated the sink parameter tables in %s", sinkDocsDir)
+		return
+	}
+	want, err := sinkParamDocs(sinkDocsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		got, err := os.ReadFile(filepath.Join(sinkDocsDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want[name], got) {
+			t.Errorf("docs/%s: a sink parameter table is stale: %s\nregenerate it with\n\t%s", name, firstDiff(want[name], got), cliDocsRegenerate)
+		}
 	}
 }
 

@@ -113,8 +113,9 @@ var compressionNames = enum.New[Compression]("compression", "lz4", "zstd", "none
 // String returns the name in the URL: lz4, zstd or none.
 func (c Compression) String() string { return compressionNames.String(c) }
 
-// The sink's URL parameters. The URL takes no others: a misspelt one is
-// refused rather than sent to ClickHouse as a setting.
+// The sink's URL parameters, each documented in params (params.go). The
+// URL takes no others: a misspelt one is refused rather than sent to
+// ClickHouse as a setting.
 const (
 	paramGroup        = "group"
 	paramTable        = "table"
@@ -131,10 +132,6 @@ const (
 	paramRetryTimeout = "retry_timeout"
 	paramCompression  = "compression"
 )
-
-var params = []string{paramGroup, paramTable, paramMode, paramDeadLetters, paramProtocol, paramSecure,
-	paramSkipVerify, paramServerName, paramCAFile, paramPasswordFile, paramAtLeastOnce, paramDialTimeout,
-	paramRetryTimeout, paramCompression}
 
 // ErrURL is wrapped by every error about the URL or an option.
 var ErrURL = errors.New("bad clickhouse sink URL")
@@ -254,7 +251,7 @@ func parseURL(raw string) (config, error) {
 	}
 	for k, vs := range q {
 		if !isParam(k) {
-			return c, fmt.Errorf("%w: unknown parameter %q: want one of %s", ErrURL, k, strings.Join(params, ", "))
+			return c, fmt.Errorf("%w: unknown parameter %q: want one of %s", ErrURL, k, strings.Join(paramNames, ", "))
 		}
 		if len(vs) > 1 {
 			return c, fmt.Errorf("%w: %s= given twice", ErrURL, k)
@@ -334,7 +331,7 @@ func (c *config) defaultPort() string {
 }
 
 func isParam(k string) bool {
-	for _, p := range params {
+	for _, p := range paramNames {
 		if k == p {
 			return true
 		}

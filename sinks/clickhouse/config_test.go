@@ -244,3 +244,27 @@ func jsonOf(t *testing.T, v any) string {
 	}
 	return fmt.Sprintf("%T %s", v, b)
 }
+
+// TestParams: the parameters the documentation's table is generated from
+// are the ones the parser accepts: each is taken (a bad value may be
+// refused, never as unknown) and named when an unknown one is refused, and
+// each is documented once.
+func TestParams(t *testing.T) {
+	seen := map[string]bool{}
+	_, unknown := parseURL("clickhouse://h/db?group=g&tabel=t")
+	for _, p := range Params() {
+		if p.Default == "" || p.Meaning == "" {
+			t.Errorf("%s: default %q, meaning %q: want both", p.Name, p.Default, p.Meaning)
+		}
+		if seen[p.Name] {
+			t.Errorf("%s documented twice", p.Name)
+		}
+		seen[p.Name] = true
+		if _, err := parseURL("clickhouse://h/db?group=g&secure=true&" + p.Name + "=x"); err != nil && strings.Contains(err.Error(), "unknown parameter") {
+			t.Errorf("%s=: %v, want it accepted", p.Name, err)
+		}
+		if unknown == nil || !strings.Contains(unknown.Error(), p.Name) {
+			t.Errorf("the unknown-parameter error does not list %s: %v", p.Name, unknown)
+		}
+	}
+}

@@ -148,8 +148,9 @@ func (e Evolve) MarshalText() ([]byte, error) { return evolveNames.Marshal(e) }
 // case folded.
 func (e *Evolve) UnmarshalText(b []byte) error { return evolveNames.Unmarshal(e, b) }
 
-// Sink options carried as query parameters of the URL; they are removed
-// before the rest of the URL goes to pgx.
+// Sink options carried as query parameters of the URL, each documented in
+// params (params.go); they are removed before the rest of the URL goes to
+// pgx.
 const (
 	paramGroup        = "group"
 	paramTable        = "table"
@@ -167,26 +168,6 @@ const (
 	paramDeletes  = "deletes"
 	paramEnvelope = "envelope"
 )
-
-var sinkParams = []string{paramGroup, paramTable, paramMode, paramOffsets, paramDeadLetters, paramRetryTimeout,
-	paramEvolve, paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}
-
-// connParams are the query parameters that go on to pgx: libpq's
-// connection parameters that pgx reads itself, application_name and
-// options (the startup settings libpq sends), and pgx's and pgxpool's own.
-// pgx would send any other name to the server as a setting, where a
-// misspelt sink option (tabel=) fails the connection, or worse, a real
-// setting changes the session unnoticed: those are refused instead, and
-// a server setting goes in options=-c NAME=VALUE, as with libpq.
-var connParams = []string{
-	"host", "port", "dbname", "database", "user", "password", "passfile", "service", "servicefile",
-	"connect_timeout", "target_session_attrs", "application_name", "options",
-	"ssl", "sslmode", "sslnegotiation", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert", "sslsni",
-	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth", "krbsrvname", "krbspn",
-	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
-	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime", "pool_max_conn_lifetime_jitter",
-	"pool_max_conn_idle_time", "pool_health_check_period", "pool_ping_timeout",
-}
 
 // upsertParams are the parameters only upsert mode takes.
 var upsertParams = []string{paramConflict, paramKeyFrom, paramDeletes, paramEnvelope}

@@ -267,3 +267,37 @@ func TestUpsertNames(t *testing.T) {
 		t.Error("UnmarshalText(cdc): nil")
 	}
 }
+
+// TestParams: the parameters the documentation's tables are generated from
+// are the ones the parser accepts: each is taken (a bad value may be
+// refused, never as unknown) and named when an unknown one is refused, and
+// each is documented once.
+func TestParams(t *testing.T) {
+	seen := map[string]bool{}
+	var names []string
+	for _, p := range Params() {
+		if p.Default == "" || p.Meaning == "" {
+			t.Errorf("%s: default %q, meaning %q: want both", p.Name, p.Default, p.Meaning)
+		}
+		names = append(names, p.Name)
+	}
+	for _, p := range ConnParams() {
+		if p.From != "libpq" && p.From != "pgx" && p.From != "pgxpool" {
+			t.Errorf("%s: from %q, want libpq, pgx or pgxpool", p.Name, p.From)
+		}
+		names = append(names, p.Name)
+	}
+	_, unknown := parseURL("postgres://db/app?group=g&tabel=x")
+	for _, name := range names {
+		if seen[name] {
+			t.Errorf("%s documented twice", name)
+		}
+		seen[name] = true
+		if _, err := parseURL("postgres://db/app?group=g&mode=upsert&" + name + "=x"); err != nil && strings.Contains(err.Error(), "unknown parameter") {
+			t.Errorf("%s=: %v, want it accepted", name, err)
+		}
+		if unknown == nil || !strings.Contains(unknown.Error(), name) {
+			t.Errorf("the unknown-parameter error does not list %s: %v", name, unknown)
+		}
+	}
+}

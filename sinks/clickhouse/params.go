@@ -1,0 +1,49 @@
+package clickhouse
+
+import "slices"
+
+// Param is one of the sink's URL query parameters, as its documentation
+// shows it.
+type Param struct {
+	// Name is the parameter as written in the URL: dead_letter_table.
+	Name string
+	// Default is the value when the URL has none, in Markdown: a value
+	// (`offsetkeeper_dead_letters`) or words; — for none.
+	Default string
+	// Meaning says what the parameter does, in Markdown.
+	Meaning string
+}
+
+// params are the sink's parameters, in the order the unknown-parameter
+// error lists them. The URL takes these and no others; docs/clickhouse.md's
+// table is generated from them.
+var params = []Param{
+	{paramGroup, "`--group`", "part of every token; if given, it must equal `--group` (`dev` uses a group and a topic of its own per run, since the tokens and the rows outlive dev's etcd)"},
+	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `db.name`"},
+	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields"},
+	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},
+	{paramProtocol, "`" + Native.String() + "`", "`native` (port 9000, 9440 with TLS) or `http` (8123, 8443)"},
+	{paramSecure, "`false`", "TLS"},
+	{paramSkipVerify, "`false`", "no verification (tests only)"},
+	{paramServerName, "—", "the certificate's name"},
+	{paramCAFile, "—", "a CA file of PEM certificates"},
+	{paramPasswordFile, "—", "the password, read at start; else the URL's, else `$" + PasswordEnv + "` (two at once is an error)"},
+	{paramAtLeastOnce, "`false`", "accept a table that does not deduplicate (logged as at-least-once)"},
+	{paramDialTimeout, "`" + DefaultDialTimeout.String() + "`", "opening a connection"},
+	{paramRetryTimeout, "`" + DefaultRetryTimeout.String() + "`", "how long a failed insert is retried, with the same token, and how long a sink opened while the server cannot be reached waits for it (`0`: never)"},
+	{paramCompression, "`" + LZ4.String() + "`", "`lz4`, `zstd` (native only) or `none`"},
+}
+
+// paramNames are params' names, as the parser checks and lists them.
+var paramNames = func() []string {
+	names := make([]string, len(params))
+	for i, p := range params {
+		names[i] = p.Name
+	}
+	return names
+}()
+
+// Params returns the sink's URL query parameters, with their defaults and
+// meanings: the ones the URL parser accepts and lists when it refuses an
+// unknown one.
+func Params() []Param { return slices.Clone(params) }
