@@ -135,19 +135,20 @@ func startKafka(topic string, partitions int) (*kfake.Cluster, []string, error) 
 	return c, c.ListenAddrs(), nil
 }
 
-// producer writes JSON records round-robin over a topic's partitions and
-// counts what each partition got.
+// producer writes records round-robin over a topic's partitions, their
+// values encoded by enc, and counts what each partition got.
 type producer struct {
 	brokers    []string
 	topic      string
 	partitions int
+	enc        *encoder
 
 	mu       sync.Mutex
 	produced map[int]int64
 }
 
-func newProducer(brokers []string, topic string, partitions int) *producer {
-	return &producer{brokers: brokers, topic: topic, partitions: partitions, produced: map[int]int64{}}
+func newProducer(brokers []string, topic string, partitions int, enc *encoder) *producer {
+	return &producer{brokers: brokers, topic: topic, partitions: partitions, enc: enc, produced: map[int]int64{}}
 }
 
 // run produces n records, at rate per second when rate > 0.
@@ -176,11 +177,15 @@ func (d *producer) run(ctx context.Context, n, rate int) error {
 		}
 		var rs []*kgo.Record
 		for j := i; j < min(i+chunk, n); j++ {
+			value, err := d.enc.encode(int64(j), time.Now())
+			if err != nil {
+				return fmt.Errorf("producer: %w", err)
+			}
 			rs = append(rs, &kgo.Record{
 				Topic:     d.topic,
 				Partition: int32(j % d.partitions),
 				Key:       fmt.Appendf(nil, "k-%d", j),
-				Value:     fmt.Appendf(nil, `{"n":%d,"at":%q}`, j, time.Now().UTC().Format(time.RFC3339Nano)),
+				Value:     value,
 			})
 		}
 		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {

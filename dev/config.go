@@ -1,7 +1,9 @@
 // Package dev runs a whole offsetkeeper cluster in one process, on loopback
 // only: an embedded etcd, an in-process Kafka-protocol broker (franz-go's
 // kfake) with one topic, replicas of one group writing to a sink, a
-// producer of JSON records and, with Chaos, a deck of faults dealt while
+// producer of JSON records (or, with ValueFormat, of Avro or Protobuf ones
+// in Confluent's wire format, their schema in an embedded Schema Registry)
+// and, with Chaos, a deck of faults dealt while
 // it runs (TCP proxies cut replicas off, pause them, crash the etcd
 // leader). When every record produced is committed, Run audits the sink
 // against Kafka and etcd and returns the verdict: nothing lost, nothing
@@ -84,6 +86,15 @@ type Config struct {
 	OwnTopic bool
 	// Group is the replicas' group; default DefaultGroup.
 	Group string
+	// ValueFormat is how the producer encodes each record's value, the
+	// JSON object {"n": N, "at": "RFC 3339 time"}: sinks.JSON (the
+	// default: that object's bytes), or sinks.Avro or sinks.Protobuf
+	// (ValueFormats) in Confluent's wire format, the schema SchemaID held
+	// by a Schema Registry the run embeds (Endpoints.Registry) and the
+	// replicas decode with, so that the sink gets the same JSON. The
+	// trade-off: a file sink then holds the decoded JSON, not Kafka's
+	// bytes, and the audit checks its offsets only (the verdict says so).
+	ValueFormat sinks.Format
 	// LeaseTTL is the replicas' lease TTL: a crashed replica's partitions
 	// move after it, and the faults last multiples of it. Default
 	// DefaultLeaseTTL.
@@ -164,6 +175,9 @@ type Endpoints struct {
 	Etcd []string
 	// Brokers are the Kafka brokers' addresses (host:port).
 	Brokers []string
+	// Registry is the embedded Schema Registry's URL (http://host:port)
+	// with an avro or protobuf ValueFormat, "" without.
+	Registry string
 }
 
 // withDefaults is c with its defaults filled in.
@@ -180,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
+	}
+	if c.ValueFormat == "" {
+		c.ValueFormat = sinks.JSON
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
@@ -252,6 +269,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("dev: chaos every %s: want at least %s", c.Chaos.Every, MinChaosEvery)
 	case c.Sink.Open == nil && c.Sink.URL != "":
 		return fmt.Errorf("dev: sink %s: no Open", c.Sink.shown())
+	}
+	if !slices.Contains(valueFormats, c.ValueFormat) {
+		return fmt.Errorf("dev: value format %q: want %s", c.ValueFormat, valueFormatList())
 	}
 	if c.Chaos != nil {
 		for _, f := range c.Chaos.Faults {

@@ -147,13 +147,31 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	defer broker.Close()
 	rep := &Report{Endpoints: Endpoints{Etcd: endpoints, Brokers: brokers}}
+	enc, err := newEncoder(cfg.ValueFormat)
+	if err != nil {
+		return nil, err
+	}
+	var formats replica.Formats
+	if cfg.ValueFormat.Registered() {
+		reg, err := startRegistry(cfg.Topic, cfg.ValueFormat)
+		if err != nil {
+			return nil, err
+		}
+		defer reg.Close()
+		rep.Endpoints.Registry = reg.url
+		formats = replica.Formats{Value: cfg.ValueFormat, Registry: replica.SchemaRegistry{URL: reg.url}}
+	}
 	topicNote := ""
 	if cfg.OwnTopic {
 		topicNote = "; this run's own: the sink outlives it"
 	}
 	// The endpoints first: opening the sink may wait for its server.
-	fmt.Fprintf(stderr, "etcd:    %s\nkafka:   %s\ntopic:   %s (%d partitions%s)\ngroup:   %s\nsink:    %s\n",
-		strings.Join(endpoints, ","), strings.Join(brokers, ","), cfg.Topic, cfg.Partitions, topicNote, cfg.Group, cfg.Sink.shown())
+	fmt.Fprintf(stderr, "etcd:    %s\nkafka:   %s\n", strings.Join(endpoints, ","), strings.Join(brokers, ","))
+	if reg := rep.Endpoints.Registry; reg != "" {
+		fmt.Fprintf(stderr, "registry: %s (values in %s, schema id %d, subject %s-value)\n", reg, cfg.ValueFormat, SchemaID, cfg.Topic)
+	}
+	fmt.Fprintf(stderr, "topic:   %s (%d partitions%s)\ngroup:   %s\nsink:    %s\n",
+		cfg.Topic, cfg.Partitions, topicNote, cfg.Group, cfg.Sink.shown())
 	sink, err := cfg.Sink.Open(ctx)
 	if err != nil {
 		return nil, err
@@ -172,6 +190,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		LeaseTTL:      cfg.LeaseTTL,
 		FlushInterval: 200 * time.Millisecond,
 		Version:       cfg.Version,
+		Formats:       formats,
 	}
 	r.fleet = &fleet{cfg: rcfg, members: endpoints, sink: r.rec, log: cfg.Logger, down: map[int]bool{}}
 	if cfg.Chaos != nil {
@@ -205,7 +224,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		defer ch.finish()
 	}
 
-	r.prod = newProducer(brokers, cfg.Topic, cfg.Partitions)
+	r.prod = newProducer(brokers, cfg.Topic, cfg.Partitions, enc)
 	prodDone := make(chan error, 1)
 	rate := cfg.Rate
 	if rate == 0 && cfg.Duration > 0 {

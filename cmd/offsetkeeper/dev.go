@@ -59,6 +59,7 @@ type devOptions struct {
 	timeout    time.Duration
 	leaseTTL   time.Duration
 	seed       uint64
+	value      sinks.Format // --value-format
 
 	target      sinkTarget
 	faults      []string // parsed --faults
@@ -77,6 +78,16 @@ func newDevCommand() *cobra.Command {
 Kafka-protocol broker (kfake) with a topic of --partitions partitions,
 --replicas replicas of one group writing to a file sink in a temporary folder
 (or --sink), and a producer of --messages JSON records at --rate per second.
+
+With --value-format avro or protobuf the producer writes each value, the
+same JSON object, in that format in Confluent's wire format (magic byte 0,
+schema id, for protobuf the message index, the payload), and dev embeds a
+Schema Registry on a loopback port (the registry: line) holding its schema,
+id 1, subject <topic>-value: the replicas read it there and decode each value
+into the JSON it stands for before the sink sees it, as 'run --value-format
+avro --schema-registry URL' would. A file sink then holds the decoded JSON,
+not Kafka's bytes: the audit checks its records by offset only, and the
+verdict says so (mismatched=n/a).
 
 It prints the endpoints first, then one progress line a second: produced,
 in sink, committed, lag and the claims of each replica. The cluster ends with
@@ -124,9 +135,10 @@ and prints on stderr:
               or stored (harmless when the audit below finds nothing)
   logs:       warnings and errors of the replicas, expected or not (--chaos)
   verdict:    how the sink was checked: "audit of URL" and how many records
-              were compared, or "not audited" and why (stdout:, discard:,
-              a table without kafka_offset), then counted from the writes dev
-              made to the sink, not read back
+              were compared (none in a file sink with --value-format avro or
+              protobuf: it keeps the decoded JSON), or "not audited" and why
+              (stdout:, discard:, a table without kafka_offset), then counted
+              from the writes dev made to the sink, not read back
 
 and, as its last line on stdout,
 produced=N delivered=N lost=L duplicates=D mismatched=M dead_letters=X.
@@ -141,6 +153,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
   offsetkeeper dev --chaos --messages 50000
   offsetkeeper dev --chaos --faults zombie,leader --duration 30s --seed 42
   offsetkeeper dev --sink stdout: --messages 10 --replicas 1
+  offsetkeeper dev --value-format avro --messages 10000
   offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the try: line's commands`,
 		Args: noArgs,
 		RunE: runE(o),
@@ -162,6 +175,8 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.DurationVar(&o.timeout, "timeout", dev.DefaultTimeout, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", dev.DefaultLeaseTTL, "replicas' lease TTL: a crashed replica's partitions move after this")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random; the report prints it)")
+	o.value = sinks.JSON
+	fs.Var(&parsedFlag[sinks.Format]{&o.value, dev.ParseValueFormat, valueFormatNames()}, "value-format", "how the producer encodes values: json, or avro or protobuf in Confluent's wire format, their schema in a Schema Registry dev embeds (the registry: line), decoded by the replicas into the same JSON for the sink")
 	o.logs.register(fs, logWarn, logConsole)
 	return cmd
 }
@@ -199,6 +214,15 @@ func (o *devOptions) complete(cmd *cobra.Command) error {
 	}
 	o.target.group = o.group
 	return nil
+}
+
+// valueFormatNames are what --value-format accepts.
+func valueFormatNames() []string {
+	var names []string
+	for _, f := range dev.ValueFormats() {
+		names = append(names, f.String())
+	}
+	return names
 }
 
 // outlivesRun tells whether the sink keeps its records after dev exits:
@@ -281,24 +305,25 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	raw, shown := o.target.sinkURL()
 	cfg := dev.Config{
-		Replicas:   o.replicas,
-		Partitions: o.partitions,
-		Messages:   o.messages,
-		Rate:       o.rate,
-		Topic:      o.topic,
-		OwnTopic:   o.ownTopic,
-		Group:      o.group,
-		LeaseTTL:   o.leaseTTL,
-		Timeout:    o.timeout,
-		Seed:       o.seed,
-		Dir:        tmp,
+		Replicas:    o.replicas,
+		Partitions:  o.partitions,
+		Messages:    o.messages,
+		Rate:        o.rate,
+		Topic:       o.topic,
+		OwnTopic:    o.ownTopic,
+		Group:       o.group,
+		ValueFormat: o.value,
+		LeaseTTL:    o.leaseTTL,
+		Timeout:     o.timeout,
+		Seed:        o.seed,
+		Dir:         tmp,
 		Sink: dev.Sink{
 			Open:  func(ctx context.Context) (sinks.Sink, error) { return o.target.open(ctx, stdout) },
 			URL:   raw,
 			Shown: shown,
 		},
 		Ready: func(e dev.Endpoints) {
-			o.printTry(stderr, strings.Join(e.Etcd, ","), strings.Join(e.Brokers, ","))
+			o.printTry(stderr, strings.Join(e.Etcd, ","), strings.Join(e.Brokers, ","), e.Registry)
 		},
 		Out:     stdout,
 		Err:     stderr,
@@ -331,7 +356,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 // printTry prints how to point the CLI at this run's cluster: at once
 // with --hold, which keeps it up; else the flag to add, since the
 // endpoints end with the run, seconds later.
-func (o *devOptions) printTry(w io.Writer, endpoints, brokers string) {
+func (o *devOptions) printTry(w io.Writer, endpoints, brokers, registry string) {
 	if !o.hold {
 		fmt.Fprintf(w, "try:     this cluster ends with the run; add --hold to keep it up, then in another terminal: "+
 			"offsetkeeper offsets describe --etcd-endpoints %s --brokers %s --group %s\n", endpoints, brokers, o.group)
@@ -339,6 +364,9 @@ func (o *devOptions) printTry(w io.Writer, endpoints, brokers string) {
 	}
 	fmt.Fprintf(w, "try:     export OFFSETKEEPER_ETCD_ENDPOINTS=%s OFFSETKEEPER_BROKERS=%s OFFSETKEEPER_GROUP=%s\n", endpoints, brokers, o.group)
 	fmt.Fprintln(w, "         offsetkeeper offsets describe")
+	if registry != "" {
+		fmt.Fprintf(w, "         curl %s/schemas/ids/%d\n", registry, dev.SchemaID)
+	}
 	if o.target.outlivesRun() {
 		_, shown := o.target.sinkURL()
 		fmt.Fprintf(w, "         offsetkeeper audit --sink '%s'\n", shown)

@@ -373,6 +373,45 @@ func TestDevRefusesBadFaults(t *testing.T) {
 	}
 }
 
+// TestDevValueFormat: --value-format protobuf produces Confluent's wire
+// format, the schema in dev's embedded registry (the registry: line), and
+// the run passes with nothing lost; the verdict says the file sink's
+// decoded records were checked by offset, not compared with Kafka's bytes.
+func TestDevValueFormat(t *testing.T) {
+	tmp := devTempDir(t)
+	r := devExec(t, 2*time.Minute, "--value-format", "protobuf", "--messages", "200", "--replicas", "1", "--partitions", "2")
+	if r.code != exitOK {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if last := lastLine(r.stdout); !reportLine(200, false).MatchString(last) {
+		t.Errorf("last line %q, want 200 delivered, none lost, mismatched=n/a", last)
+	}
+	if v := verdictLine(t, r); !strings.HasPrefix(v, "audit of file://") || !strings.Contains(v, "records not compared, only their offsets: records decoded through a Schema Registry") {
+		t.Errorf("verdict %q, want the audit saying the decoded records were not compared", v)
+	}
+	if !regexp.MustCompile(`(?m)^registry: http://127\.0\.0\.1:\d+ \(values in protobuf, schema id 1, subject events-value\)$`).MatchString(r.stderr) {
+		t.Errorf("no registry: line\nstderr:\n%s", r.stderr)
+	}
+	checkEmpty(t, tmp)
+}
+
+// TestDevRefusesBadValueFormat: --value-format, and its variable, name the
+// value and the formats dev can produce.
+func TestDevRefusesBadValueFormat(t *testing.T) {
+	r := runCLI(t, 10*time.Second, "dev", "--value-format", "json-schema")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want 2\nstderr:\n%s", r.code, r.stderr)
+	}
+	checkUsageError(t, r, []string{`--value-format "json-schema"`, "want json, avro or protobuf"}, nil)
+
+	t.Setenv("OFFSETKEEPER_VALUE_FORMAT", "xml")
+	r = runCLI(t, 10*time.Second, "dev")
+	if r.code != exitUsage {
+		t.Fatalf("exit %d, want 2\nstderr:\n%s", r.code, r.stderr)
+	}
+	checkUsageError(t, r, []string{`OFFSETKEEPER_VALUE_FORMAT="xml" (--value-format)`, "want json, avro or protobuf"}, nil)
+}
+
 // TestDevHoldRemovesItsFolderOnSIGINT: dev --hold holds until SIGINT, then
 // removes its temporary folder (etcd's data and the default file sink);
 // while holding, the try: line gives the environment and the commands.
