@@ -201,7 +201,10 @@ func TestSASLLoginAgainBeforeTheSessionEnds(t *testing.T) {
 	k := harness.StartKafka(t, harness.KfakeOptions(
 		kfake.EnableSASL(),
 		kfake.Superuser("SCRAM-SHA-256", "admin", "admin-secret"),
-		kfake.BrokerConfigs(map[string]string{"connections.max.reauth.ms": "400"}),
+		// Sessions of 2 s: a login again falls in their last 5 to 15 %,
+		// 100 to 300 ms, which a loaded machine running -race still meets
+		// between fetches of 100 ms (400 ms sessions left it 20 to 60).
+		kfake.BrokerConfigs(map[string]string{"connections.max.reauth.ms": "2000"}),
 	), harness.SeedTopics(1, "auth"))
 	var handshakes atomic.Int64
 	k.Cluster().ControlKey(kmsg.SASLHandshake.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
