@@ -218,15 +218,19 @@ func TestSASLLoginAgainBeforeTheSessionEnds(t *testing.T) {
 	cur := openCursor(t, c, "auth", 0, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	harness.Await(t, drainTimeout, "three logins again", func() bool {
+	harness.Await(t, drainTimeout, "twelve logins again", func() bool {
 		if _, err := cur.Fetch(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return c.Stats().Relogins >= 3
+		return c.Stats().Relogins >= 12
 	})
+	// Connections are not counted: the pool opens one beside a busy one
+	// (a metadata lookup during a long poll) as load has it. A consumer
+	// that reconnected when a session ended would log in about as often
+	// as it logs in again.
 	st := c.Stats()
-	if st.Logins > 3 {
-		t.Fatalf("%d connections logged in: the consumer reconnected instead of logging in again", st.Logins)
+	if st.Logins > st.Relogins/3 {
+		t.Fatalf("%d connections logged in and %d logins again: the consumer reconnected instead of logging in again", st.Logins, st.Relogins)
 	}
 	if h := handshakes.Load(); h < st.Logins+st.Relogins {
 		t.Fatalf("the broker saw %d SASL handshakes, the consumer counts %d logins and %d again", h, st.Logins, st.Relogins)
