@@ -59,6 +59,7 @@ type Sink struct {
 	deadLetters atomic.Int64
 	retries     atomic.Int64
 	reinserts   atomic.Int64
+	incomplete  atomic.Int64
 
 	// Where a block's insert is checked (see target), and the partitions
 	// whose next block is checked whatever its insert's outcome.
