@@ -210,7 +210,11 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		var derr error
 		if !b.empty() {
 			derr = pt.deliver(wctx, b)
-			if derr != nil && wctx.Err() != nil && pt.stopping() && !errors.Is(derr, coordinator.ErrFenced) {
+			// A graceful stop past its timeout, or a lost session (which cuts
+			// the writes at once, whether or not the stop reached this
+			// partition first).
+			cut := pt.stopping() || errors.Is(context.Cause(wctx), errSessionLost)
+			if derr != nil && wctx.Err() != nil && cut && !errors.Is(derr, coordinator.ErrFenced) {
 				// A stop cut this block short: rolled back, nothing lost,
 				// but the next owner writes it again.
 				pt.r.stats.abandoned.Add(1)

@@ -23,6 +23,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -144,8 +145,8 @@ func (r *Replica) Run(ctx context.Context) error {
 	if r.cfg.BeforeJoin != nil {
 		if err := r.cfg.BeforeJoin(ctx); err != nil {
 			consumer.Close()
-			if ctx.Err() != nil {
-				return nil // stopped
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // stopped while it ran; a refusal is still an error
 			}
 			return err
 		}

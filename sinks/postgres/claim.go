@@ -68,6 +68,7 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::
 		if err != nil {
 			return fmt.Errorf("read %s: %w", groups.Sanitize(), err)
 		}
+		defer rows.Close() // on a Scan error too: the rollback needs the connection
 		for rows.Next() {
 			var t string
 			var o owner
