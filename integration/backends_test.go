@@ -137,62 +137,62 @@ type brokerFault struct {
 	inject func(t *testing.T, k *harness.Kafka, topic string)
 }
 
+// leaderStopFault is the fault named name that stops the leader of topic/p
+// with stop (verb names it in the failure when the partition has no
+// leader), waits up to 30 s until another broker leads the partition
+// (awaiting, a format of topic, p and the stopped leader, tells what is
+// awaited), then calls after with the stopped node, its id, when it was
+// stopped and how long another broker took to lead.
+func leaderStopFault(p int, name, verb string, stop func(*harness.KafkaNode), awaiting string,
+	after func(t *testing.T, k *harness.Kafka, topic string, n *harness.KafkaNode, leader int32, began time.Time, moved time.Duration)) *brokerFault {
+	return &brokerFault{
+		name: name,
+		inject: func(t *testing.T, k *harness.Kafka, topic string) {
+			t.Helper()
+			leader := k.Leader(t, topic, p)
+			if leader < 0 {
+				t.Fatalf("%s/%d has no leader to %s", topic, p, verb)
+			}
+			n := k.Node(int(leader))
+			began := time.Now()
+			stop(n)
+			await(t, 30*time.Second, fmt.Sprintf(awaiting, topic, p, leader), func() bool {
+				l := k.Leader(t, topic, p)
+				return l >= 0 && l != leader
+			})
+			after(t, k, topic, n, leader, began, time.Since(began))
+		},
+	}
+}
+
 // killLeaderFault SIGKILLs the leader of topic/p, waits until another
 // broker leads it, starts the node again and elects the preferred leaders
 // of the topic: the killed broker, a replica again, leads again the
 // partitions it was the preferred leader of.
 func killLeaderFault(p int) *brokerFault {
-	return &brokerFault{
-		name: fmt.Sprintf("leader of partition %d SIGKILLed, started again, preferred leaders elected", p),
-		inject: func(t *testing.T, k *harness.Kafka, topic string) {
-			t.Helper()
-			leader := k.Leader(t, topic, p)
-			if leader < 0 {
-				t.Fatalf("%s/%d has no leader to kill", topic, p)
-			}
-			n := k.Node(int(leader))
-			began := time.Now()
-			n.Kill()
-			await(t, 30*time.Second, fmt.Sprintf("a leader of %s/%d other than the killed broker %d", topic, p, leader), func() bool {
-				l := k.Leader(t, topic, p)
-				return l >= 0 && l != leader
-			})
-			moved := time.Since(began)
+	return leaderStopFault(p, fmt.Sprintf("leader of partition %d SIGKILLed, started again, preferred leaders elected", p),
+		"kill", (*harness.KafkaNode).Kill, "a leader of %[1]s/%[2]d other than the killed broker %[3]d",
+		func(t *testing.T, k *harness.Kafka, topic string, n *harness.KafkaNode, leader int32, began time.Time, moved time.Duration) {
 			if err := n.Start(); err != nil {
 				t.Fatal(err)
 			}
 			k.ElectPreferredLeaders(t, topic)
 			t.Logf("broker fault: leader %d of %s/%d SIGKILLed; led by another broker after %v; started again, preferred leaders elected after %v",
 				leader, topic, p, moved.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
-		},
-	}
+		})
 }
 
 // pauseLeaderFault SIGSTOPs the leader of topic/p until the controllers
 // have fenced it (its session, broker.session.timeout.ms, is 4 s) and
 // another broker leads the partition, then SIGCONTs it.
 func pauseLeaderFault(p int) *brokerFault {
-	return &brokerFault{
-		name: fmt.Sprintf("leader of partition %d SIGSTOPped past its session, then resumed", p),
-		inject: func(t *testing.T, k *harness.Kafka, topic string) {
-			t.Helper()
-			leader := k.Leader(t, topic, p)
-			if leader < 0 {
-				t.Fatalf("%s/%d has no leader to pause", topic, p)
-			}
-			n := k.Node(int(leader))
-			began := time.Now()
-			n.Pause()
-			await(t, 30*time.Second, fmt.Sprintf("the paused broker %d fenced: another leader of %s/%d", leader, topic, p), func() bool {
-				l := k.Leader(t, topic, p)
-				return l >= 0 && l != leader
-			})
-			paused := time.Since(began)
+	return leaderStopFault(p, fmt.Sprintf("leader of partition %d SIGSTOPped past its session, then resumed", p),
+		"pause", (*harness.KafkaNode).Pause, "the paused broker %[3]d fenced: another leader of %[1]s/%[2]d",
+		func(t *testing.T, _ *harness.Kafka, topic string, n *harness.KafkaNode, leader int32, _ time.Time, paused time.Duration) {
 			n.Resume()
 			t.Logf("broker fault: leader %d of %s/%d paused for %v, until another broker led it; resumed",
 				leader, topic, p, paused.Round(time.Millisecond))
-		},
-	}
+		})
 }
 
 // reassignFault reassigns topic/p away from its leader (to the two other

@@ -164,26 +164,7 @@ func TestClickHouseExactlyOnceUnderSIGKILLAndSIGSTOP(t *testing.T) {
 		// Produce 100,000 records at about 10,000/s, round-robin.
 		cl := e.producer()
 		defer cl.Close()
-		prodErr := make(chan error, 1)
-		go func() {
-			const chunk = 1000
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; i < total; i += chunk {
-				<-tick.C
-				rs := make([]*kgo.Record, chunk)
-				for j := range rs {
-					n := i + j
-					rs[j] = &kgo.Record{Topic: e.topic, Partition: int32(n % parts), Value: fmt.Appendf(nil, `{"i":%d}`, n)}
-				}
-				ctx := harness.Context(t, 30*time.Second)
-				if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-					prodErr <- err
-					return
-				}
-			}
-			prodErr <- nil
-		}()
+		prodErr := produceAt10k(cl, total, roundRobin(e.topic, parts))
 		produced := perPartition(parts, total/parts)
 		for p := range total % parts {
 			produced[p]++
@@ -195,22 +176,8 @@ func TestClickHouseExactlyOnceUnderSIGKILLAndSIGSTOP(t *testing.T) {
 		// expired, its partitions are free for the others) and SIGCONT it.
 		kills, stops := 0, 0
 		for producing := true; producing || kills < minKills || stops < minStops; {
-			wait := time.After(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
-			if producing {
-				select {
-				case err := <-prodErr:
-					if err != nil {
-						t.Fatalf("produce: %v", err)
-					}
-					producing = false
-					continue
-				case <-wait:
-				}
-			} else {
-				<-wait
-			}
-			if producing {
-				fault.inject(true)
+			if !chaosPause(t, rng, prodErr, &producing, &fault) {
+				continue
 			}
 			i := rng.IntN(len(procs))
 			p := procs[i]

@@ -126,28 +126,7 @@ func TestPostgresExactlyOnceUnderSIGKILL(t *testing.T) {
 		cl := e.producer()
 		defer cl.Close()
 		produced := map[int]int64{}
-		prodErr := make(chan error, 1)
-		go func() {
-			const chunk = 1000
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; i < total; i += chunk {
-				<-tick.C
-				rs := make([]*kgo.Record, chunk)
-				for j := range rs {
-					n := i + j
-					rs[j] = &kgo.Record{Topic: e.topic, Partition: int32(n % parts), Value: fmt.Appendf(nil, `{"i":%d}`, n)}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := cl.ProduceSync(ctx, rs...).FirstErr()
-				cancel()
-				if err != nil {
-					prodErr <- err
-					return
-				}
-			}
-			prodErr <- nil
-		}()
+		prodErr := produceAt10k(cl, total, roundRobin(e.topic, parts))
 		for p := range parts {
 			produced[p] = total / parts
 			if p < total%parts {

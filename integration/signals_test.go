@@ -286,34 +286,38 @@ func TestSIGTERMWhileClickHouseDownAtStart(t *testing.T) {
 	closed := l.Addr().String()
 	_ = l.Close()
 	url := "clickhouse://" + closed + "/default?table=events&protocol=http&retry_timeout=60s"
-	stop := func(t *testing.T, p *harness.Process, waiting string) {
-		t.Helper()
-		await(t, 30*time.Second, "the wait for ClickHouse", func() bool {
-			return strings.Contains(p.Output(), waiting) || p.Exited()
-		})
-		if p.Exited() {
-			t.Fatalf("exited while ClickHouse was down:\n%s", p.Output())
-		}
-		stopped := time.Now()
-		p.Signal(syscall.SIGTERM)
-		code := p.Wait(10 * time.Second)
-		if took := time.Since(stopped); took > 2*time.Second {
-			t.Errorf("SIGTERM took %s to stop a wait for ClickHouse, want under 2s", took.Round(time.Millisecond))
-		}
-		if code != 0 {
-			t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, p.Output())
-		}
-	}
 	t.Run("run", func(t *testing.T) {
 		e := newEnv(t, "orders", 1)
-		stop(t, e.processSink("r1", url), "clickhouse unreachable at start; retrying")
+		sigtermWhileDown(t, e.processSink("r1", url), "ClickHouse", "clickhouse unreachable at start; retrying", 30*time.Second)
 	})
 	t.Run("dev", func(t *testing.T) {
 		d := harness.StartProcess(t, "dev", bin, "dev", "--messages", "10", "--sink", url)
 		// Its endpoints first: the user can see what it waits on.
-		stop(t, d, "kafka:")
+		sigtermWhileDown(t, d, "ClickHouse", "kafka:", 30*time.Second)
 		if !strings.Contains(d.Output(), "etcd:") {
 			t.Errorf("dev did not print its endpoints before waiting for the sink:\n%s", d.Output())
 		}
 	})
+}
+
+// sigtermWhileDown waits up to d until p prints waiting, its wait for
+// the store that is down (failing the test if p exits instead), then
+// SIGTERMs it: it must exit within 2 s, with status 0.
+func sigtermWhileDown(t *testing.T, p *harness.Process, store, waiting string, d time.Duration) {
+	t.Helper()
+	await(t, d, "the wait for "+store, func() bool {
+		return strings.Contains(p.Output(), waiting) || p.Exited()
+	})
+	if p.Exited() {
+		t.Fatalf("exited while %s was down:\n%s", store, p.Output())
+	}
+	stopped := time.Now()
+	p.Signal(syscall.SIGTERM)
+	code := p.Wait(10 * time.Second)
+	if took := time.Since(stopped); took > 2*time.Second {
+		t.Errorf("SIGTERM took %s to stop a wait for %s, want under 2s", took.Round(time.Millisecond), store)
+	}
+	if code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, p.Output())
+	}
 }

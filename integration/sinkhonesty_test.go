@@ -193,21 +193,7 @@ func TestSIGTERMWhilePostgresDownAtStart(t *testing.T) {
 	e := newEnv(t, "orders", 1)
 	pg.Stop()
 	r := e.processSink("r1", pg.URL()+"&retry_timeout=60s")
-	await(t, 20*time.Second, "the replica to wait for PostgreSQL", func() bool {
-		return strings.Contains(r.Output(), "postgres unreachable at start; retrying") || r.Exited()
-	})
-	if r.Exited() {
-		t.Fatalf("the replica exited while PostgreSQL was down:\n%s", r.Output())
-	}
-	stopped := time.Now()
-	r.Signal(syscall.SIGTERM)
-	code := r.Wait(10 * time.Second)
-	if took := time.Since(stopped); took > 2*time.Second {
-		t.Errorf("SIGTERM took %s to stop a replica waiting for PostgreSQL, want under 2s", took.Round(time.Millisecond))
-	}
-	if code != 0 {
-		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, r.Output())
-	}
+	sigtermWhileDown(t, r, "PostgreSQL", "postgres unreachable at start; retrying", 20*time.Second)
 	if n := e.etcdKeysOf(e.group); n != 0 {
 		t.Errorf("the stopped replica left %d keys in etcd", n)
 	}

@@ -204,44 +204,14 @@ func TestPostgresUpsertCompactedStreamUnderSIGKILL(t *testing.T) {
 
 		// Produce at about 10,000 records/s, partitioned by key.
 		cl := keyedProducer(t, e.kafka.Brokers(), e.producerOpts()...)
-		prodErr := make(chan error, 1)
-		go func() {
-			const chunk = 1000
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; i < len(recs); i += chunk {
-				<-tick.C
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := cl.ProduceSync(ctx, recs[i:min(i+chunk, len(recs))]...).FirstErr()
-				cancel()
-				if err != nil {
-					prodErr <- err
-					return
-				}
-			}
-			prodErr <- nil
-		}()
+		prodErr := produceAt10k(cl, len(recs), func(i int) *kgo.Record { return recs[i] })
 
 		// Kill a random replica every 0.5 to 1.5 s while records flow (and at
 		// least minKills times), and start a new one in its place.
 		kills := 0
 		for producing := true; producing || kills < minKills; {
-			wait := time.After(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
-			if producing {
-				select {
-				case err := <-prodErr:
-					if err != nil {
-						t.Fatalf("produce: %v", err)
-					}
-					producing = false
-					continue
-				case <-wait:
-				}
-			} else {
-				<-wait
-			}
-			if producing {
-				fault.inject(true)
+			if !chaosPause(t, rng, prodErr, &producing, &fault) {
+				continue
 			}
 			i := rng.IntN(len(procs))
 			if procs[i].Exited() {

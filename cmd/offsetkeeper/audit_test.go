@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,7 +146,7 @@ func TestAuditKafkaTimeoutNamesBrokersAndFlags(t *testing.T) {
 	if _, err := cli.Put(ctx, coord.Keys().Offsets(coordinator.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
 		t.Fatal(err)
 	}
-	silent := silentListener(t)
+	silent := blackhole(t)
 	start := time.Now()
 	r := runCLI(t, 30*time.Second, "audit", "--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--brokers", silent,
 		"--group", "g", "--sink", "file://"+t.TempDir(), "--kafka-timeout", "1s")
@@ -161,39 +159,4 @@ func TestAuditKafkaTimeoutNamesBrokersAndFlags(t *testing.T) {
 		}
 	}
 	t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(r.stderr))
-}
-
-// silentListener is a loopback address that accepts connections and never
-// answers on them, until the test ends.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
 }
