@@ -28,8 +28,10 @@
 //     sink are hidden behind the wrapper.
 //
 // DestinationClaimer is not the replica's: the caller that opens the sink
-// asks it, before handing the sink over, whether another group writes the
-// same destination.
+// asks it whether another group writes the same destination; the CLI does
+// so once the replica has found its topics and its group's sink
+// (replica.Config.BeforeJoin), so that a replica refusing to start claims
+// nothing.
 //
 // Two functions serve the callers and the wrappers: As finds a side upgrade
 // (Resumer, IntentKeeper, Pinger, DeadLetterCounter) through a chain of Wrappers, and

@@ -172,6 +172,9 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					err = fmt.Errorf("no answer within %s: %w", c.metadataAttempt(), err)
+				}
 				err = fmt.Errorf("list offsets at broker %d: %w", id, err)
 				if first == nil {
 					first = err
