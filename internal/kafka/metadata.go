@@ -93,7 +93,13 @@ func (c *Client) metadata(ctx context.Context, topics []string) (*clusterMeta, e
 	for _, id := range order {
 		actx, cancel := context.WithTimeout(ctx, c.metadataAttempt())
 		m, err := c.metadataFrom(actx, id, topics)
+		// A broker that did not answer within the attempt (paused, cut
+		// off) is no reason to stop: the next one may.
+		overdue := err != nil && actx.Err() != nil && ctx.Err() == nil
 		cancel()
+		if overdue {
+			err = fmt.Errorf("broker %d: no answer within %s: %w", id, c.metadataAttempt(), err)
+		}
 		if err == nil {
 			c.metaMu.Lock()
 			c.metaBrokers, c.metaGood = m.brokers, id
@@ -103,7 +109,7 @@ func (c *Client) metadata(ctx context.Context, topics []string) (*clusterMeta, e
 		if first == nil {
 			first = err
 		}
-		if ctx.Err() != nil || !retriable(err) {
+		if ctx.Err() != nil || (!overdue && !retriable(err)) {
 			break
 		}
 	}
