@@ -60,7 +60,7 @@ const (
 )
 
 // CommitMode says when a block's offset is committed.
-type CommitMode int
+type CommitMode = enum.Of[commitModes]
 
 const (
 	// AfterWrite commits after the sink write: at-least-once (exactly-once
@@ -71,20 +71,11 @@ const (
 	EveryBatch
 )
 
-var commitModeNames = enum.New[CommitMode]("commit mode", "after-write", "every-batch")
+type commitModes struct{}
 
-// String returns "after-write" or "every-batch".
-func (m CommitMode) String() string { return commitModeNames.String(m) }
-
-// ParseCommitMode parses "after-write" or "every-batch" (space trimmed,
-// case folded).
-func ParseCommitMode(s string) (CommitMode, error) { return commitModeNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (m CommitMode) MarshalText() ([]byte, error) { return commitModeNames.Marshal(m) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseCommitMode.
-func (m *CommitMode) UnmarshalText(b []byte) error { return commitModeNames.Unmarshal(m, b) }
+func (commitModes) Enum() (string, []string) {
+	return "commit mode", []string{"after-write", "every-batch"}
+}
 
 // Config configures a Replica. Group, Topics and Kafka.Brokers are
 // required; every other zero field takes the default its doc names. New
@@ -298,7 +289,7 @@ func (c Config) Validate() error {
 	if c.MaxEmptyPolls < 1 {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))
 	}
-	if err := commitModeNames.Check(c.CommitMode); err != nil {
+	if err := c.CommitMode.Check(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Formats.validate(); err != nil {

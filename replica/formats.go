@@ -57,7 +57,7 @@ type SchemaRegistry struct {
 // DecodeErrorPolicy is what happens to a record whose key or value cannot
 // be decoded: a wrong magic byte, a schema id the registry does not know,
 // bytes that do not match their schema.
-type DecodeErrorPolicy int
+type DecodeErrorPolicy = enum.Of[decodeErrorPolicies]
 
 const (
 	// DeadLetter hands the record, with the reason, to a sink that keeps
@@ -75,20 +75,11 @@ const (
 	Skip
 )
 
-var decodeErrorNames = enum.New[DecodeErrorPolicy]("decode error policy", "dead-letter", "stop", "skip")
+type decodeErrorPolicies struct{}
 
-// String returns "dead-letter", "stop" or "skip".
-func (p DecodeErrorPolicy) String() string { return decodeErrorNames.String(p) }
-
-// ParseDecodeErrorPolicy parses "dead-letter", "stop" or "skip" (space
-// trimmed, case folded).
-func ParseDecodeErrorPolicy(s string) (DecodeErrorPolicy, error) { return decodeErrorNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (p DecodeErrorPolicy) MarshalText() ([]byte, error) { return decodeErrorNames.Marshal(p) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseDecodeErrorPolicy.
-func (p *DecodeErrorPolicy) UnmarshalText(b []byte) error { return decodeErrorNames.Unmarshal(p, b) }
+func (decodeErrorPolicies) Enum() (string, []string) {
+	return "decode error policy", []string{"dead-letter", "stop", "skip"}
+}
 
 // FormatNames lists the formats Formats.Key and Formats.Value accept.
 var FormatNames = []sinks.Format{sinks.JSON, sinks.Bytes, sinks.Avro, sinks.Protobuf, sinks.JSONSchema}
@@ -133,7 +124,7 @@ func (f Formats) validate() error {
 			errs = append(errs, fmt.Errorf("%s %w", c.what, err))
 		}
 	}
-	if err := decodeErrorNames.Check(f.OnDecodeError); err != nil {
+	if err := f.OnDecodeError.Check(); err != nil {
 		errs = append(errs, err)
 	}
 	needs := f.Key.Registered() || f.Value.Registered()

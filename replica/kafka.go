@@ -216,10 +216,10 @@ const (
 )
 
 // ParseStartPolicy parses "earliest" or "latest".
-func ParseStartPolicy(s string) (StartPolicy, error) { return kafka.ParseStartPolicy(s) }
+func ParseStartPolicy(s string) (v StartPolicy, err error) { err = v.Set(s); return v, err }
 
 // ParseIsolationLevel parses "read_committed" or "read_uncommitted".
-func ParseIsolationLevel(s string) (IsolationLevel, error) { return kafka.ParseIsolationLevel(s) }
+func ParseIsolationLevel(s string) (v IsolationLevel, err error) { err = v.Set(s); return v, err }
 
 // ParseSASLMechanism parses PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-func ParseSASLMechanism(s string) (SASLMechanism, error) { return kafka.ParseSASLMechanism(s) }
+func ParseSASLMechanism(s string) (v SASLMechanism, err error) { err = v.Set(s); return v, err }

@@ -191,22 +191,22 @@ func (f *adminFlags) validate() error {
 }
 
 // Output formats of -o.
-type outputFormat int
+type outputFormat = enum.Of[outputFormats]
 
 const (
 	outputTable outputFormat = iota
 	outputJSON
 )
 
-var outputFormats = enum.New[outputFormat]("output format", "table", "json")
+type outputFormats struct{}
 
-func (f outputFormat) String() string { return outputFormats.String(f) }
+func (outputFormats) Enum() (string, []string) { return "output format", []string{"table", "json"} }
 
 // outputFlag is -o/--output: how a command prints what it found.
 type outputFlag struct{ format outputFormat }
 
 func (f *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().VarP(newEnumFlag(outputFormats, &f.format), "output", "o",
+	cmd.Flags().VarP(enumVar(&f.format), "output", "o",
 		"output format: table (aligned columns for people) or json (stable snake_case fields for programs)")
 }
 
@@ -231,25 +231,18 @@ func (f *waitFlags) validate() error {
 
 // enumFlag is a flag whose value is one of an enumeration's names
 // (internal/enum): parsed with space trimmed and case folded, shown in help
-// with its names as its type (table|json).
-type enumFlag[T ~int | ~int8] struct {
-	names enum.Names[T]
-	v     *T
-}
+// with its names as its type (table|json), refused naming them.
+type enumFlag[T enum.Tag] struct{ v *enum.Of[T] }
 
-func newEnumFlag[T ~int | ~int8](names enum.Names[T], v *T) *enumFlag[T] {
-	return &enumFlag[T]{names: names, v: v}
-}
+func enumVar[T enum.Tag](v *enum.Of[T]) *enumFlag[T] { return &enumFlag[T]{v} }
 
-func (f *enumFlag[T]) String() string { return f.names.String(*f.v) }
-func (f *enumFlag[T]) Type() string   { return strings.ReplaceAll(f.names.List(), ", ", "|") }
+func (f *enumFlag[T]) String() string { return f.v.String() }
+func (f *enumFlag[T]) Type() string   { return f.v.Type() }
 
 func (f *enumFlag[T]) Set(s string) error {
-	v, err := f.names.Parse(s)
-	if err != nil {
-		return errors.New("want " + orList(strings.Split(f.names.List(), ", ")))
+	if f.v.Set(s) != nil {
+		return errors.New("want " + orList(enum.Names[T]()))
 	}
-	*f.v = v
 	return nil
 }
 

@@ -45,7 +45,7 @@ func (f *formatFlags) register(fs *pflag.FlagSet) {
 		"how record keys are encoded: json (passed through as they are), bytes (opaque), or avro, protobuf, json-schema in Confluent's wire format (needs --schema-registry)")
 	fs.Var(&parsedFlag[sinks.Format]{&f.value, replica.ParseFormat, formatNames}, "value-format",
 		"how record values are encoded: json (passed through as they are), bytes (opaque), or avro, protobuf, json-schema in Confluent's wire format, decoded into JSON for the sink (needs --schema-registry)")
-	fs.Var(&parsedFlag[replica.DecodeErrorPolicy]{&f.onDecodeError, replica.ParseDecodeErrorPolicy, []string{"dead-letter", "stop", "skip"}},
+	fs.Var(enumVar(&f.onDecodeError),
 		"on-decode-error", "a record that cannot be decoded: dead-letter (into the sink's dead-letter table; where it has none, stop), stop (the partition waits at it, logging why) or skip (left out, counted, logged)")
 	fs.StringVar(&f.registry, "schema-registry", "", "Schema Registry URL, http:// or https:// (comma-separated: tried in order), for the avro, protobuf and json-schema formats")
 	fs.StringVar(&f.user, "schema-registry-user", "", "Schema Registry basic-auth user; the password is read from $"+envRegistryPassword+" or --schema-registry-password-file")

@@ -11,7 +11,7 @@ import (
 )
 
 // logLevel is --log-level: debug, info, warn or error.
-type logLevel int
+type logLevel = enum.Of[logLevels]
 
 const (
 	logDebug logLevel = iota
@@ -20,24 +20,26 @@ const (
 	logError
 )
 
-var logLevels = enum.New[logLevel]("log level", "debug", "info", "warn", "error")
+type logLevels struct{}
 
-func (l logLevel) String() string { return logLevels.String(l) }
+func (logLevels) Enum() (string, []string) {
+	return "log level", []string{"debug", "info", "warn", "error"}
+}
 
-// zap is the zap level of l.
-func (l logLevel) zap() zapcore.Level { return zapcore.Level(int(l) - 1) }
+// zapLevel is the zap level of l.
+func zapLevel(l logLevel) zapcore.Level { return zapcore.Level(int(l) - 1) }
 
 // logFormat is --log-format: json (for collectors) or console (for people).
-type logFormat int
+type logFormat = enum.Of[logFormats]
 
 const (
 	logJSON logFormat = iota
 	logConsole
 )
 
-var logFormats = enum.New[logFormat]("log format", "json", "console")
+type logFormats struct{}
 
-func (f logFormat) String() string { return logFormats.String(f) }
+func (logFormats) Enum() (string, []string) { return "log format", []string{"json", "console"} }
 
 // logFlags are the logging flags every long-running command takes.
 type logFlags struct {
@@ -47,8 +49,8 @@ type logFlags struct {
 
 func (f *logFlags) register(fs *pflag.FlagSet, level logLevel, format logFormat) {
 	f.level, f.format = level, format
-	fs.Var(newEnumFlag(logLevels, &f.level), "log-level", "log level: debug, info, warn or error")
-	fs.Var(newEnumFlag(logFormats, &f.format), "log-format", "log format: json or console")
+	fs.Var(enumVar(&f.level), "log-level", "log level: debug, info, warn or error")
+	fs.Var(enumVar(&f.format), "log-format", "log format: json or console")
 }
 
 // newLogger builds a zap logger writing to w.
@@ -62,5 +64,5 @@ func (f logFlags) newLogger(w io.Writer) *zap.Logger {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), f.level.zap()))
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), zapLevel(f.level)))
 }

@@ -119,9 +119,9 @@ once. Exit status 0.`,
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row (at least 1)")
 	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a block that ended because its partition went quiet may wait to share a transaction with other partitions' (0: never); full blocks never wait")
-	fs.Var(&parsedFlag[replica.CommitMode]{&o.commitMode, replica.ParseCommitMode, []string{"after-write", "every-batch"}},
+	fs.Var(enumVar(&o.commitMode),
 		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
-	fs.Var(&parsedFlag[replica.StartPolicy]{&o.startFrom, replica.ParseStartPolicy, []string{"earliest", "latest"}},
+	fs.Var(enumVar(&o.startFrom),
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
 	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")

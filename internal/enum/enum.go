@@ -1,8 +1,26 @@
 // Package enum gives the small enumerations of the configuration (commit
 // mode, start policy, isolation level, output format, ...) one shape: a
 // name per value, parsed with surrounding space trimmed and case folded,
-// printed and marshalled as that name, and refused with a message that
-// names the kind, the value and every accepted name.
+// printed and marshalled as that name, usable as a command-line flag, and
+// refused with a message that names the kind, the value and every accepted
+// name.
+//
+// An enumeration is declared by a tag, an empty struct whose Enum method
+// gives the kind and the names in value order, and an alias of Of:
+//
+//	type Mode = enum.Of[modes]
+//
+//	type modes struct{}
+//
+//	func (modes) Enum() (string, []string) { return "mode", []string{"raw", "columns"} }
+//
+//	const (
+//		Raw Mode = iota
+//		Columns
+//	)
+//
+// Of's methods do the rest, so no enumeration writes its own String,
+// MarshalText or UnmarshalText.
 package enum
 
 import (
@@ -10,62 +28,83 @@ import (
 	"strings"
 )
 
-// Names holds the names of an enumeration's values, the value i named
-// names[i].
-type Names[T ~int | ~int8] struct {
-	kind  string
-	names []string
+// Tag names the values of one enumeration: kind is what a message calls
+// it ("commit mode"), names[i] the name of value i.
+type Tag interface {
+	Enum() (kind string, names []string)
 }
 
-// New returns the names of kind ("commit mode"), in value order.
-func New[T ~int | ~int8](kind string, names ...string) Names[T] {
-	return Names[T]{kind: kind, names: names}
+// Of is a value of the enumeration T tags. Its zero value is the first
+// name.
+type Of[T Tag] int
+
+func tag[T Tag]() (string, []string) {
+	var t T
+	return t.Enum()
 }
 
 // String returns v's name, or kind(v) for a value without one.
-func (n Names[T]) String(v T) string {
-	if v >= 0 && int(v) < len(n.names) {
-		return n.names[v]
+func (v Of[T]) String() string {
+	kind, names := tag[T]()
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("%s(%d)", n.kind, int(v))
-}
-
-// Parse returns the value named s (space trimmed, case folded).
-func (n Names[T]) Parse(s string) (T, error) {
-	t := strings.TrimSpace(s)
-	for i, name := range n.names {
-		if strings.EqualFold(t, name) {
-			return T(i), nil
-		}
-	}
-	return 0, fmt.Errorf("%s %q: want one of %s", n.kind, s, n.List())
+	return fmt.Sprintf("%s(%d)", kind, int(v))
 }
 
 // Check refuses a value without a name (a Config field set out of range).
-func (n Names[T]) Check(v T) error {
-	if v < 0 || int(v) >= len(n.names) {
-		return fmt.Errorf("%s %d: want one of %s", n.kind, int(v), n.List())
+func (v Of[T]) Check() error {
+	kind, names := tag[T]()
+	if v < 0 || int(v) >= len(names) {
+		return fmt.Errorf("%s %d: want one of %s", kind, int(v), List[T]())
 	}
 	return nil
 }
 
-// List is the accepted names, comma-separated, for messages and help.
-func (n Names[T]) List() string { return strings.Join(n.names, ", ") }
-
-// Marshal implements encoding.TextMarshaler for v.
-func (n Names[T]) Marshal(v T) ([]byte, error) {
-	if err := n.Check(v); err != nil {
+// MarshalText implements encoding.TextMarshaler with v's name.
+func (v Of[T]) MarshalText() ([]byte, error) {
+	if err := v.Check(); err != nil {
 		return nil, err
 	}
-	return []byte(n.names[v]), nil
+	return []byte(v.String()), nil
 }
 
-// Unmarshal implements encoding.TextUnmarshaler into v with Parse.
-func (n Names[T]) Unmarshal(v *T, b []byte) error {
-	p, err := n.Parse(string(b))
+// UnmarshalText implements encoding.TextUnmarshaler with Parse.
+func (v *Of[T]) UnmarshalText(b []byte) error { return v.Set(string(b)) }
+
+// Set implements pflag.Value with Parse, so a value is its own flag.
+func (v *Of[T]) Set(s string) error {
+	p, err := Parse[T](s)
 	if err != nil {
 		return err
 	}
 	*v = p
 	return nil
+}
+
+// Type implements pflag.Value: the names, as help shows them (table|json).
+func (v Of[T]) Type() string {
+	_, names := tag[T]()
+	return strings.Join(names, "|")
+}
+
+// Parse returns the value named s (space trimmed, case folded).
+func Parse[T Tag](s string) (Of[T], error) {
+	kind, names := tag[T]()
+	t := strings.TrimSpace(s)
+	for i, name := range names {
+		if strings.EqualFold(t, name) {
+			return Of[T](i), nil
+		}
+	}
+	return 0, fmt.Errorf("%s %q: want one of %s", kind, s, List[T]())
+}
+
+// List is the accepted names, comma-separated, for messages and help.
+func List[T Tag]() string { return strings.Join(Names[T](), ", ") }
+
+// Names returns the accepted names in value order.
+func Names[T Tag]() []string {
+	_, names := tag[T]()
+	return names
 }

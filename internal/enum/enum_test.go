@@ -6,13 +6,11 @@ import (
 	"testing"
 )
 
-type color int
+type color = Of[colors]
 
-var colorNames = New[color]("color", "red", "dark-blue")
+type colors struct{}
 
-func (c color) String() string                { return colorNames.String(c) }
-func (c color) MarshalText() ([]byte, error)  { return colorNames.Marshal(c) }
-func (c *color) UnmarshalText(b []byte) error { return colorNames.Unmarshal(c, b) }
+func (colors) Enum() (string, []string) { return "color", []string{"red", "dark-blue"} }
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
@@ -25,7 +23,7 @@ func TestParse(t *testing.T) {
 		{"green", 0, `color "green": want one of red, dark-blue`},
 		{"", 0, `color "": want one of red, dark-blue`},
 	} {
-		got, err := colorNames.Parse(tc.in)
+		got, err := Parse[colors](tc.in)
 		if tc.err != "" {
 			if err == nil || err.Error() != tc.err {
 				t.Errorf("Parse(%q) error = %v, want %q", tc.in, err, tc.err)
@@ -59,7 +57,13 @@ func TestStringAndText(t *testing.T) {
 	if err := c.UnmarshalText([]byte("x")); err == nil {
 		t.Error("Unmarshal of an unknown name succeeded")
 	}
-	if err := colorNames.Check(2); err == nil {
+	if err := color(2).Check(); err == nil {
 		t.Error("Check(2) passed")
+	}
+	if got := color(1).Type(); got != "red|dark-blue" {
+		t.Errorf("Type = %q", got)
+	}
+	if err := c.Set(" dark-blue "); err != nil || c != 1 {
+		t.Errorf("Set = %v, %v", c, err)
 	}
 }

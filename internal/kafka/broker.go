@@ -294,7 +294,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		MaxWaitTime:    int32(c.cfg.MaxWait / time.Millisecond),
 		MinBytes:       int32(c.cfg.MinBytes),
 		MaxBytes:       int32(min(r.reserve, 1<<31-1)),
-		IsolationLevel: int8(c.cfg.IsolationLevel.kafka()),
+		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
 		SessionID:      -1,
 		SessionEpoch:   -1,
 	}}

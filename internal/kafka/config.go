@@ -34,7 +34,7 @@ const (
 
 // StartPolicy says where a partition is read from when it has no stored
 // offset, and where reading resumes when the stored offset is out of range.
-type StartPolicy int
+type StartPolicy = enum.Of[startPolicies]
 
 const (
 	// StartEarliest starts at the log start offset: nothing still in Kafka
@@ -45,23 +45,12 @@ const (
 	StartLatest
 )
 
-var startPolicyNames = enum.New[StartPolicy]("start policy", "earliest", "latest")
+type startPolicies struct{}
 
-// String returns "earliest" or "latest".
-func (p StartPolicy) String() string { return startPolicyNames.String(p) }
-
-// ParseStartPolicy parses "earliest" or "latest" (space trimmed, case
-// folded).
-func ParseStartPolicy(s string) (StartPolicy, error) { return startPolicyNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (p StartPolicy) MarshalText() ([]byte, error) { return startPolicyNames.Marshal(p) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseStartPolicy.
-func (p *StartPolicy) UnmarshalText(b []byte) error { return startPolicyNames.Unmarshal(p, b) }
+func (startPolicies) Enum() (string, []string) { return "start policy", []string{"earliest", "latest"} }
 
 // IsolationLevel says which records of transactional producers are read.
-type IsolationLevel int8
+type IsolationLevel = enum.Of[isolationLevels]
 
 const (
 	// ReadCommitted reads only committed records, up to the last stable
@@ -72,22 +61,14 @@ const (
 	ReadUncommitted
 )
 
-var isolationNames = enum.New[IsolationLevel]("isolation level", "read_committed", "read_uncommitted")
+type isolationLevels struct{}
 
-// String returns "read_committed" or "read_uncommitted".
-func (l IsolationLevel) String() string { return isolationNames.String(l) }
+func (isolationLevels) Enum() (string, []string) {
+	return "isolation level", []string{"read_committed", "read_uncommitted"}
+}
 
-// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (space
-// trimmed, case folded).
-func ParseIsolationLevel(s string) (IsolationLevel, error) { return isolationNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (l IsolationLevel) MarshalText() ([]byte, error) { return isolationNames.Marshal(l) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseIsolationLevel.
-func (l *IsolationLevel) UnmarshalText(b []byte) error { return isolationNames.Unmarshal(l, b) }
-
-func (l IsolationLevel) kafka() kafkago.IsolationLevel {
+// wireIsolation is l as Fetch and ListOffsets requests carry it.
+func wireIsolation(l IsolationLevel) kafkago.IsolationLevel {
 	if l == ReadUncommitted {
 		return kafkago.ReadUncommitted
 	}
@@ -203,10 +184,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("kafka broker %q: %w", b, err)
 		}
 	}
-	if err := isolationNames.Check(c.IsolationLevel); err != nil {
+	if err := c.IsolationLevel.Check(); err != nil {
 		return err
 	}
-	if err := startPolicyNames.Check(c.StartPolicy); err != nil {
+	if err := c.StartPolicy.Check(); err != nil {
 		return err
 	}
 	if c.SASL != nil {

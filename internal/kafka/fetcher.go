@@ -421,7 +421,7 @@ func (f *Fetcher) request(ctx context.Context, offset int64, maxWait time.Durati
 			MaxWaitTime:    int32(maxWait / time.Millisecond),
 			MinBytes:       int32(minBytes),
 			MaxBytes:       int32(maxBytes),
-			IsolationLevel: int8(f.cfg.IsolationLevel.kafka()),
+			IsolationLevel: int8(wireIsolation(f.cfg.IsolationLevel)),
 			SessionID:      -1,
 			SessionEpoch:   -1,
 			Topics: []fetchapi.RequestTopic{{

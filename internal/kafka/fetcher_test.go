@@ -24,6 +24,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/guard"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -173,7 +174,7 @@ func layout(t testing.TB, k *harness.Kafka, topic string, partition int, offset 
 
 func TestParseStartPolicy(t *testing.T) {
 	for in, want := range map[string]StartPolicy{"earliest": StartEarliest, "latest": StartLatest, " Latest ": StartLatest} {
-		got, err := ParseStartPolicy(in)
+		got, err := enum.Parse[startPolicies](in)
 		if err != nil || got != want {
 			t.Errorf("ParseStartPolicy(%q) = %v, %v; want %v", in, got, err, want)
 		}
@@ -181,7 +182,7 @@ func TestParseStartPolicy(t *testing.T) {
 			t.Errorf("%v.String() = %q", got, got.String())
 		}
 	}
-	_, err := ParseStartPolicy("newest")
+	_, err := enum.Parse[startPolicies]("newest")
 	if err == nil || !strings.Contains(err.Error(), `"newest"`) || !strings.Contains(err.Error(), "earliest, latest") {
 		t.Errorf("ParseStartPolicy(newest) error %v, want it to name the value and the accepted ones", err)
 	}
@@ -189,10 +190,10 @@ func TestParseStartPolicy(t *testing.T) {
 	if err := p.UnmarshalText([]byte("latest")); err != nil || p != StartLatest {
 		t.Errorf("UnmarshalText(latest) = %v, %v", p, err)
 	}
-	if l, err := ParseIsolationLevel("read_uncommitted"); err != nil || l != ReadUncommitted {
+	if l, err := enum.Parse[isolationLevels]("read_uncommitted"); err != nil || l != ReadUncommitted {
 		t.Errorf("ParseIsolationLevel(read_uncommitted) = %v, %v", l, err)
 	}
-	if _, err := ParseIsolationLevel("serializable"); err == nil || !strings.Contains(err.Error(), "read_committed, read_uncommitted") {
+	if _, err := enum.Parse[isolationLevels]("serializable"); err == nil || !strings.Contains(err.Error(), "read_committed, read_uncommitted") {
 		t.Errorf("ParseIsolationLevel(serializable) error %v", err)
 	}
 }

@@ -138,7 +138,7 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 		if req == nil {
 			req = kmsg.NewPtrListOffsetsRequest()
 			req.ReplicaID = -1
-			req.IsolationLevel = int8(level.kafka())
+			req.IsolationLevel = int8(wireIsolation(level))
 			byBroker[pm.leader] = req
 		}
 		rp := kmsg.NewListOffsetsRequestTopicPartition()

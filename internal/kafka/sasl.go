@@ -14,7 +14,7 @@ import (
 
 // SASLMechanism names a SASL mechanism Kafka brokers accept
 // (sasl.enabled.mechanisms).
-type SASLMechanism int8
+type SASLMechanism = enum.Of[saslMechanisms]
 
 const (
 	// SASLPlain sends the user and the password as they are: use it only
@@ -27,20 +27,11 @@ const (
 	SASLSCRAMSHA512
 )
 
-var saslNames = enum.New[SASLMechanism]("sasl mechanism", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+type saslMechanisms struct{}
 
-// String returns PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-func (m SASLMechanism) String() string { return saslNames.String(m) }
-
-// ParseSASLMechanism parses PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (space
-// trimmed, case folded).
-func ParseSASLMechanism(s string) (SASLMechanism, error) { return saslNames.Parse(s) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (m SASLMechanism) MarshalText() ([]byte, error) { return saslNames.Marshal(m) }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParseSASLMechanism.
-func (m *SASLMechanism) UnmarshalText(b []byte) error { return saslNames.Unmarshal(m, b) }
+func (saslMechanisms) Enum() (string, []string) {
+	return "sasl mechanism", []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+}
 
 // SASL is a SASL login: a mechanism, a user and its password. However it
 // is printed (fmt verbs, JSON, zap), it shows the mechanism and the user,
@@ -65,7 +56,7 @@ func (s SASL) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Validate checks the login; no message holds the password.
 func (s SASL) Validate() error {
-	if err := saslNames.Check(s.Mechanism); err != nil {
+	if err := s.Mechanism.Check(); err != nil {
 		return err
 	}
 	if s.Username == "" {
@@ -94,7 +85,7 @@ func (s SASL) kafkaMechanism() (sasl.Mechanism, error) {
 			return nil, fmt.Errorf("sasl %s: user %q or its password refused by SASLprep", s.Mechanism, s.Username)
 		}
 	default:
-		return nil, saslNames.Check(s.Mechanism)
+		return nil, s.Mechanism.Check()
 	}
 	return &saslLogin{name: m.Name(), user: s.Username, mech: func() sasl.Mechanism { return m }}, nil
 }

@@ -49,7 +49,7 @@ const (
 )
 
 // Mode is how records become rows.
-type Mode int
+type Mode = enum.Of[modes]
 
 const (
 	// Raw stores each record whole in a table of the sink's own layout,
@@ -60,20 +60,12 @@ const (
 	Columns
 )
 
-var modeNames = enum.New[Mode]("mode", "raw", "columns")
+type modes struct{}
 
-// String returns the mode's name in the URL: raw or columns.
-func (m Mode) String() string { return modeNames.String(m) }
-
-// MarshalText implements encoding.TextMarshaler with the mode's name.
-func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: raw or columns, case
-// folded.
-func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }
+func (modes) Enum() (string, []string) { return "mode", []string{"raw", "columns"} }
 
 // Protocol is the interface the sink speaks to ClickHouse (protocol=).
-type Protocol int
+type Protocol = enum.Of[protocols]
 
 const (
 	// Native is ClickHouse's TCP protocol (port 9000, 9440 with TLS). The
@@ -83,21 +75,13 @@ const (
 	HTTP
 )
 
-var protocolNames = enum.New[Protocol]("protocol", "native", "http")
+type protocols struct{}
 
-// String returns the protocol's name in the URL: native or http.
-func (p Protocol) String() string { return protocolNames.String(p) }
-
-// MarshalText implements encoding.TextMarshaler with the name.
-func (p Protocol) MarshalText() ([]byte, error) { return protocolNames.Marshal(p) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: native or http, case
-// folded.
-func (p *Protocol) UnmarshalText(b []byte) error { return protocolNames.Unmarshal(p, b) }
+func (protocols) Enum() (string, []string) { return "protocol", []string{"native", "http"} }
 
 // Compression is how native blocks are compressed on the wire
 // (compression=).
-type Compression int
+type Compression = enum.Of[compressions]
 
 const (
 	// LZ4 compresses cheaply. The default.
@@ -108,10 +92,9 @@ const (
 	NoCompression
 )
 
-var compressionNames = enum.New[Compression]("compression", "lz4", "zstd", "none")
+type compressions struct{}
 
-// String returns the name in the URL: lz4, zstd or none.
-func (c Compression) String() string { return compressionNames.String(c) }
+func (compressions) Enum() (string, []string) { return "compression", []string{"lz4", "zstd", "none"} }
 
 // The sink's URL parameters, each documented in params (params.go). The
 // URL takes no others: a misspelt one is refused rather than sent to
@@ -362,17 +345,11 @@ func (c *config) set(key, val string) error {
 	case paramDeadLetters:
 		c.deadRaw = val
 	case paramMode:
-		if c.mode, err = modeNames.Parse(val); err != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, modeNames.List())
-		}
+		err = parseName(&c.mode, key, val)
 	case paramProtocol:
-		if c.protocol, err = protocolNames.Parse(val); err != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, protocolNames.List())
-		}
+		err = parseName(&c.protocol, key, val)
 	case paramCompression:
-		if c.compression, err = compressionNames.Parse(val); err != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, compressionNames.List())
-		}
+		err = parseName(&c.compression, key, val)
 	case paramSecure:
 		c.secure, err = parseBool(key, val)
 	case paramSkipVerify:
@@ -477,6 +454,15 @@ func (c *config) finish(opts []Option) error {
 			}
 			c.tls.RootCAs = pool
 		}
+	}
+	return nil
+}
+
+// parseName sets v from the URL parameter key's value, or refuses it naming
+// every accepted name.
+func parseName[T enum.Tag](v *enum.Of[T], key, val string) error {
+	if v.Set(val) != nil {
+		return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, enum.List[T]())
 	}
 	return nil
 }

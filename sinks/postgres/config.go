@@ -41,7 +41,7 @@ const (
 )
 
 // Mode is how records become rows.
-type Mode int
+type Mode = enum.Of[modes]
 
 const (
 	// Raw stores each record whole in a table of the sink's own layout,
@@ -57,20 +57,12 @@ const (
 	Upsert
 )
 
-var modeNames = enum.New[Mode]("mode", "raw", "columns", "upsert")
+type modes struct{}
 
-// String returns the mode's name in the URL: raw, columns or upsert.
-func (m Mode) String() string { return modeNames.String(m) }
-
-// MarshalText implements encoding.TextMarshaler with the mode's name.
-func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: raw, columns or
-// upsert, case folded.
-func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }
+func (modes) Enum() (string, []string) { return "mode", []string{"raw", "columns", "upsert"} }
 
 // KeyFrom is where upsert mode finds a record's key columns (key_from=).
-type KeyFrom int
+type KeyFrom = enum.Of[keySources]
 
 const (
 	// FromKey takes the key columns from the Kafka record key: a JSON
@@ -84,20 +76,12 @@ const (
 	FromValue
 )
 
-var keyFromNames = enum.New[KeyFrom]("key_from", "key", "value")
+type keySources struct{}
 
-// String returns the name in the URL: key or value.
-func (k KeyFrom) String() string { return keyFromNames.String(k) }
-
-// MarshalText implements encoding.TextMarshaler with the name.
-func (k KeyFrom) MarshalText() ([]byte, error) { return keyFromNames.Marshal(k) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: key or value, case
-// folded.
-func (k *KeyFrom) UnmarshalText(b []byte) error { return keyFromNames.Unmarshal(k, b) }
+func (keySources) Enum() (string, []string) { return "key_from", []string{"key", "value"} }
 
 // Envelope is what wraps the row in a record's value (envelope=).
-type Envelope int
+type Envelope = enum.Of[envelopes]
 
 const (
 	// NoEnvelope: the value is the row, a JSON object. The default.
@@ -108,21 +92,13 @@ const (
 	Debezium
 )
 
-var envelopeNames = enum.New[Envelope]("envelope", "none", "debezium")
+type envelopes struct{}
 
-// String returns the name in the URL: none or debezium.
-func (e Envelope) String() string { return envelopeNames.String(e) }
-
-// MarshalText implements encoding.TextMarshaler with the name.
-func (e Envelope) MarshalText() ([]byte, error) { return envelopeNames.Marshal(e) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: none or debezium,
-// case folded.
-func (e *Envelope) UnmarshalText(b []byte) error { return envelopeNames.Unmarshal(e, b) }
+func (envelopes) Enum() (string, []string) { return "envelope", []string{"none", "debezium"} }
 
 // Evolve is what columns and upsert modes do with a field of a decoded
 // record's schema that the table has no column for (evolve=).
-type Evolve int
+type Evolve = enum.Of[evolveRules]
 
 const (
 	// NoEvolve leaves the table as it is: such a field is ignored, counted
@@ -136,17 +112,9 @@ const (
 	AddColumns
 )
 
-var evolveNames = enum.New[Evolve]("evolve", "none", "add-columns")
+type evolveRules struct{}
 
-// String returns the name in the URL: none or add-columns.
-func (e Evolve) String() string { return evolveNames.String(e) }
-
-// MarshalText implements encoding.TextMarshaler with the name.
-func (e Evolve) MarshalText() ([]byte, error) { return evolveNames.Marshal(e) }
-
-// UnmarshalText implements encoding.TextUnmarshaler: none or add-columns,
-// case folded.
-func (e *Evolve) UnmarshalText(b []byte) error { return evolveNames.Unmarshal(e, b) }
+func (evolveRules) Enum() (string, []string) { return "evolve", []string{"none", "add-columns"} }
 
 // Sink options carried as query parameters of the URL, each documented in
 // params (params.go); they are removed before the rest of the URL goes to
@@ -355,34 +323,18 @@ func (c *config) set(key, val string) error {
 	case paramDeadLetters:
 		c.deadLetters, err = parseTable(key, val)
 	case paramMode:
-		m, perr := modeNames.Parse(val)
-		if perr != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, modeNames.List())
-		}
-		c.mode = m
+		err = parseName(&c.mode, key, val)
 	case paramEvolve:
-		e, perr := evolveNames.Parse(val)
-		if perr != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, evolveNames.List())
-		}
-		c.evolve = e
+		err = parseName(&c.evolve, key, val)
 	case paramConflict:
 		if val == "" || len(val) > 63 || strings.ContainsRune(val, 0) {
 			return fmt.Errorf("%w: %s=%q: want the name of a unique constraint of the table, 1 to 63 bytes", ErrURL, key, val)
 		}
 		c.conflict = val
 	case paramKeyFrom:
-		k, perr := keyFromNames.Parse(val)
-		if perr != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, keyFromNames.List())
-		}
-		c.keyFrom = k
+		err = parseName(&c.keyFrom, key, val)
 	case paramEnvelope:
-		e, perr := envelopeNames.Parse(val)
-		if perr != nil {
-			return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, envelopeNames.List())
-		}
-		c.envelope = e
+		err = parseName(&c.envelope, key, val)
 	case paramDeletes:
 		switch strings.ToLower(strings.TrimSpace(val)) {
 		case "true":
@@ -436,6 +388,15 @@ func (c *config) finish(opts []Option) error {
 	}
 	if c.log == nil {
 		c.log = zap.NewNop()
+	}
+	return nil
+}
+
+// parseName sets v from the URL parameter key's value, or refuses it naming
+// every accepted name.
+func parseName[T enum.Tag](v *enum.Of[T], key, val string) error {
+	if v.Set(val) != nil {
+		return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, enum.List[T]())
 	}
 	return nil
 }
