@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // checkAccess is run's start-up check of the credentials: when etcd or Kafka
@@ -107,12 +108,7 @@ func (f *clusterFlags) checkKafkaAccess(ctx context.Context, auth kafkaAuth, top
 
 // kafkaRefused tells a refusal of the credentials or certificates from
 // Kafka being unreachable.
-func kafkaRefused(err error) bool { return kafka.Refused(err) || tlsRefused(err) }
-
-// tlsRefused tells whether err is a TLS handshake that failed: a
-// certificate that does not verify, a peer that is not TLS, or an alert
-// from the peer (which refused our certificate).
-func tlsRefused(err error) bool { return kafka.TLSRefused(err) }
+func kafkaRefused(err error) bool { return kafka.Refused(err) || secure.HandshakeFailed(err) }
 
 // explainEtcd makes the error of connecting to etcd say what to fix where
 // it can: gRPC reports a TLS handshake that fails as a timeout, and a
@@ -145,13 +141,10 @@ func (s *securityFlags) etcdTLSProblem(ctx context.Context, endpoints []string) 
 			}
 			addr = strings.TrimSuffix(rest, "/")
 		}
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
 			continue
 		}
-		cfg := s.built.etcdTLS.Clone()
-		cfg.ServerName = host
-		d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
+		d := tls.Dialer{NetDialer: &net.Dialer{}, Config: secure.ForAddress(s.built.etcdTLS, addr)}
 		dctx, cancel := context.WithTimeout(ctx, tlsProbeTimeout)
 		conn, err := d.DialContext(dctx, "tcp", addr)
 		cancel()
@@ -164,7 +157,7 @@ func (s *securityFlags) etcdTLSProblem(ctx context.Context, endpoints []string) 
 			_, err = conn.Read(make([]byte, 1))
 			_ = conn.Close()
 		}
-		if err != nil && tlsRefused(err) {
+		if err != nil && secure.HandshakeFailed(err) {
 			return fmt.Errorf("TLS with etcd at %s failed: %w: check --etcd-cacert (the CA of etcd's server certificate), "+
 				"--etcd-cert and --etcd-key (a client certificate etcd's --trusted-ca-file signed)", addr, err)
 		}

@@ -70,17 +70,17 @@ func (f *formatFlags) build() (replica.Formats, error) {
 	case f.cacheSize < 1:
 		return replica.Formats{}, usagef("--schema-cache-size %d: want 1 or more", f.cacheSize)
 	}
-	tlsCfg, err := tlsConfig("schema-registry", f.caCert, f.cert, f.certKey, false)
+	tlsCfg, err := tlsFlags("schema-registry", f.caCert, f.cert, f.certKey, false).Config()
 	if err != nil {
-		return replica.Formats{}, err
+		return replica.Formats{}, usage(err)
 	}
-	pass, err := password("--schema-registry-user", f.user, envRegistryPassword, "--schema-registry-password-file", f.passwordFile)
+	pass, err := loginFlags("schema-registry", f.user, f.passwordFile, envRegistryPassword).Read()
 	if err != nil {
-		return replica.Formats{}, err
+		return replica.Formats{}, usage(err)
 	}
 	out := replica.Formats{
 		Key: f.key, Value: f.value, OnDecodeError: f.onDecodeError,
-		Registry: replica.SchemaRegistry{URL: f.registry, TLS: tlsCfg, Username: f.user, Password: pass.reveal(),
+		Registry: replica.SchemaRegistry{URL: f.registry, TLS: tlsCfg, Username: f.user, Password: pass.Reveal(),
 			Timeout: f.timeout, CacheSize: f.cacheSize},
 	}
 	for _, u := range strings.Split(f.registry, ",") {

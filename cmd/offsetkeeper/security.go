@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // The environment variables passwords are read from. There is deliberately
@@ -68,7 +70,7 @@ type securityFlags struct {
 // securityState is what validate builds from securityFlags.
 type securityState struct {
 	etcdTLS      *tls.Config
-	etcdPassword secret
+	etcdPassword secure.Secret
 	kafka        kafkaAuth
 }
 
@@ -96,9 +98,9 @@ func (s *securityFlags) validate(etcdEndpoints []string) error {
 	if s.built != nil {
 		return nil
 	}
-	etcdTLS, err := tlsConfig("etcd", s.etcdCACert, s.etcdCert, s.etcdKey, false)
+	etcdTLS, err := tlsFlags("etcd", s.etcdCACert, s.etcdCert, s.etcdKey, false).Config()
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	if etcdTLS != nil {
 		for _, e := range etcdEndpoints {
@@ -107,14 +109,14 @@ func (s *securityFlags) validate(etcdEndpoints []string) error {
 			}
 		}
 	}
-	etcdPassword, err := password("--etcd-user", s.etcdUser, envEtcdPassword, "--etcd-password-file", s.etcdPasswordFile)
+	etcdPassword, err := loginFlags("etcd", s.etcdUser, s.etcdPasswordFile, envEtcdPassword).Read()
 	if err != nil {
-		return err
+		return usage(err)
 	}
 
-	kafkaTLS, err := tlsConfig("kafka", s.kafkaCACert, s.kafkaCert, s.kafkaKey, s.kafkaTLSOn)
+	kafkaTLS, err := tlsFlags("kafka", s.kafkaCACert, s.kafkaCert, s.kafkaKey, s.kafkaTLSOn).Config()
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	// The mechanism first: a misspelt one is the mistake to name, not the
 	// password it would go with.
@@ -123,9 +125,9 @@ func (s *securityFlags) validate(etcdEndpoints []string) error {
 	default:
 		return usagef("--kafka-sasl-mechanism %q: want %s", m, mechanismsAccepted)
 	}
-	kafkaPassword, err := password("--kafka-user", s.kafkaUser, envKafkaPassword, "--kafka-password-file", s.kafkaPasswordFile)
+	kafkaPassword, err := loginFlags("kafka", s.kafkaUser, s.kafkaPasswordFile, envKafkaPassword).Read()
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	mech, err := saslMechanism(s.kafkaMechanism, s.kafkaUser, kafkaPassword)
 	if err != nil {
@@ -149,7 +151,23 @@ func (s *securityFlags) applyEtcd(cfg *clientv3.Config) error {
 	}
 	cfg.TLS = s.built.etcdTLS
 	if s.etcdUser != "" {
-		cfg.Username, cfg.Password = s.etcdUser, s.built.etcdPassword.reveal()
+		cfg.Username, cfg.Password = s.etcdUser, s.built.etcdPassword.Reveal()
 	}
 	return nil
+}
+
+// tlsFlags are the TLS flags of one service (etcd, kafka,
+// schema-registry): --SERVICE-cacert, --SERVICE-cert and --SERVICE-key; on
+// turns TLS on with none of them set.
+func tlsFlags(service, caFile, certFile, keyFile string, on bool) secure.TLS {
+	flag := func(name string) secure.Name { return secure.Name("--" + service + "-" + name) }
+	return secure.TLS{On: on, CAFile: caFile, CertFile: certFile, KeyFile: keyFile,
+		Names: secure.TLSNames{CAFile: flag("cacert"), CertFile: flag("cert"), KeyFile: flag("key")}}
+}
+
+// loginFlags is the login of one service: --SERVICE-user, its password in
+// the environment variable env or the file --SERVICE-password-file names.
+func loginFlags(service, user, passwordFile, env string) secure.Login {
+	return secure.Login{User: user, UserName: secure.Name("--" + service + "-user"),
+		Password: secure.Password{File: passwordFile, FileName: secure.Name("--" + service + "-password-file"), Env: env}}
 }

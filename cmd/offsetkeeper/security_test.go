@@ -25,6 +25,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
@@ -310,7 +311,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		values := []any{newSecret(testSecret), f.security.built.etcdPassword, k.SASL, *k.SASL, k, fc.SASL, *fc.SASL, fc, mech, cfg, &cfg,
+		values := []any{secure.NewSecret(testSecret), f.security.built.etcdPassword, k.SASL, *k.SASL, k, fc.SASL, *fc.SASL, fc, mech, cfg, &cfg,
 			f, &f, f.security, f.security.built}
 
 		var printed []string
@@ -324,7 +325,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		}
 		var logs bytes.Buffer
 		log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logs), zap.DebugLevel))
-		log.Info("config", zap.Any("password", newSecret(testSecret)), zap.Any("sasl", fc.SASL), zap.Any("fetch", fc),
+		log.Info("config", zap.Any("password", secure.NewSecret(testSecret)), zap.Any("sasl", fc.SASL), zap.Any("fetch", fc),
 			zap.Any("replica_sasl", k.SASL), zap.Any("kafka", k), zap.Any("config", cfg),
 			zap.Stringer("mechanism", fc.SASL), zap.Any("kafka_go", mech), zap.Reflect("security", f.security.built))
 		printed = append(printed, logs.String())

@@ -152,7 +152,8 @@ func shownSink(raw string) string {
 // openTimeout bounds opening a database sink: setup for creating its
 // tables, and on top the time the sink waits for a server it cannot reach,
 // its URL's retry_timeout (def when not given), so that the sink's own
-// "unreachable for ..." is the error rather than a deadline.
+// "still unreachable after retry_timeout=..." is the error rather than a
+// deadline.
 func (t sinkTarget) openTimeout(setup, def time.Duration) time.Duration {
 	wait := def
 	if u, err := url.Parse(t.url); err == nil {

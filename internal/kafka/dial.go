@@ -16,6 +16,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // Connections are made here, not by kafka-go's Transport: TCP through
@@ -52,13 +54,7 @@ func (d *dialer) DialContext(ctx context.Context, network, address string) (net.
 		return nil, err
 	}
 	if d.tls != nil {
-		cfg := d.tls
-		if cfg.ServerName == "" {
-			host, _, _ := net.SplitHostPort(address)
-			cfg = cfg.Clone()
-			cfg.ServerName = host
-		}
-		tc := tls.Client(conn, cfg)
+		tc := tls.Client(conn, secure.ForAddress(d.tls, address))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("tls with kafka broker at %s: %w", address, err)

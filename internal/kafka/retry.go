@@ -2,8 +2,6 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // retrier spaces the retries of one operation.
@@ -93,15 +92,8 @@ func retriable(err error) bool {
 		}
 		return ke.Temporary()
 	}
-	if unknownTopic(err) || errors.Is(err, protocol.ErrNoLeader) {
-		return true
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
+	return unknownTopic(err) || errors.Is(err, protocol.ErrNoLeader) ||
+		errors.Is(err, context.DeadlineExceeded) || retrypolicy.ConnectionLost(err)
 }
 
 func unknownTopic(err error) bool {
@@ -121,7 +113,7 @@ func explain(err error) string {
 	switch {
 	case errors.As(err, &uv):
 		return "the broker serves no protocol version offsetkeeper can use: upgrade the broker"
-	case TLSRefused(err):
+	case secure.HandshakeFailed(err):
 		return "TLS with the broker failed: check the CA that signs its certificate, the client certificate and key, and the broker's listener"
 	case Refused(err):
 		return "the broker refused the login or the rights: check the SASL user, its password and its ACLs"
@@ -137,26 +129,4 @@ func explain(err error) string {
 		return "the topic or partition is unknown to the broker"
 	}
 	return "the broker answered with an error that passes"
-}
-
-// TLSRefused tells whether err is a TLS handshake that failed: a
-// certificate that does not verify, a peer that is not TLS, or an alert
-// from the peer (which refused our certificate).
-func TLSRefused(err error) bool {
-	var (
-		unknownCA  x509.UnknownAuthorityError
-		hostname   x509.HostnameError
-		invalid    x509.CertificateInvalidError
-		verify     *tls.CertificateVerificationError
-		record     tls.RecordHeaderError
-		alert      tls.AlertError
-		netOpError *net.OpError
-	)
-	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
-		return true
-	}
-	// A broker that refuses the client's certificate sends an alert, which
-	// crypto/tls reports as a *net.OpError around a tls.alert.
-	return errors.As(err, &netOpError) && netOpError.Op == "remote error"
 }

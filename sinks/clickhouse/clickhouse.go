@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // ErrClosed is returned by Write and Resume after Close.
@@ -88,6 +89,34 @@ var (
 // deduplicates (see the package documentation). ctx bounds only this; the
 // sink's lifetime is the caller's, until Close.
 func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
+	s, err := connect(url, opts)
+	if err != nil {
+		return nil, err
+	}
+	retry := sqlsink.Setup{Sink: "clickhouse", Timeout: s.cfg.retryTimeout, Min: retryFirst, Max: retryMax,
+		Unreachable: unreachable, Log: s.cfg.log}
+	if err := retry.Run(ctx, s.setup); err != nil {
+		_ = s.conn.Close()
+		return nil, fmt.Errorf("clickhouse sink %s: %w", s.cfg.table, err)
+	}
+	return s, nil
+}
+
+// unreachable reports whether New's setup failed for want of a server to
+// talk to, which waiting can mend (see sqlsink.Setup): a connection
+// refused, reset, lost or timed out; not a TLS handshake that failed.
+func unreachable(err error) bool { return !secure.HandshakeFailed(err) && backoff.ConnectionLost(err) }
+
+// open is a sink of url's connection alone, without its setup: for
+// ReadAll. The password comes as for New, without options.
+func open(url string) (*Sink, error) {
+	// A reader needs no group: the tokens are the writers'.
+	return connect(url, []Option{func(c *config) { c.optGroup = cmpOr(c.group, "reader") }})
+}
+
+// connect reads url and opts and opens the connection pool they configure
+// (no round trip yet).
+func connect(url string, opts []Option) (*Sink, error) {
 	c, err := parseURL(url)
 	if err == nil {
 		err = c.finish(opts)
@@ -95,57 +124,6 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := connect(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.setupRetrying(ctx); err != nil {
-		_ = s.conn.Close()
-		return nil, fmt.Errorf("clickhouse sink %s: %w", c.table, err)
-	}
-	return s, nil
-}
-
-// setupRetrying is setup, tried again with backoff for up to
-// retry_timeout while the server cannot be reached: a replica started
-// while its ClickHouse restarts waits for it, as its inserts would. Any
-// other failure (a missing table, a refused login) fails at once.
-func (s *Sink) setupRetrying(ctx context.Context) error {
-	giveUp := time.Now().Add(s.cfg.retryTimeout)
-	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
-	for attempt := 1; ; attempt++ {
-		err := s.setup(ctx)
-		var netErr net.Error
-		if err == nil || !errors.As(err, &netErr) || ctx.Err() != nil {
-			return err
-		}
-		wait := retry.Next()
-		if time.Now().Add(wait).After(giveUp) {
-			return fmt.Errorf("unreachable for %s (%d attempts): %w", s.cfg.retryTimeout, attempt, err)
-		}
-		s.cfg.log.Warn("clickhouse unreachable at start; retrying", zap.Int("attempt", attempt), zap.Error(err))
-		if err := backoff.Sleep(ctx, wait); err != nil {
-			return err
-		}
-	}
-}
-
-// open is a sink of url's connection alone, without its setup: for
-// ReadAll. The password comes as for New, without options.
-func open(url string) (*Sink, error) {
-	c, err := parseURL(url)
-	if err == nil {
-		// A reader needs no group: the tokens are the writers'.
-		err = c.finish([]Option{WithGroup(cmpOr(c.group, "reader"))})
-	}
-	if err != nil {
-		return nil, err
-	}
-	return connect(c)
-}
-
-// connect opens the connection pool of c (no round trip yet).
-func connect(c config) (*Sink, error) {
 	o := &ch.Options{
 		Addr:        c.addrs,
 		Auth:        ch.Auth{Database: c.database, Username: c.user, Password: c.password},

@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/credfile"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // Defaults of the sink options. Every one can be changed by a query
@@ -36,9 +37,9 @@ const (
 	// answer is dropped by ClickHouse if the first went in. Longer rides out
 	// a slower restart; shorter hands the failure to the replica sooner,
 	// which rolls the block back and writes it again after its own backoff.
-	DefaultRetryTimeout = 30 * time.Second
+	DefaultRetryTimeout = sqlsink.DefaultRetryTimeout
 	// MaxRetryTimeout bounds retry_timeout.
-	MaxRetryTimeout = 10 * time.Minute
+	MaxRetryTimeout = sqlsink.MaxRetryTimeout
 	// DefaultWindow is the non_replicated_deduplication_window a raw table
 	// is created with: the number of most recent inserts into the table
 	// (all partitions together) whose tokens ClickHouse remembers.
@@ -119,6 +120,10 @@ const (
 // ErrURL is wrapped by every error about the URL or an option.
 var ErrURL = errors.New("bad clickhouse sink URL")
 
+// sinkURL is what this sink's URL shares with postgres'; its errors wrap
+// ErrURL.
+var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "part of every deduplication token"}
+
 // Option changes the configuration New builds from the URL.
 type Option func(*config)
 
@@ -132,7 +137,7 @@ func WithGroup(group string) Option { return func(c *config) { c.optGroup = grou
 func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log } }
 
 // WithGetenv replaces os.Getenv for reading PasswordEnv (for tests).
-func WithGetenv(getenv func(string) string) Option { return func(c *config) { c.getenv = getenv } }
+func WithGetenv(getenv func(string) string) Option { return func(c *config) { c.pass.Getenv = getenv } }
 
 // ident is a table: its database and name.
 type ident struct{ db, name string }
@@ -149,9 +154,8 @@ func quoteIdent(s string) string {
 type config struct {
 	addrs        []string
 	user         string
-	password     string
-	havePassword bool // the URL's user info holds a password
-	passwordFile string
+	pass         secure.Password // the URL's user info, password_file= and PasswordEnv
+	password     string          // what finish read from pass
 	database     string
 	group        string
 	optGroup     string
@@ -161,18 +165,14 @@ type config struct {
 	deadRaw      string
 	mode         Mode
 	protocol     Protocol
-	secure       bool
-	skipVerify   bool
-	serverName   string
-	caFile       string
+	tlsOpts      secure.TLS // secure=, skip_verify=, tls_server_name=, ca_file=
 	atLeastOnce  bool
 	dialTimeout  time.Duration
 	retryTimeout time.Duration
 	compression  Compression
 	given        map[string]bool
 	log          *zap.Logger
-	getenv       func(string) string
-	tls          *tls.Config
+	tls          *tls.Config // what finish made of tlsOpts
 }
 
 // ValidateURL checks a sink URL without connecting or reading files. The
@@ -184,8 +184,8 @@ func ValidateURL(raw string, needGroup bool) error {
 	if err != nil {
 		return err
 	}
-	if needGroup && c.group == "" {
-		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, part of every deduplication token)", ErrURL, paramGroup)
+	if needGroup {
+		return sinkURL.RequireGroup(c.group)
 	}
 	return nil
 }
@@ -199,15 +199,12 @@ func parseURL(raw string) (config, error) {
 		dialTimeout:  DefaultDialTimeout,
 		retryTimeout: DefaultRetryTimeout,
 		given:        map[string]bool{},
+		pass:         secure.Password{ValueIn: "the URL", FileName: paramPasswordFile + "=", Env: PasswordEnv},
+		tlsOpts:      secure.TLS{Names: secure.TLSNames{CAFile: paramCAFile + "="}},
 	}
-	u, err := url.Parse(raw)
+	u, err := sinkURL.Parse(raw)
 	if err != nil {
-		// Not url.Error's message: it quotes the URL, password and all.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return c, fmt.Errorf("%w: %w", ErrURL, err)
+		return c, err
 	}
 	if u.Scheme != "clickhouse" {
 		return c, fmt.Errorf("%w: scheme %q: want clickhouse://", ErrURL, u.Scheme)
@@ -217,7 +214,7 @@ func parseURL(raw string) (config, error) {
 	}
 	if u.User != nil {
 		c.user = u.User.Username()
-		c.password, c.havePassword = u.User.Password()
+		c.pass.Value, c.pass.HasValue = u.User.Password()
 	}
 	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
 		if strings.Contains(db, "/") {
@@ -233,7 +230,7 @@ func parseURL(raw string) (config, error) {
 		return c, fmt.Errorf("%w: query: %w", ErrURL, err)
 	}
 	for k, vs := range q {
-		if !isParam(k) {
+		if !slices.Contains(paramNames, k) {
 			return c, fmt.Errorf("%w: unknown parameter %q: want one of %s", ErrURL, k, strings.Join(paramNames, ", "))
 		}
 		if len(vs) > 1 {
@@ -262,15 +259,15 @@ func parseURL(raw string) (config, error) {
 	if c.table == c.deadLetters {
 		return c, fmt.Errorf("%w: %s and %s must be two different tables", ErrURL, paramTable, paramDeadLetters)
 	}
-	if !c.secure {
+	if !c.tlsOpts.On {
 		for _, p := range []string{paramSkipVerify, paramServerName, paramCAFile} {
 			if c.given[p] {
 				return c, fmt.Errorf("%w: %s= is for TLS: it needs %s=true", ErrURL, p, paramSecure)
 			}
 		}
 	}
-	if c.havePassword && c.passwordFile != "" {
-		return c, fmt.Errorf("%w: the password given twice (in the URL and %s=): give one", ErrURL, paramPasswordFile)
+	if err := c.pass.Check(); err != nil {
+		return c, sinkURL.Wrap(err)
 	}
 	if c.protocol == HTTP && c.given[paramCompression] && c.compression == ZSTD {
 		return c, fmt.Errorf("%w: %s=zstd with %s=http: want lz4 or none", ErrURL, paramCompression, paramProtocol)
@@ -303,33 +300,14 @@ func (c *config) hostPort(h string) (string, error) {
 
 func (c *config) defaultPort() string {
 	switch {
-	case c.protocol == HTTP && c.secure:
+	case c.protocol == HTTP && c.tlsOpts.On:
 		return "8443"
 	case c.protocol == HTTP:
 		return "8123"
-	case c.secure:
+	case c.tlsOpts.On:
 		return "9440"
 	}
 	return "9000"
-}
-
-func isParam(k string) bool {
-	for _, p := range paramNames {
-		if k == p {
-			return true
-		}
-	}
-	return false
-}
-
-func parseBool(key, val string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(val)) {
-	case "true", "1":
-		return true, nil
-	case "false", "0":
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: %s=%q: want true or false", ErrURL, key, val)
 }
 
 func (c *config) set(key, val string) error {
@@ -351,26 +329,26 @@ func (c *config) set(key, val string) error {
 	case paramCompression:
 		err = parseName(&c.compression, key, val)
 	case paramSecure:
-		c.secure, err = parseBool(key, val)
+		c.tlsOpts.On, err = sinkURL.Bool(key, val)
 	case paramSkipVerify:
-		c.skipVerify, err = parseBool(key, val)
+		c.tlsOpts.SkipVerify, err = sinkURL.Bool(key, val)
 	case paramAtLeastOnce:
-		c.atLeastOnce, err = parseBool(key, val)
+		c.atLeastOnce, err = sinkURL.Bool(key, val)
 	case paramServerName:
 		if strings.TrimSpace(val) == "" {
 			return fmt.Errorf("%w: %s= is empty: want the name the server's certificate holds", ErrURL, key)
 		}
-		c.serverName = val
+		c.tlsOpts.ServerName = val
 	case paramCAFile:
 		if val == "" {
 			return fmt.Errorf("%w: %s= is empty: want a PEM file of CA certificates", ErrURL, key)
 		}
-		c.caFile = val
+		c.tlsOpts.CAFile = val
 	case paramPasswordFile:
 		if val == "" {
 			return fmt.Errorf("%w: %s= is empty: want a file holding the password", ErrURL, key)
 		}
-		c.passwordFile = val
+		c.pass.File = val
 	case paramDialTimeout:
 		d, perr := time.ParseDuration(val)
 		if perr != nil || d <= 0 || d > MaxRetryTimeout {
@@ -378,11 +356,7 @@ func (c *config) set(key, val string) error {
 		}
 		c.dialTimeout = d
 	case paramRetryTimeout:
-		d, perr := time.ParseDuration(val)
-		if perr != nil || d < 0 || d > MaxRetryTimeout {
-			return fmt.Errorf("%w: %s=%q: want a duration from 0 (no retry) to %s", ErrURL, key, val, MaxRetryTimeout)
-		}
-		c.retryTimeout = d
+		c.retryTimeout, err = sinkURL.RetryTimeout(key, val)
 	}
 	return err
 }
@@ -391,16 +365,11 @@ func (c *config) set(key, val string) error {
 // Names are used as written, case kept, and quoted in SQL; a name with a
 // dot cannot be given.
 func (c *config) parseTable(key, val string) (ident, error) {
-	parts := strings.Split(val, ".")
-	if len(parts) > 2 {
-		return ident{}, fmt.Errorf("%w: %s=%q: want NAME or DB.NAME", ErrURL, key, val)
-	}
-	for _, p := range parts {
-		if p == "" || len(p) > 255 || strings.ContainsRune(p, 0) {
-			return ident{}, fmt.Errorf("%w: %s=%q: want NAME or DB.NAME, each 1 to 255 bytes", ErrURL, key, val)
-		}
-	}
-	if len(parts) == 1 {
+	parts, err := sinkURL.Table(key, val, "NAME or DB.NAME", 255)
+	switch {
+	case err != nil:
+		return ident{}, err
+	case len(parts) == 1:
 		return ident{c.database, parts[0]}, nil
 	}
 	return ident{parts[0], parts[1]}, nil
@@ -415,47 +384,19 @@ func (c *config) finish(opts []Option) error {
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
-	if c.getenv == nil {
-		c.getenv = os.Getenv
+	var err error
+	if c.group, err = sinkURL.Group(c.group, c.optGroup); err != nil {
+		return err
 	}
-	switch {
-	case c.optGroup != "" && c.group != "" && c.optGroup != c.group:
-		return fmt.Errorf("%w: %s=%q but the sink is opened for group %q", ErrURL, paramGroup, c.group, c.optGroup)
-	case c.optGroup != "":
-		c.group = c.optGroup
-	case c.group == "":
-		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, part of every deduplication token)", ErrURL, paramGroup)
+	pw, _, err := c.pass.Read()
+	if err != nil {
+		return sinkURL.Wrap(err)
 	}
-	env := c.getenv(PasswordEnv)
-	switch {
-	case env != "" && (c.havePassword || c.passwordFile != ""):
-		return fmt.Errorf("%w: the password given twice ($%s and the URL): give one", ErrURL, PasswordEnv)
-	case c.passwordFile != "":
-		p, err := credfile.Password(c.passwordFile)
-		if err != nil {
-			return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramPasswordFile, c.passwordFile, err)
-		}
-		c.password = p
-	case env != "":
-		c.password = env
-	}
-	if c.password != "" && c.user == "" {
+	if c.password = pw.Reveal(); c.password != "" && c.user == "" {
 		c.user = "default"
 	}
-	if c.secure {
-		c.tls = &tls.Config{InsecureSkipVerify: c.skipVerify, ServerName: c.serverName}
-		if c.caFile != "" {
-			pool, err := credfile.CAPool(c.caFile)
-			switch {
-			case errors.Is(err, credfile.ErrNoPEM):
-				return fmt.Errorf("%w: %s=%q holds no PEM certificate", ErrURL, paramCAFile, c.caFile)
-			case err != nil:
-				return fmt.Errorf("%w: %s=%q: %w", ErrURL, paramCAFile, c.caFile, err)
-			}
-			c.tls.RootCAs = pool
-		}
-	}
-	return nil
+	c.tls, err = c.tlsOpts.Config()
+	return sinkURL.Wrap(err)
 }
 
 // parseName sets v from the URL parameter key's value, or refuses it naming

@@ -1,23 +1,15 @@
 package clickhouse
 
-import "slices"
+import (
+	"slices"
 
-// Param is one of the sink's URL query parameters, as its documentation
-// shows it.
-type Param struct {
-	// Name is the parameter as written in the URL: dead_letter_table.
-	Name string
-	// Default is the value when the URL has none, in Markdown: a value
-	// (`offsetkeeper_dead_letters`) or words; — for none.
-	Default string
-	// Meaning says what the parameter does, in Markdown.
-	Meaning string
-}
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
+)
 
 // params are the sink's parameters, in the order the unknown-parameter
 // error lists them. The URL takes these and no others; docs/clickhouse.md's
 // table is generated from them.
-var params = []Param{
+var params = sqlsink.Params([][3]string{
 	{paramGroup, "`--group`", "part of every token; if given, it must equal `--group` (`dev` uses a group and a topic of its own per run, since the tokens and the rows outlive dev's etcd)"},
 	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `db.name`"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields"},
@@ -32,16 +24,14 @@ var params = []Param{
 	{paramDialTimeout, "`" + DefaultDialTimeout.String() + "`", "opening a connection"},
 	{paramRetryTimeout, "`" + DefaultRetryTimeout.String() + "`", "how long a failed insert is retried, with the same token, and how long a sink opened while the server cannot be reached waits for it (`0`: never)"},
 	{paramCompression, "`" + LZ4.String() + "`", "`lz4`, `zstd` (native only) or `none`"},
-}
+})
 
 // paramNames are params' names, as the parser checks and lists them.
-var paramNames = func() []string {
-	names := make([]string, len(params))
-	for i, p := range params {
-		names[i] = p.Name
-	}
-	return names
-}()
+var paramNames = sqlsink.Names(params, sqlsink.ParamName)
+
+// Param is one of the sink's URL query parameters, as its documentation
+// shows it: Name, Default and Meaning.
+type Param = sqlsink.Param
 
 // Params returns the sink's URL query parameters, with their defaults and
 // meanings: the ones the URL parser accepts and lists when it refuses an

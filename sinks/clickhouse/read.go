@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // ReadAll reads back the records a raw-mode sink with this URL stored for
@@ -24,7 +25,7 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 	}
 	defer s.conn.Close()
 	if s.cfg.mode != Raw {
-		return nil, fmt.Errorf("read %s/%d: %w: mode=%s; ReadAll reads raw tables", topic, partition, ErrURL, s.cfg.mode)
+		return nil, sinkURL.NotRaw(topic, partition, s.cfg.mode)
 	}
 	rows, err := s.conn.Query(ctx, `SELECT kafka_offset, kafka_key, value, kafka_timestamp, header_keys, header_values FROM `+
 		s.cfg.table.String()+` WHERE kafka_topic = ? AND kafka_partition = ? ORDER BY kafka_offset`, topic, partition)
@@ -32,15 +33,13 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 		return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, s.cfg.table, err)
 	}
 	defer rows.Close()
-	var out []sinks.Record
-	for rows.Next() {
-		var r sinks.Record
+	return sqlsink.Records(rows, fmt.Sprintf("%s/%d from %s", topic, partition, s.cfg.table), func(r *sinks.Record) error {
 		var key, value *string
 		var at time.Time
 		var hk []string
 		var hv []*string
 		if err := rows.Scan(&r.Offset, &key, &value, &at, &hk, &hv); err != nil {
-			return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, s.cfg.table, err)
+			return err
 		}
 		if key != nil {
 			r.Key = []byte(*key)
@@ -56,12 +55,8 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 			}
 			r.Headers = append(r.Headers, h)
 		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, s.cfg.table, err)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // OffsetReader reads which offsets a sink URL's table holds, for tools that

@@ -14,6 +14,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // ErrTableShape is wrapped by New's error for a table the sink cannot use
@@ -276,18 +278,5 @@ func (s *Sink) checkTables(ctx context.Context) error {
 	if len(dead) > 0 {
 		errs = append(errs, deadLayout.check(s.cfg.deadLetters, dead))
 	}
-	return joinRefusals(errs)
-}
-
-// joinRefusals is the refusals of several tables as one error, on one
-// line (a command prints it whole), wrapping each; nil entries are none.
-func joinRefusals(errs []error) error {
-	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	return fmt.Errorf("%w; and %w", errs[0], joinRefusals(errs[1:]))
+	return sqlsink.JoinRefusals(errs)
 }

@@ -10,8 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // Defaults of the sink options. Every one can be changed by a query
@@ -26,18 +28,18 @@ const (
 	// DefaultDeadLetterTable holds the records the table refused
 	// (dead_letter_table=). Created if missing.
 	DefaultDeadLetterTable = "offsetkeeper_dead_letters"
-	// DefaultRetryTimeout is how long a Write keeps retrying after losing
-	// its connection (retry_timeout=). Longer rides out a slower restart
-	// of PostgreSQL; shorter hands the failure to the replica sooner, which
-	// rolls the block back and writes it again after its own backoff.
-	DefaultRetryTimeout = 30 * time.Second
-	// MaxRetryTimeout bounds retry_timeout: a write blocked longer than
-	// this is better failed and seen.
-	MaxRetryTimeout = 10 * time.Minute
 	// DefaultConnectTimeout bounds one connection attempt when the URL
 	// has no connect_timeout (pgx's default is none), so that a server
 	// that drops packets costs one attempt, not the whole wait.
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultRetryTimeout is how long a Write keeps retrying after losing
+	// its connection (retry_timeout=). Longer rides out a slower restart
+	// of PostgreSQL; shorter hands the failure to the replica sooner, which
+	// rolls the block back and writes it again after its own backoff.
+	DefaultRetryTimeout = sqlsink.DefaultRetryTimeout
+	// MaxRetryTimeout bounds retry_timeout: a write blocked longer than
+	// this is better failed and seen.
+	MaxRetryTimeout = sqlsink.MaxRetryTimeout
 )
 
 // Mode is how records become rows.
@@ -143,6 +145,10 @@ var upsertParams = []string{paramConflict, paramKeyFrom, paramDeletes, paramEnve
 // ErrURL is wrapped by every error about the URL or an option.
 var ErrURL = errors.New("bad postgres sink URL")
 
+// sinkURL is what this sink's URL shares with clickhouse's; its errors
+// wrap ErrURL.
+var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "the offsets table's key"}
+
 // Option changes the configuration New builds from the URL.
 type Option func(*config)
 
@@ -186,13 +192,13 @@ func ValidateURL(raw string, needGroup bool) error {
 	if err != nil {
 		return err
 	}
-	if needGroup && c.group == "" {
-		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, the offsets table's key)", ErrURL, paramGroup)
+	if needGroup {
+		if err := sinkURL.RequireGroup(c.group); err != nil {
+			return err
+		}
 	}
-	if _, err := pgxpool.ParseConfig(c.connString); err != nil {
-		return fmt.Errorf("%w: %w", ErrURL, err)
-	}
-	return nil
+	_, err = pgxpool.ParseConfig(c.connString)
+	return sinkURL.Wrap(err)
 }
 
 // parseURL splits the URL into the sink's options and the connection
@@ -204,14 +210,9 @@ func parseURL(raw string) (config, error) {
 		deadLetters:  pgx.Identifier{DefaultDeadLetterTable},
 		retryTimeout: DefaultRetryTimeout,
 	}
-	u, err := url.Parse(raw)
+	u, err := sinkURL.Parse(raw)
 	if err != nil {
-		// Not url.Error's message: it quotes the URL, password and all.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return c, fmt.Errorf("%w: %w", ErrURL, err)
+		return c, err
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return c, fmt.Errorf("%w: scheme %q: want postgres:// or postgresql://", ErrURL, u.Scheme)
@@ -228,7 +229,7 @@ func parseURL(raw string) (config, error) {
 			if err != nil {
 				return c, fmt.Errorf("%w: query parameter %q: %w", ErrURL, k, err)
 			}
-			if !isSinkParam(key) {
+			if !slices.Contains(sinkParams, key) {
 				if !slices.Contains(connParams, key) {
 					return c, fmt.Errorf("%w: unknown parameter %q: want one of the sink's (%s) or a connection parameter (%s); "+
 						"a PostgreSQL setting goes in options=-c NAME=VALUE", ErrURL, key, strings.Join(sinkParams, ", "), strings.Join(connParams, ", "))
@@ -299,15 +300,6 @@ func (c *config) checkUpsert() error {
 	return nil
 }
 
-func isSinkParam(k string) bool {
-	for _, p := range sinkParams {
-		if k == p {
-			return true
-		}
-	}
-	return false
-}
-
 func (c *config) set(key, val string) error {
 	var err error
 	switch key {
@@ -336,20 +328,9 @@ func (c *config) set(key, val string) error {
 	case paramEnvelope:
 		err = parseName(&c.envelope, key, val)
 	case paramDeletes:
-		switch strings.ToLower(strings.TrimSpace(val)) {
-		case "true":
-			c.deletes = true
-		case "false":
-			c.deletes = false
-		default:
-			return fmt.Errorf("%w: %s=%q: want true or false", ErrURL, key, val)
-		}
+		c.deletes, err = sinkURL.Bool(key, val)
 	case paramRetryTimeout:
-		d, perr := time.ParseDuration(val)
-		if perr != nil || d < 0 || d > MaxRetryTimeout {
-			return fmt.Errorf("%w: %s=%q: want a duration from 0 (no retry) to %s", ErrURL, key, val, MaxRetryTimeout)
-		}
-		c.retryTimeout = d
+		c.retryTimeout, err = sinkURL.RetryTimeout(key, val)
 	}
 	return err
 }
@@ -358,16 +339,8 @@ func (c *config) set(key, val string) error {
 // (case kept) and quoted in SQL, so any name PostgreSQL allows works, but
 // a name with a dot cannot be given.
 func parseTable(key, val string) (pgx.Identifier, error) {
-	parts := strings.Split(val, ".")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("%w: %s=%q: want table or schema.table", ErrURL, key, val)
-	}
-	for _, p := range parts {
-		if p == "" || len(p) > 63 || strings.ContainsRune(p, 0) {
-			return nil, fmt.Errorf("%w: %s=%q: want table or schema.table, each name 1 to 63 bytes", ErrURL, key, val)
-		}
-	}
-	return pgx.Identifier(parts), nil
+	parts, err := sinkURL.Table(key, val, "table or schema.table", 63)
+	return pgx.Identifier(parts), err
 }
 
 // finish applies the options and checks what needs both.
@@ -375,13 +348,9 @@ func (c *config) finish(opts []Option) error {
 	for _, o := range opts {
 		o(c)
 	}
-	switch {
-	case c.optGroup != "" && c.group != "" && c.optGroup != c.group:
-		return fmt.Errorf("%w: %s=%q but the sink is opened for group %q", ErrURL, paramGroup, c.group, c.optGroup)
-	case c.optGroup != "":
-		c.group = c.optGroup
-	case c.group == "":
-		return fmt.Errorf("%w: %s= is required (the offsetkeeper group, the offsets table's key)", ErrURL, paramGroup)
+	var err error
+	if c.group, err = sinkURL.Group(c.group, c.optGroup); err != nil {
+		return err
 	}
 	if c.table.Sanitize() == c.offsets.Sanitize() || c.table.Sanitize() == c.deadLetters.Sanitize() || c.offsets.Sanitize() == c.deadLetters.Sanitize() {
 		return fmt.Errorf("%w: %s, %s and %s must be three different tables", ErrURL, paramTable, paramOffsets, paramDeadLetters)

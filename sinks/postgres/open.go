@@ -7,9 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // New connects to the database of url, checks the tables that exist
@@ -52,38 +51,13 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
 	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
-	if err := s.setupRetrying(ctx); err != nil {
+	retry := sqlsink.Setup{Sink: "postgres", Timeout: c.retryTimeout, Min: retryFirst, Max: startRetryMax,
+		Unreachable: unreachable, Log: c.log, Retried: func() { s.retries.Add(1) }}
+	if err := retry.Run(ctx, s.setup); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
 	}
 	return s, nil
-}
-
-// setupRetrying is setup, tried again with backoff for up to retry_timeout
-// while the server cannot be reached or is starting or stopping: a replica
-// (re)started during a failover waits for the database, as its writes
-// would, instead of exiting and crash-looping. What no retry mends (a
-// refused login, a database or table that does not exist, a table of the
-// wrong shape) fails at once, and so does a cancelled ctx (a stop).
-func (s *Sink) setupRetrying(ctx context.Context) error {
-	giveUp := time.Now().Add(s.cfg.retryTimeout)
-	retry := backoff.Backoff{Min: retryFirst, Max: startRetryMax}
-	for attempt := 1; ; attempt++ {
-		err := s.setup(ctx)
-		if err == nil || ctx.Err() != nil || !unreachable(err) {
-			return err
-		}
-		wait := retry.Next()
-		if time.Now().Add(wait).After(giveUp) {
-			return fmt.Errorf("still unreachable after retry_timeout=%s (%d attempts): %w", s.cfg.retryTimeout, attempt, err)
-		}
-		s.retries.Add(1)
-		s.cfg.log.Warn("postgres unreachable at start; retrying", zap.Int("attempt", attempt),
-			zap.Duration("gives_up_in", time.Until(giveUp).Round(time.Second)), zap.Error(err))
-		if err := backoff.Sleep(ctx, wait); err != nil {
-			return err
-		}
-	}
 }
 
 func (s *Sink) setup(ctx context.Context) error {

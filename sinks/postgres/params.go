@@ -1,25 +1,20 @@
 package postgres
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
+)
 
 // Param is one of the sink's own URL query parameters, as its
-// documentation shows it. The parser takes exactly these names out of the
-// URL before the rest goes to pgx.
-type Param struct {
-	// Name is the parameter as written in the URL: offsets_table.
-	Name string
-	// Default is the value when the URL has none, in Markdown: a value
-	// (`offsetkeeper_offsets`) or words (the primary key).
-	Default string
-	// Meaning says what the parameter does and which modes take it, in
-	// Markdown.
-	Meaning string
-}
+// documentation shows it: Name, Default and Meaning. The parser takes
+// exactly these names out of the URL before the rest goes to pgx.
+type Param = sqlsink.Param
 
 // params are the sink's own parameters, in the order the unknown-parameter
 // error lists them. The parser accepts these names and no others of its
 // own; docs/postgresql.md's table is generated from them.
-var params = []Param{
+var params = sqlsink.Params([][3]string{
 	{paramGroup, "`--group`", "the offsets table's key; if given, it must equal `--group` (`dev` with a postgres sink uses a group and a topic of its own per run, `dev-<time>` and `events-<time>`, since the table outlives dev's etcd and its raw rows are keyed by topic)"},
 	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `schema.name` (taken as written, quoted)"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields; `upsert`: keep an existing table equal to the last value of each key"},
@@ -31,7 +26,7 @@ var params = []Param{
 	{paramKeyFrom, "`" + FromKey.String() + "`", "`upsert`: the key columns come from the record `key` or from the `value`"},
 	{paramDeletes, "`true` (`false` with `key_from=value`)", "`upsert`: a tombstone deletes its key's row; `false` ignores and counts it"},
 	{paramEnvelope, "`" + NoEnvelope.String() + "`", "`upsert`: `debezium` reads values as Debezium change events"},
-}
+})
 
 // Params returns the sink's own URL query parameters, with their defaults
 // and meanings: the ones the URL parser accepts and lists when it refuses
@@ -75,14 +70,6 @@ func ConnParams() []ConnParam { return slices.Clone(connParamList) }
 
 // Names of the parameters, as the parser checks and lists them.
 var (
-	sinkParams = paramNames(params, func(p Param) string { return p.Name })
-	connParams = paramNames(connParamList, func(p ConnParam) string { return p.Name })
+	sinkParams = sqlsink.Names(params, sqlsink.ParamName)
+	connParams = sqlsink.Names(connParamList, func(p ConnParam) string { return p.Name })
 )
-
-func paramNames[P any](ps []P, name func(P) string) []string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = name(p)
-	}
-	return names
-}

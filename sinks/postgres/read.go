@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // ReadAll reads back the records a raw-mode sink with this URL stored for
@@ -20,7 +21,7 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 		return nil, err
 	}
 	if c.mode != Raw {
-		return nil, fmt.Errorf("read %s/%d: %w: mode=%s; ReadAll reads raw tables", topic, partition, ErrURL, c.mode)
+		return nil, sinkURL.NotRaw(topic, partition, c.mode)
 	}
 	conn, err := pgx.Connect(ctx, c.connString)
 	if err != nil {
@@ -33,24 +34,20 @@ func ReadAll(ctx context.Context, url, topic string, partition int) ([]sinks.Rec
 		return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, c.table.Sanitize(), err)
 	}
 	defer rows.Close()
-	var out []sinks.Record
-	for rows.Next() {
-		var r sinks.Record
+	return sqlsink.Records(rows, fmt.Sprintf("%s/%d from %s", topic, partition, c.table.Sanitize()), func(r *sinks.Record) error {
 		var headers []byte
 		var at time.Time
 		if err := rows.Scan(&r.Offset, &r.Key, &r.Value, &at, &headers); err != nil {
-			return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, c.table.Sanitize(), err)
+			return err
 		}
 		r.Time = at.UTC()
-		if r.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("read %s/%d offset %d from %s: %w", topic, partition, r.Offset, c.table.Sanitize(), err)
+		h, err := decodeHeaders(headers)
+		if err != nil {
+			return fmt.Errorf("offset %d: %w", r.Offset, err)
 		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read %s/%d from %s: %w", topic, partition, c.table.Sanitize(), err)
-	}
-	return out, nil
+		r.Headers = h
+		return nil
+	})
 }
 
 // Tables is where a sink URL keeps its rows, for tools that read a sink's

@@ -2,17 +2,15 @@ package postgres
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // Backoff between attempts of one Write after a lost connection, by
@@ -39,23 +37,10 @@ func unreachable(err error) bool {
 	if errors.As(err, &pe) {
 		return serverAway(pe.Code)
 	}
-	var (
-		alert  tls.AlertError
-		verify *tls.CertificateVerificationError
-		ca     x509.UnknownAuthorityError
-		host   x509.HostnameError
-		cert   x509.CertificateInvalidError
-	)
-	if errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &ca) || errors.As(err, &host) || errors.As(err, &cert) {
-		return false
-	}
-	var ne net.Error
-	return errors.As(err, &ne) ||
+	return !secure.HandshakeFailed(err) && (backoff.ConnectionLost(err) ||
 		// connect_timeout's, one attempt's (New's own ctx is checked first)
 		errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, pgconn.ErrConnClosed)
+		errors.Is(err, pgconn.ErrConnClosed))
 }
 
 // serverAway reports whether a server's error code says it cannot serve
@@ -85,10 +70,7 @@ func transient(err error) bool {
 			pe.Code == "40P01" // deadlock_detected
 	}
 	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || errors.As(err, &ne) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+	return errors.As(err, &ce) || backoff.ConnectionLost(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err)
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // ErrTableShape is wrapped by New's error for a table the sink cannot use
@@ -310,7 +312,7 @@ func checkTables(ctx context.Context, db querier, c *config) error {
 			}
 		}
 	}
-	return joinRefusals(errs)
+	return sqlsink.JoinRefusals(errs)
 }
 
 // prepareAll has the server parse and plan every statement the sink's
@@ -349,17 +351,4 @@ func (s *Sink) prepareAll(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// joinRefusals is the refusals of several tables as one error, on one
-// line (a command prints it whole), wrapping each; nil entries are none.
-func joinRefusals(errs []error) error {
-	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	return fmt.Errorf("%w; and %w", errs[0], joinRefusals(errs[1:]))
 }
