@@ -145,14 +145,8 @@ func apacheKafkaTools() (libs, java string, err error) {
 func RequireApacheKafka(t testing.TB) string {
 	t.Helper()
 	libs, _, err := apacheKafkaTools()
-	if err == nil {
-		return libs
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("kafka: %v; CI is set, so the Apache Kafka tests must not be skipped", err)
-	}
-	t.Skipf("kafka: %v; skipping (in CI this fails)", err)
-	return ""
+	skipUnlessCI(t, err, "kafka", "Apache Kafka")
+	return libs
 }
 
 // StartApacheKafka starts a cluster of Apache Kafka for one test (see

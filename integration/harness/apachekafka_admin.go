@@ -34,11 +34,7 @@ func (k *Kafka) partition(t testing.TB, topic string, partition int) kmsg.Metada
 	t.Helper()
 	what := fmt.Sprintf("metadata of %s/%d", topic, partition)
 	resp := admin(t, k, what, metadataOf(topic)(), func(resp *kmsg.MetadataResponse) []int16 {
-		var codes []int16
-		for _, mt := range resp.Topics {
-			codes = append(codes, mt.ErrorCode)
-		}
-		return codes
+		return errorCodes(resp.Topics, func(mt kmsg.MetadataResponseTopic) int16 { return mt.ErrorCode })
 	})
 	ps, err := partitionsOf(resp, topic)
 	if err != nil {
@@ -224,11 +220,7 @@ func (k *Kafka) AlterTopicConfig(t testing.TB, topic string, kv ...string) {
 	}
 	req.Resources = append(req.Resources, res)
 	admin(t, k, what, req, func(resp *kmsg.IncrementalAlterConfigsResponse) []int16 {
-		var codes []int16
-		for _, r := range resp.Resources {
-			codes = append(codes, r.ErrorCode)
-		}
-		return codes
+		return errorCodes(resp.Resources, func(r kmsg.IncrementalAlterConfigsResponseResource) int16 { return r.ErrorCode })
 	})
 	describe := func() kmsg.Request {
 		req := kmsg.NewPtrDescribeConfigsRequest()
@@ -274,11 +266,7 @@ func (k *Kafka) DeleteTopic(t testing.TB, topic string) {
 	dt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, dt)
 	admin(t, k, what, req, func(resp *kmsg.DeleteTopicsResponse) []int16 {
-		var codes []int16
-		for _, rt := range resp.Topics {
-			codes = append(codes, rt.ErrorCode)
-		}
-		return codes
+		return errorCodes(resp.Topics, func(rt kmsg.DeleteTopicsResponseTopic) int16 { return rt.ErrorCode })
 	})
 	awaitEach(t, k, what, metadataOf(topic), func(resp *kmsg.MetadataResponse) error {
 		for _, mt := range resp.Topics {
@@ -310,11 +298,7 @@ func (k *Kafka) SetFetchQuota(t testing.TB, clientID string, bytesPerSecond floa
 	e.Ops = append(e.Ops, op)
 	req.Entries = append(req.Entries, e)
 	admin(t, k, what, req, func(resp *kmsg.AlterClientQuotasResponse) []int16 {
-		var codes []int16
-		for _, e := range resp.Entries {
-			codes = append(codes, e.ErrorCode)
-		}
-		return codes
+		return errorCodes(resp.Entries, func(e kmsg.AlterClientQuotasResponseEntry) int16 { return e.ErrorCode })
 	})
 	describe := func() kmsg.Request {
 		req := kmsg.NewPtrDescribeClientQuotasRequest()

@@ -253,11 +253,7 @@ func (k *Kafka) CreateSCRAMUser(t testing.TB, mechanism, user, password string) 
 	u.Name, u.Mechanism, u.Iterations, u.Salt, u.SaltedPassword = user, mech, kafkaSCRAMIterations, salt, salted
 	req.Upsertions = append(req.Upsertions, u)
 	admin(t, k, what, req, func(resp *kmsg.AlterUserSCRAMCredentialsResponse) []int16 {
-		var codes []int16
-		for _, r := range resp.Results {
-			codes = append(codes, r.ErrorCode)
-		}
-		return codes
+		return errorCodes(resp.Results, func(r kmsg.AlterUserSCRAMCredentialsResponseResult) int16 { return r.ErrorCode })
 	})
 	describe := func() kmsg.Request {
 		req := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()

@@ -235,11 +235,8 @@ func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int, configs .
 	}
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
-	admin(t, k, "create topic "+name, req, func(resp *kmsg.CreateTopicsResponse) (codes []int16) {
-		for _, rt := range resp.Topics {
-			codes = append(codes, rt.ErrorCode)
-		}
-		return codes
+	admin(t, k, "create topic "+name, req, func(resp *kmsg.CreateTopicsResponse) []int16 {
+		return errorCodes(resp.Topics, func(rt kmsg.CreateTopicsResponseTopic) int16 { return rt.ErrorCode })
 	})
 	if k.real != nil {
 		k.awaitLeaders(t, "create topic "+name, name, partitions)
@@ -256,11 +253,8 @@ func (k *Kafka) AddPartitions(t testing.TB, topic string, n int) {
 	rt.Count = int32(cur + n)
 	req.Topics = append(req.Topics, rt)
 	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
-	admin(t, k, fmt.Sprintf("add %d partitions to %s", n, topic), req, func(resp *kmsg.CreatePartitionsResponse) (codes []int16) {
-		for _, rt := range resp.Topics {
-			codes = append(codes, rt.ErrorCode)
-		}
-		return codes
+	admin(t, k, fmt.Sprintf("add %d partitions to %s", n, topic), req, func(resp *kmsg.CreatePartitionsResponse) []int16 {
+		return errorCodes(resp.Topics, func(rt kmsg.CreatePartitionsResponseTopic) int16 { return rt.ErrorCode })
 	})
 	if k.real != nil {
 		k.awaitLeaders(t, fmt.Sprintf("add %d partitions to %s", n, topic), topic, cur+n)
@@ -374,6 +368,15 @@ func admin[Resp kmsg.Response](t testing.TB, k *Kafka, what string, req kmsg.Req
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// errorCodes is the error code of each item of a response, for admin.
+func errorCodes[T any](items []T, code func(T) int16) []int16 {
+	codes := make([]int16, len(items))
+	for i, it := range items {
+		codes[i] = code(it)
+	}
+	return codes
 }
 
 // request sends req with the admin client: on Apache Kafka, one that any

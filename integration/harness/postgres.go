@@ -90,14 +90,8 @@ func pgVersion(path string) int {
 func RequirePostgres(t testing.TB) string {
 	t.Helper()
 	dir, err := PostgresBinDir()
-	if err == nil {
-		return dir
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("postgres: %v; CI is set, so the PostgreSQL tests must not be skipped", err)
-	}
-	t.Skipf("postgres: %v; skipping (in CI this fails)", err)
-	return ""
+	skipUnlessCI(t, err, "postgres", "PostgreSQL")
+	return dir
 }
 
 // StartPostgres creates and starts a private cluster; it fails the test if

@@ -1,7 +1,6 @@
 package format
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/hamba/avro/v2"
@@ -76,7 +75,13 @@ type avroCodec struct {
 // resolve, and compiles it.
 func compileAvro(s *registry.Schema) (codec, error) {
 	cache := &avro.SchemaCache{}
-	if err := parseAvroReferences(s, cache, map[*registry.Schema]bool{}, 0); err != nil {
+	err := walkReferences(s, registry.Avro, func(ref registry.Reference) error {
+		if _, err := avro.ParseWithCache(ref.Schema.Text, "", cache); err != nil {
+			return fmt.Errorf("reference %q: %w", ref.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	parsed, err := avro.ParseWithCache(s.Text, "", cache)
@@ -86,35 +91,6 @@ func compileAvro(s *registry.Schema) (codec, error) {
 	c := &avroCompiler{named: map[string]*avroNode{}}
 	root := c.node(parsed)
 	return &avroCodec{id: s.ID, root: root, schema: avroSinksSchema(s.ID, parsed)}, nil
-}
-
-// maxReferenceDepth bounds a chain of references, which the registry
-// resolves for us but might serve with a cycle.
-const maxReferenceDepth = 100
-
-func parseAvroReferences(s *registry.Schema, cache *avro.SchemaCache, seen map[*registry.Schema]bool, depth int) error {
-	if depth > maxReferenceDepth {
-		return errors.New("references nested more than 100 deep")
-	}
-	for _, ref := range s.References {
-		if ref.Schema == nil {
-			return fmt.Errorf("reference %q has no schema", ref.Name)
-		}
-		if seen[ref.Schema] {
-			continue
-		}
-		seen[ref.Schema] = true
-		if t := schemaType(ref.Schema); t != registry.Avro {
-			return fmt.Errorf("reference %q is of type %s, not %s", ref.Name, t, registry.Avro)
-		}
-		if err := parseAvroReferences(ref.Schema, cache, seen, depth+1); err != nil {
-			return err
-		}
-		if _, err := avro.ParseWithCache(ref.Schema.Text, "", cache); err != nil {
-			return fmt.Errorf("reference %q: %w", ref.Name, err)
-		}
-	}
-	return nil
 }
 
 type avroCompiler struct {
@@ -197,58 +173,52 @@ func (c *avroCompiler) node(s avro.Schema) *avroNode {
 	return &avroNode{kind: avNull}
 }
 
+// avroPrimitives are the kinds of Avro's primitive types, with the least
+// bytes a value of each takes.
+var avroPrimitives = map[avro.Type]struct {
+	kind    avroKind
+	minSize int
+}{
+	avro.Boolean: {avBoolean, 1},
+	avro.Int:     {avInt, 1},
+	avro.Long:    {avLong, 1},
+	avro.Float:   {avFloat, 4},
+	avro.Double:  {avDouble, 8},
+	avro.String:  {avString, 1}, // uuid reads as the string it is
+	avro.Bytes:   {avBytes, 1},
+}
+
+// avroLogicalKinds are the kinds of the logical types over an int or a
+// long; one the table does not name reads as its primitive. (A decimal
+// over bytes is hamba's DecimalLogicalSchema.)
+var avroLogicalKinds = map[avro.Type]map[avro.LogicalType]avroKind{
+	avro.Int: {
+		avro.Date:       avDate,
+		avro.TimeMillis: avTimeMillis,
+	},
+	avro.Long: {
+		avro.TimeMicros:           avTimeMicros,
+		avro.TimestampMillis:      avTimestampMillis,
+		avro.TimestampMicros:      avTimestampMicros,
+		"timestamp-nanos":         avTimestampNanos, // a logicalProp
+		avro.LocalTimestampMillis: avLocalTimestampMillis,
+		avro.LocalTimestampMicros: avLocalTimestampMicros,
+		"local-timestamp-nanos":   avLocalTimestampNanos, // a logicalProp
+	},
+}
+
 func primitiveNode(s *avro.PrimitiveSchema) *avroNode {
-	n := &avroNode{}
-	var lt avro.LogicalType
+	p := avroPrimitives[s.Type()] // avNull for any other
+	n := &avroNode{kind: p.kind, minSize: p.minSize}
+	lt := avro.LogicalType(logicalProp(s))
 	if l := s.Logical(); l != nil {
 		lt = l.Type()
 	}
-	switch s.Type() {
-	case avro.Boolean:
-		n.kind, n.minSize = avBoolean, 1
-	case avro.Int:
-		n.kind, n.minSize = avInt, 1
-		switch lt {
-		case avro.Date:
-			n.kind = avDate
-		case avro.TimeMillis:
-			n.kind = avTimeMillis
-		}
-	case avro.Long:
-		n.kind, n.minSize = avLong, 1
-		switch lt {
-		case avro.TimeMicros:
-			n.kind = avTimeMicros
-		case avro.TimestampMillis:
-			n.kind = avTimestampMillis
-		case avro.TimestampMicros:
-			n.kind = avTimestampMicros
-		case avro.LocalTimestampMillis:
-			n.kind = avLocalTimestampMillis
-		case avro.LocalTimestampMicros:
-			n.kind = avLocalTimestampMicros
-		case "":
-			switch logicalProp(s) {
-			case "timestamp-nanos":
-				n.kind = avTimestampNanos
-			case "local-timestamp-nanos":
-				n.kind = avLocalTimestampNanos
-			}
-		}
-	case avro.Float:
-		n.kind, n.minSize = avFloat, 4
-	case avro.Double:
-		n.kind, n.minSize = avDouble, 8
-	case avro.String:
-		n.kind, n.minSize = avString, 1 // uuid reads as the string it is
-	case avro.Bytes:
-		n.kind, n.minSize = avBytes, 1
-		if lt == avro.Decimal {
-			d := s.Logical().(*avro.DecimalLogicalSchema)
-			n.kind, n.precision, n.scale = avDecimalBytes, d.Precision(), d.Scale()
-		}
-	default:
-		n.kind = avNull
+	if k, ok := avroLogicalKinds[s.Type()][lt]; ok {
+		n.kind = k
+	}
+	if d, ok := s.Logical().(*avro.DecimalLogicalSchema); ok { // over bytes
+		n.kind, n.precision, n.scale = avDecimalBytes, d.Precision(), d.Scale()
 	}
 	return n
 }

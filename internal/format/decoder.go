@@ -65,8 +65,8 @@ type Stats struct {
 // once, and keeps the compiled schema. It is safe for concurrent use.
 type Decoder struct {
 	format      sinks.Format
+	schemas     schemaFormat
 	src         Source
-	compile     func(*registry.Schema) (codec, error)
 	size        int
 	notFoundTTL time.Duration
 	now         func() time.Time // time.Now, but for tests
@@ -94,6 +94,20 @@ type entry struct {
 	used    atomic.Bool // CLOCK's reference bit
 }
 
+// schemaFormat is what a Decoder knows of its format's schemas: the type
+// the registry gives them, and their compiler.
+type schemaFormat struct {
+	typ     registry.Type
+	compile func(*registry.Schema) (codec, error)
+}
+
+// schemaFormats are the formats a Decoder reads.
+var schemaFormats = map[sinks.Format]schemaFormat{
+	sinks.Avro:       {registry.Avro, compileAvro},
+	sinks.Protobuf:   {registry.Protobuf, compileProtobuf},
+	sinks.JSONSchema: {registry.JSON, compileJSONSchema},
+}
+
 // codec decodes the records of one compiled schema. b is the whole
 // record, its 5-byte header included, so that positions in reasons count
 // from the record's first byte.
@@ -110,17 +124,11 @@ func New(f sinks.Format, src Source, opts Options) (*Decoder, error) {
 	if src == nil {
 		return nil, errors.New("format: no schema source")
 	}
-	d := &Decoder{format: f, src: src, size: opts.CacheSize, notFoundTTL: opts.NotFoundTTL, now: time.Now}
-	switch f {
-	case sinks.Avro:
-		d.compile = compileAvro
-	case sinks.Protobuf:
-		d.compile = compileProtobuf
-	case sinks.JSONSchema:
-		d.compile = compileJSONSchema
-	default:
+	sf, ok := schemaFormats[f]
+	if !ok {
 		return nil, fmt.Errorf("format: %q is not a Schema Registry format (want %s, %s or %s)", f, sinks.Avro, sinks.Protobuf, sinks.JSONSchema)
 	}
+	d := &Decoder{format: f, schemas: sf, src: src, size: opts.CacheSize, notFoundTTL: opts.NotFoundTTL, now: time.Now}
 	if d.size == 0 {
 		d.size = DefaultCacheSize
 	}
@@ -243,8 +251,8 @@ func (d *Decoder) fetch(ctx context.Context, e *entry) {
 // its errors are RecordErrors, since every record of the id would fail
 // alike.
 func (d *Decoder) compileSchema(id int, s *registry.Schema) (c codec, err error) {
-	if t := schemaType(s); t != wantType(d.format) {
-		return nil, recordErrorf(id, "%s: schema %d is of type %s, not %s", d.format, id, t, wantType(d.format))
+	if t := schemaType(s); t != d.schemas.typ {
+		return nil, recordErrorf(id, "%s: schema %d is of type %s, not %s", d.format, id, t, d.schemas.typ)
 	}
 	defer func() {
 		// A parser's panic on odd schema text must not take the replica down.
@@ -254,7 +262,7 @@ func (d *Decoder) compileSchema(id int, s *registry.Schema) (c codec, err error)
 	}()
 	s2 := *s
 	s2.ID = id // the codecs name the id in their reasons
-	c, err = d.compile(&s2)
+	c, err = d.schemas.compile(&s2)
 	if err != nil {
 		return nil, recordErrorf(id, "%s: schema %d does not compile: %v", d.format, id, err)
 	}
@@ -289,21 +297,48 @@ func isRecordError(err error) bool {
 	return ok
 }
 
+// maxReferenceDepth bounds a chain of references, which the registry
+// resolves for us but might serve with a cycle.
+const maxReferenceDepth = 100
+
+// walkReferences calls visit on the references of s and of theirs, depth
+// first: each after its own references (the order in which they must be
+// parsed), and a schema reached twice once. A reference without a schema
+// or of another type than want, and a chain deeper than maxReferenceDepth,
+// are errors.
+func walkReferences(s *registry.Schema, want registry.Type, visit func(registry.Reference) error) error {
+	return walkReferencesFrom(s, want, visit, map[*registry.Schema]bool{}, 0)
+}
+
+func walkReferencesFrom(s *registry.Schema, want registry.Type, visit func(registry.Reference) error, seen map[*registry.Schema]bool, depth int) error {
+	if depth > maxReferenceDepth {
+		return errors.New("references nested more than 100 deep")
+	}
+	for _, ref := range s.References {
+		if ref.Schema == nil {
+			return fmt.Errorf("reference %q has no schema", ref.Name)
+		}
+		if seen[ref.Schema] {
+			continue
+		}
+		seen[ref.Schema] = true
+		if t := schemaType(ref.Schema); t != want {
+			return fmt.Errorf("reference %q is of type %s, not %s", ref.Name, t, want)
+		}
+		if err := walkReferencesFrom(ref.Schema, want, visit, seen, depth+1); err != nil {
+			return err
+		}
+		if err := visit(ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // schemaType is s's type; the registry serves Avro schemas without one.
 func schemaType(s *registry.Schema) registry.Type {
 	if s.Type == "" {
 		return registry.Avro
 	}
 	return s.Type
-}
-
-func wantType(f sinks.Format) registry.Type {
-	switch f {
-	case sinks.Protobuf:
-		return registry.Protobuf
-	case sinks.JSONSchema:
-		return registry.JSON
-	default:
-		return registry.Avro
-	}
 }

@@ -36,7 +36,18 @@ const jsBase = "mem://registry/schemas/"
 // names a reference by the URL it resolves to, or ends with.
 func compileJSONSchema(s *registry.Schema) (codec, error) {
 	refs := jsLoader{}
-	if err := collectJSONSchemas(s, refs, 0); err != nil {
+	err := walkReferences(s, registry.JSON, func(ref registry.Reference) error {
+		if _, ok := refs[ref.Name]; ok {
+			return nil
+		}
+		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(ref.Schema.Text))
+		if err != nil {
+			return fmt.Errorf("reference %q is not JSON: %w", ref.Name, err)
+		}
+		refs[ref.Name] = doc
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(s.Text))
@@ -59,32 +70,6 @@ func compileJSONSchema(s *registry.Schema) (codec, error) {
 		return nil, err
 	}
 	return &jsCodec{id: s.ID, schema: sch, out: jsSinksSchema(s.ID, []byte(s.Text))}, nil
-}
-
-func collectJSONSchemas(s *registry.Schema, refs jsLoader, depth int) error {
-	if depth > maxReferenceDepth {
-		return errors.New("references nested more than 100 deep")
-	}
-	for _, ref := range s.References {
-		if ref.Schema == nil {
-			return fmt.Errorf("reference %q has no schema", ref.Name)
-		}
-		if _, ok := refs[ref.Name]; ok {
-			continue
-		}
-		if t := schemaType(ref.Schema); t != registry.JSON {
-			return fmt.Errorf("reference %q is of type %s, not %s", ref.Name, t, registry.JSON)
-		}
-		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(ref.Schema.Text))
-		if err != nil {
-			return fmt.Errorf("reference %q is not JSON: %w", ref.Name, err)
-		}
-		refs[ref.Name] = doc
-		if err := collectJSONSchemas(ref.Schema, refs, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // jsLoader gives the compiler the referenced schemas by name, and nothing
@@ -287,27 +272,32 @@ func jsType(raw json.RawMessage) (string, bool) {
 	return t, t != ""
 }
 
+// jsKinds are the kinds of JSON Schema's scalar types, and jsStringKinds
+// those of the string formats a sink can type; any other value is a
+// JSONValue.
+var (
+	jsKinds = map[string]sinks.FieldKind{
+		"integer": sinks.Long,
+		"number":  sinks.Double,
+		"boolean": sinks.Boolean,
+		"string":  sinks.String,
+	}
+	jsStringKinds = map[string]sinks.FieldKind{
+		"date-time": sinks.Timestamp,
+		"date":      sinks.Date,
+		"time":      sinks.Time,
+		"uuid":      sinks.UUID,
+	}
+)
+
 func jsFieldType(raw json.RawMessage, format string) sinks.FieldType {
 	t, _ := jsType(raw)
-	switch t {
-	case "integer":
-		return sinks.FieldType{Kind: sinks.Long}
-	case "number":
-		return sinks.FieldType{Kind: sinks.Double}
-	case "boolean":
-		return sinks.FieldType{Kind: sinks.Boolean}
-	case "string":
-		switch format {
-		case "date-time":
-			return sinks.FieldType{Kind: sinks.Timestamp}
-		case "date":
-			return sinks.FieldType{Kind: sinks.Date}
-		case "time":
-			return sinks.FieldType{Kind: sinks.Time}
-		case "uuid":
-			return sinks.FieldType{Kind: sinks.UUID}
-		}
-		return sinks.FieldType{Kind: sinks.String}
+	k, ok := jsKinds[t]
+	if !ok {
+		return sinks.FieldType{Kind: sinks.JSONValue}
 	}
-	return sinks.FieldType{Kind: sinks.JSONValue}
+	if f, ok := jsStringKinds[format]; ok && t == "string" {
+		k = f
+	}
+	return sinks.FieldType{Kind: k}
 }

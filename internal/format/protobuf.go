@@ -2,8 +2,6 @@ package format
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/bufbuild/protocompile"
@@ -124,7 +122,13 @@ func (e *pbEnum) appendValue(dst []byte, v int32) []byte {
 // compileProtobuf compiles s with its references as imports.
 func compileProtobuf(s *registry.Schema) (codec, error) {
 	files := map[string]string{}
-	if err := collectProtoFiles(s, files, 0); err != nil {
+	err := walkReferences(s, registry.Protobuf, func(ref registry.Reference) error {
+		if _, ok := files[ref.Name]; !ok {
+			files[ref.Name] = ref.Schema.Text
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	main := "schema-" + strconv.Itoa(s.ID) + ".proto"
@@ -165,29 +169,6 @@ func compileProtobuf(s *registry.Schema) (codec, error) {
 		c.first = c.tops[c.file.Messages().Get(0).FullName()]
 	}
 	return c, nil
-}
-
-// collectProtoFiles adds the texts of s's references, by import path.
-func collectProtoFiles(s *registry.Schema, files map[string]string, depth int) error {
-	if depth > maxReferenceDepth {
-		return errors.New("references nested more than 100 deep")
-	}
-	for _, ref := range s.References {
-		if ref.Schema == nil {
-			return fmt.Errorf("reference %q has no schema", ref.Name)
-		}
-		if _, ok := files[ref.Name]; ok {
-			continue
-		}
-		if t := schemaType(ref.Schema); t != registry.Protobuf {
-			return fmt.Errorf("reference %q is of type %s, not %s", ref.Name, t, registry.Protobuf)
-		}
-		files[ref.Name] = ref.Schema.Text
-		if err := collectProtoFiles(ref.Schema, files, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 type pbCompiler struct {

@@ -90,8 +90,13 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	own := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, nil, group)
 	}
+	// stat is a metric of one of the replica's Stats, read once a scrape.
 	stat := func(name, help string, typ prometheus.ValueType, v func(s *replica.Stats) int64) counterDesc {
 		return counterDesc{own(name, help), typ, func(s *replica.Stats, _ Source) float64 { return float64(v(s)) }}
+	}
+	// live is a metric the replica answers apart from its Stats.
+	live := func(name, help string, typ prometheus.ValueType, v func(r Source) float64) counterDesc {
+		return counterDesc{own(name, help), typ, func(_ *replica.Stats, r Source) float64 { return v(r) }}
 	}
 	d := &c.descs
 	d.scalars = []counterDesc{
@@ -158,9 +163,9 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		stat("offsetkeeper_sessions_total",
 			"Sessions (etcd leases) the replica joined the group with; above 1 it rejoined after losing its lease.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Sessions }),
-		{own("offsetkeeper_session_alive",
-			"1 while the replica can show its etcd lease alive (a keepalive succeeded within TTL/2), else 0: it then writes and commits nothing."),
-			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { return boolFloat(r.Alive()) }},
+		live("offsetkeeper_session_alive",
+			"1 while the replica can show its etcd lease alive (a keepalive succeeded within TTL/2), else 0: it then writes and commits nothing.",
+			prometheus.GaugeValue, func(r Source) float64 { return boolFloat(r.Alive()) }),
 		stat("offsetkeeper_dead_letters_total",
 			"Records the sink set aside as dead letters or skipped by its policy (0 for sinks without one).",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.DeadLetters }),
@@ -194,15 +199,15 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		stat("offsetkeeper_etcd_round_writes_total",
 			"Partition writes (claims, intents, commits, releases) sent in etcd rounds; divided by offsetkeeper_etcd_rounds_total, the partitions per round.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.EtcdRoundWrites }),
-		{own("offsetkeeper_fetch_requests_total",
-			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads."),
-			prometheus.CounterValue, func(_ *replica.Stats, r Source) float64 { n, _, _ := r.Fetching(); return float64(n) }},
-		{own("offsetkeeper_buffer_bytes",
-			"Bytes of records fetched (and decompressed) and not yet committed, all partitions together, with what requests in flight may return."),
-			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { _, held, _ := r.Fetching(); return float64(held) }},
-		{own("offsetkeeper_buffer_budget_bytes",
-			"The budget of offsetkeeper_buffer_bytes (--max-buffer-bytes)."),
-			prometheus.GaugeValue, func(_ *replica.Stats, r Source) float64 { _, _, b := r.Fetching(); return float64(b) }},
+		live("offsetkeeper_fetch_requests_total",
+			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads.",
+			prometheus.CounterValue, func(r Source) float64 { n, _, _ := r.Fetching(); return float64(n) }),
+		live("offsetkeeper_buffer_bytes",
+			"Bytes of records fetched (and decompressed) and not yet committed, all partitions together, with what requests in flight may return.",
+			prometheus.GaugeValue, func(r Source) float64 { _, held, _ := r.Fetching(); return float64(held) }),
+		live("offsetkeeper_buffer_budget_bytes",
+			"The budget of offsetkeeper_buffer_bytes (--max-buffer-bytes).",
+			prometheus.GaugeValue, func(r Source) float64 { _, _, b := r.Fetching(); return float64(b) }),
 		{prometheus.NewDesc("offsetkeeper_build_info", "Always 1; labels name the version and the replica.", nil,
 			prometheus.Labels{"group": cfg.Group, "version": cfg.Version, "replica": cfg.ReplicaID}),
 			prometheus.GaugeValue, func(*replica.Stats, Source) float64 { return 1 }},

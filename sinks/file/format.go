@@ -209,30 +209,37 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // wireRecord and wireHeader are the decoding side. Every byte field is read
 // in its three forms so that ParseLine can insist on exactly one.
 type wireRecord struct {
-	Topic         *string         `json:"topic"`
-	Partition     *int            `json:"partition"`
-	Offset        *int64          `json:"offset"`
-	Key           json.RawMessage `json:"key"`
-	KeySpacing    []spacing       `json:"key_spacing"`
-	KeyString     *string         `json:"key_string"`
-	KeyBase64     *string         `json:"key_base64"`
-	Value         json.RawMessage `json:"value"`
-	ValueSpacing  []spacing       `json:"value_spacing"`
-	ValueString   *string         `json:"value_string"`
-	ValueBase64   *string         `json:"value_base64"`
-	KeySchemaID   *int            `json:"key_schema_id"`
-	ValueSchemaID *int            `json:"value_schema_id"`
-	Timestamp     *int64          `json:"timestamp"`
-	Headers       []wireHeader    `json:"headers"`
+	Topic      *string         `json:"topic"`
+	Partition  *int            `json:"partition"`
+	Offset     *int64          `json:"offset"`
+	Key        json.RawMessage `json:"key"`
+	KeySpacing []spacing       `json:"key_spacing"`
+	KeyString  *string         `json:"key_string"`
+	KeyBase64  *string         `json:"key_base64"`
+	wireValue
+	KeySchemaID   *int         `json:"key_schema_id"`
+	ValueSchemaID *int         `json:"value_schema_id"`
+	Timestamp     *int64       `json:"timestamp"`
+	Headers       []wireHeader `json:"headers"`
 }
 
 type wireHeader struct {
-	Key          *string         `json:"key"`
-	KeyBase64    *string         `json:"key_base64"`
+	Key       *string `json:"key"`
+	KeyBase64 *string `json:"key_base64"`
+	wireValue
+}
+
+// wireValue is the value of a record or of a header, in its three forms.
+type wireValue struct {
 	Value        json.RawMessage `json:"value"`
 	ValueSpacing []spacing       `json:"value_spacing"`
 	ValueString  *string         `json:"value_string"`
 	ValueBase64  *string         `json:"value_base64"`
+}
+
+// decode returns the value's bytes, from the one form present.
+func (w *wireValue) decode() ([]byte, error) {
+	return decodeBytes("value", w.Value, w.ValueSpacing, w.ValueString, w.ValueBase64)
 }
 
 // spacing is one run of name_spacing as read: [offset, whitespace].
@@ -268,7 +275,7 @@ func ParseLine(line []byte) (Line, error) {
 	if err != nil {
 		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
 	}
-	value, err := decodeBytes("value", w.Value, w.ValueSpacing, w.ValueString, w.ValueBase64)
+	value, err := w.decode()
 	if err != nil {
 		return Line{}, fmt.Errorf("parse line: offset %d: %w", *w.Offset, err)
 	}
@@ -287,7 +294,7 @@ func ParseLine(line []byte) (Line, error) {
 		default:
 			return Line{}, fmt.Errorf("parse line: offset %d: header %d: want exactly one of key and key_base64", *w.Offset, i)
 		}
-		h.Value, err = decodeBytes("value", wh.Value, wh.ValueSpacing, wh.ValueString, wh.ValueBase64)
+		h.Value, err = wh.decode()
 		if err != nil {
 			return Line{}, fmt.Errorf("parse line: offset %d: header %d: %w", *w.Offset, i, err)
 		}

@@ -10,6 +10,19 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
+// openUpgrade opens a sink and finds its upgrade U as the replica does,
+// with sinks.As (through wrappers); it skips the test, naming the upgrade,
+// for a sink without one.
+func openUpgrade[U any](t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), name string) (sinks.Sink, U) {
+	t.Helper()
+	s, _ := open(t)
+	u, ok := sinks.As[U](s)
+	if !ok {
+		t.Skipf("the sink does not implement sinks.%s", name)
+	}
+	return s, u
+}
+
 // runUpgrades runs the subtests of the side upgrades a sink declares,
 // found with sinks.As as the replica finds them (through wrappers); each
 // skips a sink without its upgrade.
@@ -17,11 +30,7 @@ func runUpgrades(t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), _ O
 	ctx := context.Background()
 
 	t.Run("Resumer", func(t *testing.T) {
-		s, _ := open(t)
-		res, ok := sinks.As[sinks.Resumer](s)
-		if !ok {
-			t.Skip("the sink does not implement sinks.Resumer")
-		}
+		s, res := openUpgrade[sinks.Resumer](t, open, "Resumer")
 		resume := func(topic string, partition int, wantNext, wantGen int64, wantOK bool) {
 			t.Helper()
 			next, gen, ok, err := res.Resume(ctx, topic, partition)
@@ -45,11 +54,7 @@ func runUpgrades(t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), _ O
 	})
 
 	t.Run("Pinger", func(t *testing.T) {
-		s, _ := open(t)
-		p, ok := sinks.As[sinks.Pinger](s)
-		if !ok {
-			t.Skip("the sink does not implement sinks.Pinger")
-		}
+		s, p := openUpgrade[sinks.Pinger](t, open, "Pinger")
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := p.Ping(pctx); err != nil {
@@ -67,11 +72,7 @@ func runUpgrades(t *testing.T, open func(t *testing.T) (sinks.Sink, Reader), _ O
 	})
 
 	t.Run("DeadLetterCounter", func(t *testing.T) {
-		s, _ := open(t)
-		dl, ok := sinks.As[sinks.DeadLetterCounter](s)
-		if !ok {
-			t.Skip("the sink does not implement sinks.DeadLetterCounter")
-		}
+		s, dl := openUpgrade[sinks.DeadLetterCounter](t, open, "DeadLetterCounter")
 		if n := dl.DeadLetters(); n != 0 {
 			t.Fatalf("DeadLetters of a new sink = %d, want 0", n)
 		}

@@ -138,18 +138,18 @@ func RunWrapper(t *testing.T, wrap func(inner sinks.Sink) sinks.Sink, opts Wrapp
 				t.Errorf("errs[%d] = %v; want the inner sink's outcome for %s (failing: %v)", i, err, blocks[i], want)
 			}
 		}
-		calls, writes := inner.counts()
+		got := inner.counts()
 		if opts.Unbatched {
-			if calls != 0 || writes != len(blocks) {
-				t.Errorf("the inner sink got %d WriteBlocks calls and %d Writes, want 0 and %d", calls, writes, len(blocks))
+			if got.calls != 0 || got.writes != len(blocks) {
+				t.Errorf("the inner sink got %d WriteBlocks calls and %d Writes, want 0 and %d", got.calls, got.writes, len(blocks))
 			}
 			return
 		}
-		if calls != 1 || writes != 0 {
-			t.Errorf("the inner sink got %d WriteBlocks calls and %d Writes, want 1 call and no Write", calls, writes)
+		if got.calls != 1 || got.writes != 0 {
+			t.Errorf("the inner sink got %d WriteBlocks calls and %d Writes, want 1 call and no Write", got.calls, got.writes)
 		}
-		if n := inner.batchedBlocks(); n != len(blocks) {
-			t.Errorf("the inner WriteBlocks got %d blocks, want %d", n, len(blocks))
+		if got.batched != len(blocks) {
+			t.Errorf("the inner WriteBlocks got %d blocks, want %d", got.batched, len(blocks))
 		}
 	})
 
@@ -158,13 +158,13 @@ func RunWrapper(t *testing.T, wrap func(inner sinks.Sink) sinks.Sink, opts Wrapp
 		if err := w.Write(ctx, block("orders", 2, 0, 1, 0)); err != nil {
 			t.Fatalf("Write through the wrapper: %v", err)
 		}
-		if _, writes := inner.counts(); writes != 1 {
-			t.Errorf("the inner sink got %d Writes, want 1", writes)
+		if got := inner.counts(); got.writes != 1 {
+			t.Errorf("the inner sink got %d Writes, want 1", got.writes)
 		}
 		if err := w.Close(); err != nil {
 			t.Fatalf("Close of the wrapper: %v", err)
 		}
-		if !inner.closed() {
+		if !inner.counts().closed {
 			t.Error("Close of the wrapper did not close the inner sink")
 		}
 	})
@@ -187,10 +187,15 @@ var (
 type fullSink struct {
 	mu      sync.Mutex
 	failing map[string]bool
-	calls   int
-	writes  int
+	got     fullCounts
+}
+
+// fullCounts is what reached a fullSink.
+type fullCounts struct {
+	calls   int // of WriteBlocks
+	writes  int // of Write
 	batched int // blocks handed to WriteBlocks
-	isShut  bool
+	closed  bool
 }
 
 var (
@@ -203,15 +208,15 @@ var (
 func (f *fullSink) Write(_ context.Context, b *sinks.Block) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.writes++
+	f.got.writes++
 	return f.take(b)
 }
 
 func (f *fullSink) WriteBlocks(_ context.Context, blocks []*sinks.Block) []error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls++
-	f.batched += len(blocks)
+	f.got.calls++
+	f.got.batched += len(blocks)
 	errs := make([]error, len(blocks))
 	for i, b := range blocks {
 		errs[i] = f.take(b)
@@ -230,7 +235,7 @@ func (f *fullSink) take(b *sinks.Block) error {
 func (f *fullSink) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.isShut = true
+	f.got.closed = true
 	return nil
 }
 
@@ -242,20 +247,9 @@ func (*fullSink) Ping(context.Context) error { return errFullPing }
 
 func (*fullSink) DeadLetters() int64 { return fullDeadLetters }
 
-func (f *fullSink) counts() (calls, writes int) {
+// counts returns what has reached f so far.
+func (f *fullSink) counts() fullCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.calls, f.writes
-}
-
-func (f *fullSink) batchedBlocks() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.batched
-}
-
-func (f *fullSink) closed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.isShut
+	return f.got
 }
