@@ -17,7 +17,10 @@ import (
 type block struct {
 	from, next int64
 	records    []sinks.Record
-	bytes      int // what its batches hold of the memory budget
+	bytes      int // what its batches (and, once decoded, their JSON) hold of the memory budget
+	// raw and reserved: of bytes, the batches' fetched bytes and the room
+	// the cursor set aside for their JSON (kafka.PolledBatch.Reserved).
+	raw, reserved int
 	// full: it ended by size (rows, bytes, the budget), so its etcd writes
 	// go at once; a block that ended because the partition went quiet
 	// lets them linger for others to share their round.
@@ -117,7 +120,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		} else {
 			b.records = append(b.records, batch.Records...)
 		}
-		b.bytes += batch.Bytes
+		b.bytes += batch.Bytes + batch.Reserved
+		b.raw += batch.Bytes
+		b.reserved += batch.Reserved
 		b.next = batch.Next
 		if first.IsZero() {
 			first = time.Now()
@@ -155,6 +160,11 @@ func (pt *partition) reset(r *kafka.OffsetReset) {
 func (pt *partition) finish(b *block) {
 	pt.f.Free(b.bytes)
 	b.bytes = 0
+	if cap(pt.decodeBuf) > keptDecodeBuf {
+		// Given back with the budget: a buffer kept would be memory the
+		// budget no longer counts.
+		pt.decodeBuf = nil
+	}
 	clear(b.records) // keep no record's bytes alive
 	pt.spare, b.records = b.records[:0], nil
 }
@@ -181,7 +191,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 		// larger than this replica's share of the budget: it is read
 		// whole all the same, off the budget, so that the replay cannot
 		// wait on memory only its own commit frees.
-		pt.f.Free(batch.Bytes)
+		pt.f.Free(batch.Bytes + batch.Reserved)
 		b.next = min(batch.Next, next)
 	}
 	pt.f.SeekTo(next)

@@ -98,29 +98,61 @@ func (e *decodeStop) Error() string {
 
 func (e *decodeStop) Unwrap() error { return e.cause }
 
+// keptDecodeBuf is the largest decode buffer a partition keeps from one
+// block to the next; a larger one is dropped when its block is finished.
+const keptDecodeBuf = 1 << 20
+
 // decode reads the keys and values of b's records by the formats, in
 // place. A record that stops the partition ends the block before it (the
 // cursor sought there), or, first in its block, fails it with a
 // *decodeStop. Any other error is the registry's (unreachable, refusing):
 // the block rolls back and is read again, so nothing is lost or set aside
 // for it.
+//
+// The JSON counts against the memory budget: held with the block until it
+// is finished, in place of the room the cursor set aside for it. A block
+// whose JSON outgrows that room and what is left of the partition's share
+// ends before the record that would pass them (the first record is decoded
+// whatever its size), and the next block starts there.
 func (pt *partition) decode(ctx context.Context, b *block) error {
 	c := pt.r.codec
 	if c == nil || len(b.records) == 0 {
 		return nil
 	}
 	buf := pt.decodeBuf[:0]
+	total := len(b.records)
+	// A replay (raw 0) is read whole, off the budget.
+	budgeted := b.raw > 0
+	if budgeted {
+		room := pt.f.TakeRoom()
+		b.reserved += room
+		b.bytes += room
+	}
+	allowed := b.reserved
+	defer func() {
+		pt.decodeBuf = buf
+		pt.settle(b, total, len(buf))
+	}()
 	if cap(pt.decodedSpare) < len(b.records) {
 		pt.decodedSpare = make([]sinks.Decoded, len(b.records))
 	}
 	ds := pt.decodedSpare[:len(b.records)]
 	clear(ds)
 	kept := b.records[:0]
+	end := 0 // where the JSON of the records kept ends in buf
 	for i := range b.records {
 		r := b.records[i]
 		d := &ds[i]
 		var err error
 		buf, err = c.record(ctx, buf, &r, d)
+		if err == nil && budgeted && len(buf) > allowed && len(kept) > 0 {
+			buf = buf[:end] // the record left for the next block
+			pt.r.stats.decodeBudgetStops.Add(1)
+			pt.log.Debug("block ends early: its decoded records fill the partition's share of the memory budget",
+				zap.Int64("next", r.Offset), zap.Int("decoded_bytes", len(buf)))
+			pt.cut(b, kept, r.Offset)
+			return nil
+		}
 		if err != nil {
 			var re *format.RecordError
 			if !errors.As(err, &re) {
@@ -145,20 +177,42 @@ func (pt *partition) decode(ctx context.Context, b *block) error {
 				// Deliver what comes before it: the block ends there, and
 				// the next one starts at it (and stops).
 				pt.log.Error("partition stops at a record that cannot be decoded; delivering the records before it (see --on-decode-error)", zap.Error(stop))
-				clear(b.records[len(kept):])
-				b.records, b.next = kept, r.Offset
-				pt.f.SeekTo(r.Offset)
-				pt.decodeBuf = buf
+				pt.cut(b, kept, r.Offset)
 				return nil
 			}
 		}
 		kept = append(kept, r)
+		end = len(buf)
 	}
 	// Records left out leave no stale copies behind the kept ones.
 	clear(b.records[len(kept):])
 	b.records = kept
-	pt.decodeBuf = buf
 	return nil
+}
+
+// cut ends b before offset next, with the records kept so far, and makes
+// the next block start there.
+func (pt *partition) cut(b *block, kept []sinks.Record, next int64) {
+	clear(b.records[len(kept):])
+	b.records, b.next = kept, next
+	pt.f.SeekTo(next)
+}
+
+// settle counts the JSON b's records were decoded into in b's bytes, in
+// place of the room set aside for it, and tells the cursor how large the
+// JSON was for the fetched bytes it came from (of a block cut short, the
+// share of its records decoded), which sizes the room set aside next.
+func (pt *partition) settle(b *block, total, decoded int) {
+	if b.raw == 0 {
+		return // a replay, read off the budget
+	}
+	raw := b.raw
+	if n := len(b.records); n < total {
+		raw = b.raw * max(n, 1) / total
+	}
+	pt.f.Decoded(raw, b.reserved, decoded)
+	b.bytes += decoded - b.reserved
+	b.reserved = decoded
 }
 
 // record decodes r's key and value into buf, setting r.Key and r.Value to

@@ -76,6 +76,9 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 	}
 	pt.logEnd.Store(-1)
 	pt.progress.Store(time.Now().UnixNano())
+	if r.codec != nil {
+		f.ExpectDecoding()
+	}
 	return pt
 }
 

@@ -31,6 +31,10 @@ type Stats struct {
 	KafkaThrottled time.Duration
 	KafkaRelogins  int64
 	KafkaLookups   int64
+	// IncrementalFetches counts the fetch requests sent in a fetch session
+	// (KIP-227), which list only the partitions whose fetch changed, and
+	// FetchRequestBytes the bytes of all fetch requests written.
+	IncrementalFetches, FetchRequestBytes int64
 	// CommitFailures counts offset commits that failed after their
 	// retries: blocks in the sink whose offset is not committed, which the
 	// next owner replays. Zero in a healthy group.
@@ -65,6 +69,11 @@ type Stats struct {
 	// Skip policy, and RegistryWaits the blocks rolled back because the
 	// Schema Registry did not answer.
 	DecodeErrors, DecodeSkipped, RegistryWaits int64
+	// DecodeBudgetStops counts blocks ended early because the JSON their
+	// records decoded into filled the partition's share of the memory
+	// budget (the next block starts at the record that did not fit).
+	// Frequent ones mean the budget is small for the records' JSON.
+	DecodeBudgetStops int64
 	// RegistryRequests and RegistryErrors count the requests sent to the
 	// Schema Registry and those that failed; SchemaCacheHits and
 	// SchemaCacheMisses the lookups of a compiled schema by id.
@@ -86,29 +95,31 @@ type counters struct {
 	writeTimeouts, abandoned                     atomic.Int64
 	claims, rebalances, sessions                 atomic.Int64
 	decodeErrors, decodeSkipped, registryWaits   atomic.Int64
+	decodeBudgetStops                            atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Records:          c.records.Load(),
-		Blocks:           c.blocks.Load(),
-		Commits:          c.commits.Load(),
-		Rollbacks:        c.rollbacks.Load(),
-		Fenced:           c.fenced.Load(),
-		OffsetsChanged:   c.offsetsChanged.Load(),
-		OffsetResets:     c.offsetResets.Load(),
-		OffsetsSkipped:   c.offsetsSkipped.Load(),
-		TopicsRecreated:  c.topicsRecreated.Load(),
-		SinkErrors:       c.sinkErrors.Load(),
-		WriteTimeouts:    c.writeTimeouts.Load(),
-		Abandoned:        c.abandoned.Load(),
-		SinkCalls:        c.sinkCalls.Load(),
-		OversizedBatches: c.oversizedBatches.Load(),
-		Claims:           c.claims.Load(),
-		Rebalances:       c.rebalances.Load(),
-		Sessions:         c.sessions.Load(),
-		DecodeErrors:     c.decodeErrors.Load(),
-		DecodeSkipped:    c.decodeSkipped.Load(),
-		RegistryWaits:    c.registryWaits.Load(),
+		Records:           c.records.Load(),
+		Blocks:            c.blocks.Load(),
+		Commits:           c.commits.Load(),
+		Rollbacks:         c.rollbacks.Load(),
+		Fenced:            c.fenced.Load(),
+		OffsetsChanged:    c.offsetsChanged.Load(),
+		OffsetResets:      c.offsetResets.Load(),
+		OffsetsSkipped:    c.offsetsSkipped.Load(),
+		TopicsRecreated:   c.topicsRecreated.Load(),
+		SinkErrors:        c.sinkErrors.Load(),
+		WriteTimeouts:     c.writeTimeouts.Load(),
+		Abandoned:         c.abandoned.Load(),
+		SinkCalls:         c.sinkCalls.Load(),
+		OversizedBatches:  c.oversizedBatches.Load(),
+		Claims:            c.claims.Load(),
+		Rebalances:        c.rebalances.Load(),
+		Sessions:          c.sessions.Load(),
+		DecodeErrors:      c.decodeErrors.Load(),
+		DecodeSkipped:     c.decodeSkipped.Load(),
+		DecodeBudgetStops: c.decodeBudgetStops.Load(),
+		RegistryWaits:     c.registryWaits.Load(),
 	}
 }

@@ -30,6 +30,7 @@ func (r *Replica) Stats() Stats {
 	if r.consumer != nil {
 		ks := r.consumer.Stats()
 		s.KafkaThrottled, s.KafkaRelogins, s.KafkaLookups = ks.Throttled, ks.Relogins, ks.Lookups
+		s.IncrementalFetches, s.FetchRequestBytes = ks.IncrementalFetches, ks.FetchRequestBytes
 	}
 	r.mu.Unlock()
 	if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {

@@ -60,7 +60,8 @@ A block ends at --max-block-rows rows or --max-block-bytes bytes,
 (counted as an empty poll), or after --max-empty-polls empty polls in a row.
 
 --max-buffer-bytes bounds what the replica holds of fetched records across
-all its partitions. Each partition may hold an equal share: its block ends
+all its partitions, decompressed and, with --value-format or --key-format
+avro, protobuf or json-schema, decoded into JSON. Each partition may hold an equal share: its block ends
 at half of it, the other half is fetched while the block is written, and
 nothing more until it is committed, so a backlog costs the budget and no
 more. Partitions are fetched with one request per broker per round trip,
@@ -114,7 +115,7 @@ once. Exit status 0.`,
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows (at least 1)")
 	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, replica.DefaultMaxBufferBytes
 	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
-	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
+	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched (decompressed, and decoded into JSON) and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row (at least 1)")
 	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")

@@ -48,16 +48,31 @@ type brokerLoop struct {
 	attempt    int
 	retryAt    time.Time // a backoff after a failure, or the broker's throttle
 	overdueAsk time.Time // when the loop last asked for metadata over a late answer
+	sess       fetchSession
 }
 
 // fetchRequest is one request in flight and, once back, its outcome.
 type fetchRequest struct {
-	parts    []*fetchPart
-	reserve  int64 // budget bytes set aside for the answer
-	quiet    bool  // it carries quiet cursors
-	sent     time.Time
-	err      error         // the request as a whole failed
-	throttle time.Duration // the broker mutes the connection this long (KIP-219)
+	parts   []*fetchPart
+	reserve int64 // budget bytes set aside for the answer
+	quiet   bool  // it carries quiet cursors
+	big     bool  // its first part is a batch larger than its limit
+	beside  bool  // it was picked beside a long poll: it carries no quiet cursor
+	sent    time.Time
+
+	// The parts it lists: all of them, but in a fetch session only those
+	// whose fetch the broker's session does not hold; and the partitions
+	// the session is to forget (session.go).
+	listed    []*fetchPart
+	forgotten []TopicPartition
+	session   bool // it is a request of the loop's fetch session
+	// Its session id and epoch; outside a session 0 and -1.
+	sessionID, sessionEpoch int32
+
+	err        error         // the request as a whole failed
+	sessionErr int16         // the answer's session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
+	answerID   int32         // the answer's session id
+	throttle   time.Duration // the broker mutes the connection this long (KIP-219)
 }
 
 // fetchPart is one cursor's part of a request.
@@ -112,7 +127,8 @@ func (b *brokerLoop) remove(cur *Cursor) {
 }
 
 // run sends requests while there are cursors to fetch, until ctx ends; it
-// then waits for the requests in flight, which end with ctx.
+// then waits for the requests in flight, which end with ctx, and closes its
+// fetch session.
 func (b *brokerLoop) run(ctx context.Context) {
 	defer b.c.wg.Done()
 	for {
@@ -129,6 +145,7 @@ func (b *brokerLoop) run(ctx context.Context) {
 			for range b.inFlight {
 				<-b.done
 			}
+			b.closeSession()
 			return
 		case <-b.wake:
 		case r := <-b.done:
@@ -189,6 +206,11 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 			return wait
 		}
 		r.sent = now
+		if !r.big && !r.beside && !b.c.fullFetchesOnly && b.sess.usable() {
+			b.sess.begin(r)
+		} else {
+			r.listed, r.sessionEpoch = r.parts, -1
+		}
 		b.inFlight = append(b.inFlight, r)
 		if r.quiet {
 			b.quietPolls++
@@ -236,7 +258,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			continue
 		}
 		p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch,
-			limit: int32(min(int64(c.cfg.MaxBytes), max(share-cur.held, 1)))}
+			limit: int32(min(int64(c.cfg.MaxBytes), cur.fetchLimit(share)))}
 		p.max = p.limit
 		if cur.big > int64(p.limit) {
 			if first != nil {
@@ -249,7 +271,12 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			first = p
 			sum += cur.big
 		} else {
-			if sum > 0 && sum+int64(p.max) > limit {
+			// A quiet cursor goes in whatever the sum: most likely it
+			// gets nothing, and one that gets records past the
+			// request's bound is answered empty and starved (first next
+			// time), not cut short. Left out, an idle partition would
+			// wait for the window of limits to come round to it.
+			if sum > 0 && sum+int64(p.max) > limit && !cur.quiet {
 				continue // would be cut short: the next request
 			}
 			if cur.starved {
@@ -257,7 +284,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			} else {
 				parts = append(parts, p)
 			}
-			sum += int64(p.max)
+			sum = min(sum+int64(p.max), limit)
 		}
 	}
 	b.rot = (b.rot + 1) % n
@@ -273,7 +300,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 		reserve = max(reserve, first.cur.big)
 	}
 	c.held.Add(reserve)
-	r := &fetchRequest{parts: all, reserve: reserve}
+	r := &fetchRequest{parts: all, reserve: reserve, big: first != nil, beside: second}
 	for _, p := range all {
 		p.cur.flight = r
 		p.cur.starved = false
@@ -295,10 +322,10 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		MinBytes:       int32(c.cfg.MinBytes),
 		MaxBytes:       int32(min(r.reserve, 1<<31-1)),
 		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
-		SessionID:      -1,
-		SessionEpoch:   -1,
-	}}
-	for _, p := range r.parts {
+		SessionID:      r.sessionID,
+		SessionEpoch:   r.sessionEpoch,
+	}, sent: &c.requestBytes}
+	for _, p := range r.listed {
 		rp := fetchapi.RequestPartition{
 			Partition:          int32(p.cur.tp.Partition),
 			CurrentLeaderEpoch: p.epoch,
@@ -312,9 +339,21 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			req.Topics = append(req.Topics, fetchapi.RequestTopic{Topic: p.cur.tp.Topic, Partitions: []fetchapi.RequestPartition{rp}})
 		}
 	}
+	for _, tp := range r.forgotten { // sorted
+		if t := len(req.ForgottenTopics) - 1; t >= 0 && req.ForgottenTopics[t].Topic == tp.Topic {
+			req.ForgottenTopics[t].Partitions = append(req.ForgottenTopics[t].Partitions, int32(tp.Partition))
+		} else {
+			req.ForgottenTopics = append(req.ForgottenTopics, fetchapi.RequestForgottenTopic{Topic: tp.Topic, Partitions: []int32{int32(tp.Partition)}})
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.MaxWait+c.cfg.RequestTimeout)
 	defer cancel()
 	c.requests.Add(1)
+	if r.sessionEpoch > 0 {
+		c.incrementalFetches.Add(1)
+	} else {
+		c.fullFetches.Add(1)
+	}
 	m, err := c.transport.RoundTrip(rctx, kafkago.TCP(c.cfg.Brokers...), req)
 	if err != nil {
 		r.err = err
@@ -326,8 +365,14 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		return r
 	}
 	r.throttle = time.Duration(res.ThrottleMs) * time.Millisecond
-	if res.ErrorCode != 0 {
-		r.err = kafkago.Error(res.ErrorCode)
+	r.answerID = res.SessionID
+	switch err := kafkago.Error(res.ErrorCode); {
+	case res.ErrorCode == 0:
+	case r.session && (errors.Is(err, kafkago.FetchSessionIDNotFound) || errors.Is(err, kafkago.InvalidFetchSessionEpoch)):
+		r.sessionErr = res.ErrorCode
+		return r
+	default:
+		r.err = err
 		return r
 	}
 	got := make(map[TopicPartition]*rawFetchPartition, len(r.parts))
@@ -342,6 +387,12 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	for _, part := range r.parts {
 		p, ok := got[part.cur.tp]
 		if !ok {
+			// Nothing for it: a broker answering in a fetch session
+			// leaves out the partitions without records or news
+			// (session.go). handle takes it for an empty answer, with
+			// the high watermark last seen. (Kafka leaves out one
+			// whose last stable offset alone moved: then no record
+			// at its offset became readable either.)
 			continue
 		}
 		part.present = true
@@ -404,9 +455,32 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		b.retryAt = maxTime(b.retryAt, now.Add(r.throttle))
 		c.throttled.Add(int64(r.throttle))
 	}
+	if r.session {
+		if b.sess.answered(r) {
+			b.log.Warn("fetch sessions fail again and again with this broker; fetching without them from now on",
+				zap.Int("failures", maxSessionErrors), zap.Error(kafkago.Error(r.sessionErr)))
+		} else if r.sessionEpoch == 0 && b.sess.epoch == 1 {
+			b.log.Debug("fetch session opened", zap.Int32("session", b.sess.id), zap.Int("partitions", len(r.parts)))
+		}
+	}
 	if r.err != nil {
+		b.sess.failed()
 		b.failed(r, now)
 		relookup = true
+		return
+	}
+	if r.sessionErr != 0 {
+		// The broker lost the session (restarted, evicted it) or
+		// counts its epochs otherwise: nothing was fetched, and the
+		// parts go in the next request, which opens a new session and
+		// lists them all.
+		b.log.Debug("fetch session lost; opening another", zap.Int32("session", r.sessionID),
+			zap.Int32("epoch", r.sessionEpoch), zap.Error(kafkago.Error(r.sessionErr)))
+		for _, p := range r.parts {
+			if p.cur.flight == r {
+				p.cur.flight = nil
+			}
+		}
 		return
 	}
 	b.attempt = 0
@@ -433,9 +507,7 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			}
 		case p.batch.Next > p.batch.From:
 			cur.attempt, cur.quiet, cur.oorStreak = 0, false, 0
-			cur.queue = append(cur.queue, p.batch)
-			cur.held += int64(p.batch.Bytes)
-			c.held.Add(int64(p.batch.Bytes))
+			cur.queued(p.batch)
 			cur.fetchAt = p.batch.Next
 			// A batch larger than the limit came whole because it was
 			// first: its successors are likely as large.

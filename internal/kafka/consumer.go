@@ -44,12 +44,20 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
+	// fullFetchesOnly turns fetch sessions off (session.go): set before
+	// the first cursor opens, by tests and benchmarks that compare.
+	fullFetchesOnly bool
+
 	held      atomic.Int64 // bytes held and reserved by requests in flight
 	requests  atomic.Int64 // fetch requests sent
 	throttled atomic.Int64 // nanoseconds brokers throttled the fetches
 	fetched   atomic.Int64 // record bytes received in fetch responses
 	wasted    atomic.Int64 // of which batches cut short, fetched again
 	lookups   atomic.Int64 // metadata lookups of the leaders
+
+	fullFetches        atomic.Int64 // requests listing all they fetch
+	incrementalFetches atomic.Int64 // requests in a fetch session, listing what changed
+	requestBytes       atomic.Int64 // bytes of the fetch requests written
 }
 
 // TopicPartition names one partition.
@@ -143,6 +151,14 @@ type Stats struct {
 	Lookups       int64         // metadata lookups of the partitions' leaders
 	Logins        int64         // SASL logins: one per connection
 	Relogins      int64         // SASL logins again on open connections, before their sessions ended (KIP-368)
+
+	// FullFetches and IncrementalFetches divide FetchRequests: requests
+	// that list every partition they fetch (outside a fetch session, or
+	// opening one), and requests in a fetch session (KIP-227) that list
+	// only the partitions whose fetch changed.
+	FullFetches        int64
+	IncrementalFetches int64
+	FetchRequestBytes  int64 // bytes of the fetch requests written, all brokers
 }
 
 // Stats reads the counters.
@@ -150,7 +166,8 @@ func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	n := len(c.cursors)
 	c.mu.Unlock()
-	return Stats{FetchRequests: c.requests.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
+	return Stats{FetchRequests: c.requests.Load(), FullFetches: c.fullFetches.Load(), IncrementalFetches: c.incrementalFetches.Load(),
+		FetchRequestBytes: c.requestBytes.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
 		Throttled: time.Duration(c.throttled.Load()), Lookups: c.lookups.Load(),
 		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(),
 		Logins: c.kc.dialer.logins.Load(), Relogins: c.kc.dialer.relogins.Load()}

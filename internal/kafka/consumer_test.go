@@ -310,3 +310,53 @@ func TestBudgetFreedWakesOtherBrokers(t *testing.T) {
 		t.Fatal("partition 1 was not fetched after the budget was freed")
 	}
 }
+
+// Idle partitions are all in the long poll, whatever their count against
+// the request's bound (16 partitions of 1 MiB in 16 MiB by default): a
+// record produced to any of them comes within a long poll or two, not
+// when a window of 16 comes round to its partition.
+func TestConsumerIdlePartitionsShareOneLongPoll(t *testing.T) {
+	const parts = 200
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "many", parts)
+	cfg := testFetchConfig(k)
+	cfg.MaxBytes, cfg.MaxRequestBytes = DefaultFetchMaxBytes, DefaultMaxRequestBytes
+	cfg.MaxWait = 200 * time.Millisecond
+	c := openConsumer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var empties atomic.Int64
+	got := make([]atomic.Int64, parts) // when a record came, in unix nanoseconds
+	for p := range parts {
+		cur := openCursor(t, c, "many", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				b, err := cur.Fetch(ctx)
+				if err != nil {
+					return
+				}
+				if b.Next == b.From {
+					empties.Add(1)
+				} else {
+					got[p].CompareAndSwap(0, time.Now().UnixNano())
+				}
+				cur.Free(b.Bytes + b.Reserved)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	harness.Await(t, 20*time.Second, "every cursor polled once", func() bool { return empties.Load() >= parts })
+	for _, p := range []int{37, 99, 150, 181, 199} {
+		start := time.Now()
+		k.ProduceValues(t, "many", p, "one")
+		harness.Await(t, 20*time.Second, fmt.Sprintf("the record of partition %d", p), func() bool { return got[p].Load() != 0 })
+		// Two long polls and a loaded machine's slack; the window of 16
+		// took up to (200-16) x 200ms = 37s.
+		if took := time.Unix(0, got[p].Load()).Sub(start); took > 3*time.Second {
+			t.Errorf("partition %d: a record came %v after it was produced, want within a long poll or two (%v each)", p, took, cfg.MaxWait)
+		}
+	}
+}

@@ -35,6 +35,10 @@ type Cursor struct {
 	queue        []PolledBatch
 	flight       *fetchRequest // the request in flight for it, nil when none
 	held         int64         // bytes of the queue and of batches not yet freed
+	ratio        float64       // bytes of JSON a fetched byte decodes into, as the reader said (decoded.go); 0: not decoded
+	inflate      float64       // bytes a fetched byte decompresses into, as the last batches did (decoded.go); 0: unknown
+	batchWire    int64         // the size, as fetched, of the largest batch of its last answer
+	decodes      bool          // its reader decodes the records into JSON it holds (ExpectDecoding)
 	throttled    bool          // Fetch reported the share used since the last Free
 	hw, lso      int64
 	err          error // a failure to return from the next Fetch
@@ -102,7 +106,7 @@ func (cur *Cursor) fail(err error) {
 // c.mu is held.
 func (cur *Cursor) fetchable(now time.Time, share int64) bool {
 	return !cur.closed && cur.flight == nil && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
-		len(cur.queue) < maxQueued && cur.held < share && !now.Before(cur.retryAt)
+		len(cur.queue) < maxQueued && cur.held < share && cur.roomForABatch(share) && !now.Before(cur.retryAt)
 }
 
 // backoff delays the cursor's next fetch after an error that passes. c.mu
@@ -116,7 +120,7 @@ func (cur *Cursor) backoff(now time.Time) {
 func (cur *Cursor) queuedBytes() int64 {
 	var n int64
 	for _, b := range cur.queue {
-		n += int64(b.Bytes)
+		n += batchCost(b)
 	}
 	return n
 }
@@ -142,10 +146,7 @@ func (cur *Cursor) align(pos int64) {
 	if cur.expect == pos && cur.fetchAt != unset {
 		return
 	}
-	var dropped int64
-	for _, b := range cur.queue {
-		dropped += int64(b.Bytes)
-	}
+	dropped := cur.queuedBytes()
 	cur.queue = nil
 	cur.release(dropped)
 	cur.fetchAt, cur.expect = pos, pos

@@ -90,6 +90,10 @@ type PolledBatch struct {
 	// decompression added: a Cursor counts it against the consumer's
 	// budget until Free gives it back.
 	Bytes int
+	// Reserved is what the budget set aside beside Bytes for the JSON the
+	// reader decodes the records into (Cursor.Decoded settles it); Free
+	// gives back Bytes+Reserved. Zero when the reader does not decode.
+	Reserved int
 
 	// Throttled is set on an empty batch when the reader holds half the
 	// partition's share of the Consumer's budget in batches it has not
@@ -103,6 +107,8 @@ type PolledBatch struct {
 	// wasted is the bytes of a batch cut short at the end of the
 	// response: fetched for nothing.
 	wasted int
+	// wire is the bytes of the batch as fetched, before decompression.
+	wire int
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -400,6 +406,7 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 	}
 	b.Records, b.Next = d.records, d.next
 	b.Bytes = len(p.Records) + d.inflated
+	b.wire = len(p.Records)
 	b.largest, b.truncated, b.wasted = d.largest, d.truncated, d.partial
 	return b, nil
 }

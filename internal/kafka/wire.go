@@ -52,6 +52,8 @@ type rawFetchRequest struct {
 	// (kafka-go's negotiation stops at its own newest, and takes its
 	// oldest, v0, where the broker serves none it knows).
 	versions *apiVersions
+	// sent, when set, counts the bytes of the request as written.
+	sent *atomic.Int64
 }
 
 // Broker implements protocol.BrokerMessage.
@@ -101,7 +103,11 @@ func (r *rawFetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error
 
 func (r *rawFetchRequest) exchange(rw io.ReadWriter) (protocol.Message, error) {
 	id := rawCorrelationID.Add(1)
-	if err := protocol.WriteRequest(rw, r.version, id, r.clientID, &r.Request); err != nil {
+	w := io.Writer(rw)
+	if r.sent != nil {
+		w = countingWriter{rw, r.sent}
+	}
+	if err := protocol.WriteRequest(w, r.version, id, r.clientID, &r.Request); err != nil {
 		return nil, err
 	}
 	var head [8]byte
@@ -132,6 +138,18 @@ func (r *rawFetchRequest) exchange(rw io.ReadWriter) (protocol.Message, error) {
 	return res, nil
 }
 
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
 func unexpectedEOF(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
@@ -144,6 +162,7 @@ func unexpectedEOF(err error) error {
 type rawFetchResponse struct {
 	ThrottleMs int32 // the broker mutes the connection this long after the response (KIP-219)
 	ErrorCode  int16
+	SessionID  int32 // the fetch session's id (KIP-227, v7 and later); 0: none
 	Topics     []rawFetchTopic
 }
 
@@ -181,7 +200,7 @@ func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchRespons
 	}
 	if version >= 7 {
 		res.ErrorCode = r.int16()
-		r.int32() // session id
+		res.SessionID = r.int32()
 	}
 	res.Topics = readArray(&r, func(t *rawFetchTopic) {
 		t.Topic = r.string()
