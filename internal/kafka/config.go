@@ -141,37 +141,26 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.MinBytes <= 0 {
-		c.MinBytes = DefaultFetchMinBytes
-	}
-	if c.MaxBytes <= 0 {
-		c.MaxBytes = DefaultFetchMaxBytes
-	}
-	if c.MaxWait <= 0 {
-		c.MaxWait = DefaultFetchMaxWait
-	}
-	if c.MaxRequestBytes <= 0 {
-		c.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if c.MaxBufferBytes <= 0 {
-		c.MaxBufferBytes = DefaultMaxBufferBytes
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = DefaultFetchRequestTimeout
-	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = DefaultFetchBackoffMin
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = DefaultFetchBackoffMax
-	}
+	positiveOr(&c.MinBytes, DefaultFetchMinBytes)
+	positiveOr(&c.MaxBytes, DefaultFetchMaxBytes)
+	positiveOr(&c.MaxWait, DefaultFetchMaxWait)
+	positiveOr(&c.MaxRequestBytes, DefaultMaxRequestBytes)
+	positiveOr(&c.MaxBufferBytes, DefaultMaxBufferBytes)
+	positiveOr(&c.RequestTimeout, DefaultFetchRequestTimeout)
+	positiveOr(&c.BackoffMin, DefaultFetchBackoffMin)
+	positiveOr(&c.BackoffMax, DefaultFetchBackoffMax)
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = c.BackoffMin
 	}
-	if c.UnknownTopicTimeout <= 0 {
-		c.UnknownTopicTimeout = DefaultUnknownTopicTimeout
-	}
+	positiveOr(&c.UnknownTopicTimeout, DefaultUnknownTopicTimeout)
 	return c
+}
+
+// positiveOr sets *v to def when it is not positive.
+func positiveOr[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Validate checks the configuration; each message names the value.

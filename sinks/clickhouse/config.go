@@ -323,11 +323,11 @@ func (c *config) set(key, val string) error {
 	case paramDeadLetters:
 		c.deadRaw = val
 	case paramMode:
-		err = parseName(&c.mode, key, val)
+		err = sqlsink.Enum(sinkURL, &c.mode, key, val)
 	case paramProtocol:
-		err = parseName(&c.protocol, key, val)
+		err = sqlsink.Enum(sinkURL, &c.protocol, key, val)
 	case paramCompression:
-		err = parseName(&c.compression, key, val)
+		err = sqlsink.Enum(sinkURL, &c.compression, key, val)
 	case paramSecure:
 		c.tlsOpts.On, err = sinkURL.Bool(key, val)
 	case paramSkipVerify:
@@ -397,13 +397,4 @@ func (c *config) finish(opts []Option) error {
 	}
 	c.tls, err = c.tlsOpts.Config()
 	return sinkURL.Wrap(err)
-}
-
-// parseName sets v from the URL parameter key's value, or refuses it naming
-// every accepted name.
-func parseName[T enum.Tag](v *enum.Of[T], key, val string) error {
-	if v.Set(val) != nil {
-		return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, enum.List[T]())
-	}
-	return nil
 }

@@ -315,18 +315,18 @@ func (c *config) set(key, val string) error {
 	case paramDeadLetters:
 		c.deadLetters, err = parseTable(key, val)
 	case paramMode:
-		err = parseName(&c.mode, key, val)
+		err = sqlsink.Enum(sinkURL, &c.mode, key, val)
 	case paramEvolve:
-		err = parseName(&c.evolve, key, val)
+		err = sqlsink.Enum(sinkURL, &c.evolve, key, val)
 	case paramConflict:
 		if val == "" || len(val) > 63 || strings.ContainsRune(val, 0) {
 			return fmt.Errorf("%w: %s=%q: want the name of a unique constraint of the table, 1 to 63 bytes", ErrURL, key, val)
 		}
 		c.conflict = val
 	case paramKeyFrom:
-		err = parseName(&c.keyFrom, key, val)
+		err = sqlsink.Enum(sinkURL, &c.keyFrom, key, val)
 	case paramEnvelope:
-		err = parseName(&c.envelope, key, val)
+		err = sqlsink.Enum(sinkURL, &c.envelope, key, val)
 	case paramDeletes:
 		c.deletes, err = sinkURL.Bool(key, val)
 	case paramRetryTimeout:
@@ -357,15 +357,6 @@ func (c *config) finish(opts []Option) error {
 	}
 	if c.log == nil {
 		c.log = zap.NewNop()
-	}
-	return nil
-}
-
-// parseName sets v from the URL parameter key's value, or refuses it naming
-// every accepted name.
-func parseName[T enum.Tag](v *enum.Of[T], key, val string) error {
-	if v.Set(val) != nil {
-		return fmt.Errorf("%w: %s=%q: want one of %s", ErrURL, key, val, enum.List[T]())
 	}
 	return nil
 }
