@@ -78,26 +78,51 @@ func (w *writeLog) all() []blockRange {
 }
 
 // fetchCounter records the fetch requests the broker receives for each
-// partition (the topic of an env is the only one fetched): one per poll.
+// partition (the topic of an env is the only one fetched): one per poll. A
+// request of a fetch session (KIP-227) polls the partitions it lists and
+// those its session holds unlisted, at the offset the session keeps (-1
+// here): the env's one replica keeps one session with the broker.
 type fetchCounter struct {
 	mu      sync.Mutex
 	offsets map[int][]int64 // partition → fetch offset of each request
+	session map[int]bool    // the partitions the session holds
 }
 
 func (e *env) countFetches() *fetchCounter {
-	fc := &fetchCounter{offsets: map[int][]int64{}}
+	fc := &fetchCounter{offsets: map[int][]int64{}, session: map[int]bool{}}
 	e.kafka.Cluster().ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		req, ok := r.(*kmsg.FetchRequest)
 		if !ok {
 			return nil, nil, false
 		}
 		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		inSession := req.SessionEpoch >= 0
+		if req.SessionEpoch == 0 {
+			clear(fc.session) // a new session: what it lists
+		}
+		listed := map[int]bool{}
 		for _, t := range req.Topics {
 			for _, p := range t.Partitions {
 				fc.offsets[int(p.Partition)] = append(fc.offsets[int(p.Partition)], p.FetchOffset)
+				listed[int(p.Partition)] = true
+				if inSession {
+					fc.session[int(p.Partition)] = true
+				}
 			}
 		}
-		fc.mu.Unlock()
+		for _, t := range req.ForgottenTopics {
+			for _, p := range t.Partitions {
+				delete(fc.session, int(p))
+			}
+		}
+		if inSession {
+			for p := range fc.session {
+				if !listed[p] {
+					fc.offsets[p] = append(fc.offsets[p], -1)
+				}
+			}
+		}
 		return nil, nil, false // observe only: the broker answers as usual
 	})
 	return fc
@@ -108,13 +133,6 @@ func (fc *fetchCounter) of(p int) int {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	return len(fc.offsets[p])
-}
-
-// at lists the offsets partition p was fetched at so far.
-func (fc *fetchCounter) at(p int) []int64 {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	return slices.Clone(fc.offsets[p])
 }
 
 // blockWant is a block as the tests expect it.

@@ -461,7 +461,8 @@ func BenchmarkScaleBacklogRSS(b *testing.B) {
 // (default 2s) later, it measures for WINDOW (default 10s):
 //
 //   - fetch/s: Fetch requests per second received by the broker (all
-//     replicas together);
+//     replicas together), and fetch-request-B/s their bytes (in a fetch
+//     session an idle partition is not listed);
 //   - cores: CPU cores the replicas use, summed (utime+stime from
 //     /proc/<pid>/stat over the window), and cores-max-replica, the busiest
 //     one's;
@@ -480,9 +481,9 @@ func BenchmarkScaleIdle(b *testing.B) {
 	etcd := harness.StartEtcd(b, 1)
 	cli := etcd.Client(b)
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "idle"))
-	fetches := k.CountRequests(kmsg.Fetch.Int16())
+	fetches, fetchBytes := k.CountRequestBytes(kmsg.Fetch.Int16())
 
-	var fetchRate, cores, coresMax, txnRate float64
+	var fetchRate, byteRate, cores, coresMax, txnRate float64
 	round := 0
 	for b.Loop() {
 		round++
@@ -500,9 +501,9 @@ func BenchmarkScaleIdle(b *testing.B) {
 		for i, p := range ps {
 			cpu0[i] = procCPU(b, p)
 		}
-		f0, rev0, t0 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		f0, fb0, rev0, t0 := fetches.Load(), fetchBytes.Load(), harness.EtcdRevision(b, cli), time.Now()
 		time.Sleep(window)
-		f1, rev1, t1 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		f1, fb1, rev1, t1 := fetches.Load(), fetchBytes.Load(), harness.EtcdRevision(b, cli), time.Now()
 		secs := t1.Sub(t0).Seconds()
 		var sum, busiest float64
 		for i, p := range ps {
@@ -511,6 +512,7 @@ func BenchmarkScaleIdle(b *testing.B) {
 			busiest = max(busiest, c)
 		}
 		fetchRate += float64(f1-f0) / secs
+		byteRate += float64(fb1-fb0) / secs
 		txnRate += float64(rev1-rev0) / secs
 		cores += sum
 		coresMax = max(coresMax, busiest)
@@ -518,6 +520,7 @@ func BenchmarkScaleIdle(b *testing.B) {
 	}
 	n := float64(round)
 	b.ReportMetric(fetchRate/n, "fetch/s")
+	b.ReportMetric(byteRate/n, "fetch-request-B/s")
 	b.ReportMetric(cores/n, "cores")
 	b.ReportMetric(coresMax, "cores-max-replica")
 	b.ReportMetric(txnRate/n, "etcd-txn/s")
@@ -601,9 +604,9 @@ func BenchmarkScale10k(b *testing.B) {
 	etcd := harness.StartEtcd(b, 1)
 	cli := etcd.Client(b)
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "wide"))
-	fetches := k.CountRequests(kmsg.Fetch.Int16())
+	fetches, fetchBytes := k.CountRequestBytes(kmsg.Fetch.Int16())
 
-	var balance, txnRate, fetchRate, recover, rebalance float64
+	var balance, txnRate, fetchRate, byteRate, recover, rebalance float64
 	round := 0
 	for b.Loop() {
 		round++
@@ -617,11 +620,12 @@ func BenchmarkScale10k(b *testing.B) {
 		balance += took.Seconds()
 		time.Sleep(settle)
 
-		f0, rev0, t0 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		f0, fb0, rev0, t0 := fetches.Load(), fetchBytes.Load(), harness.EtcdRevision(b, cli), time.Now()
 		time.Sleep(window)
-		f1, rev1, t1 := fetches.Load(), harness.EtcdRevision(b, cli), time.Now()
+		f1, fb1, rev1, t1 := fetches.Load(), fetchBytes.Load(), harness.EtcdRevision(b, cli), time.Now()
 		txnRate += float64(rev1-rev0) / t1.Sub(t0).Seconds()
 		fetchRate += float64(f1-f0) / t1.Sub(t0).Seconds()
+		byteRate += float64(fb1-fb0) / t1.Sub(t0).Seconds()
 
 		killed := time.Now()
 		rs[0].Kill()
@@ -647,6 +651,7 @@ func BenchmarkScale10k(b *testing.B) {
 	b.ReportMetric(balance/n, "balance-s")
 	b.ReportMetric(txnRate/n, "idle-etcd-txn/s")
 	b.ReportMetric(fetchRate/n, "idle-fetch/s")
+	b.ReportMetric(byteRate/n, "idle-fetch-request-B/s")
 	b.ReportMetric(recover/n, "recover-s")
 	b.ReportMetric(rebalance/n, "rebalance-s")
 	b.ReportMetric(ttl.Seconds(), "ttl-s")

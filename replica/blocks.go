@@ -21,6 +21,9 @@ type block struct {
 	// raw and reserved: of bytes, the batches' fetched bytes and the room
 	// the cursor set aside for their JSON (kafka.PolledBatch.Reserved).
 	raw, reserved int
+	// bufs are the buffers its records alias, given back when it is
+	// finished (kafka.Recycle).
+	bufs []kafka.Buffer
 	// full: it ended by size (rows, bytes, the budget), so its etcd writes
 	// go at once; a block that ended because the partition went quiet
 	// lets them linger for others to share their round.
@@ -119,7 +122,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			b.records = batch.Records
 		} else {
 			b.records = append(b.records, batch.Records...)
+			kafka.RecycleRecords(batch.Records)
 		}
+		b.keep(batch)
 		b.bytes += batch.Bytes + batch.Reserved
 		b.raw += batch.Bytes
 		b.reserved += batch.Reserved
@@ -127,6 +132,13 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if first.IsZero() {
 			first = time.Now()
 		}
+	}
+}
+
+// keep takes the buffer of a batch whose records joined the block.
+func (b *block) keep(batch kafka.PolledBatch) {
+	if buf := batch.Buffer(); !buf.IsZero() {
+		b.bufs = append(b.bufs, buf)
 	}
 }
 
@@ -160,6 +172,9 @@ func (pt *partition) reset(r *kafka.OffsetReset) {
 func (pt *partition) finish(b *block) {
 	pt.f.Free(b.bytes)
 	b.bytes = 0
+	kafka.Recycle(b.bufs)
+	clear(b.bufs)
+	b.bufs = b.bufs[:0]
 	if cap(pt.decodeBuf) > keptDecodeBuf {
 		// Given back with the budget: a buffer kept would be memory the
 		// budget no longer counts.
@@ -187,6 +202,8 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 				b.records = append(b.records, rec)
 			}
 		}
+		kafka.RecycleRecords(batch.Records)
+		b.keep(batch)
 		// The range was a block of the previous owner's, which may be
 		// larger than this replica's share of the budget: it is read
 		// whole all the same, off the budget, so that the replay cannot

@@ -99,7 +99,8 @@ type Kafka struct {
 	// request in flight (two per broker).
 	FetchMaxBytes int
 	// MaxBufferBytes bounds the bytes of records the replica holds across
-	// its partitions: fetched, decompressed, and not yet committed (no
+	// its partitions: fetched, decompressed, decoded into JSON (Formats),
+	// and not yet committed (no
 	// Java setting; think fetch.max.bytes times the requests in flight).
 	// Default DefaultMaxBufferBytes, 256 MiB. Each partition may hold an
 	// equal share; a block ends at half of it, so a smaller budget means

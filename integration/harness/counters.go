@@ -29,6 +29,21 @@ func (k *Kafka) CountRequests(key int16) *atomic.Int64 {
 	return &n
 }
 
+// CountRequestBytes is CountRequests and the bytes of the requests' bodies
+// as the cluster received them (headers left out).
+func (k *Kafka) CountRequestBytes(key int16) (requests, bytes *atomic.Int64) {
+	if k.cluster == nil {
+		panic("harness: CountRequestBytes needs a kfake cluster")
+	}
+	requests, bytes = new(atomic.Int64), new(atomic.Int64)
+	k.cluster.ControlKey(key, func(req kmsg.Request) (kmsg.Response, error, bool) {
+		requests.Add(1)
+		bytes.Add(int64(len(req.AppendTo(nil))))
+		return nil, nil, false
+	})
+	return requests, bytes
+}
+
 // EtcdRevision is the cluster's current revision, from the header of a Get.
 // The revision rises by one with each transaction that changes the store (a
 // put or delete, a lease expiry or revocation that deletes keys), and not

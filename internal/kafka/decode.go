@@ -96,6 +96,9 @@ type decoder struct {
 	// partial is the bytes of that batch the response held: fetched, and
 	// to be fetched again.
 	partial int
+	// aliasRaw: records may alias the input (an uncompressed batch), which
+	// is then theirs until they are done with; else it can go at once.
+	aliasRaw bool
 
 	records []sinks.Record
 	next    int64
@@ -120,7 +123,7 @@ func (d *decoder) decode(raw []byte) error {
 		d.sortAborted()
 	}
 	if n := scanBatches(raw); n > 0 {
-		d.records = make([]sinks.Record, 0, n)
+		d.records = getRecords(n)
 	}
 	for {
 		if n := legacyEntry(raw); n > 0 {
@@ -186,6 +189,7 @@ func (d *decoder) batchStart(base int64) {
 func (d *decoder) payload(b *recordBatch) ([]byte, error) {
 	c := b.compression()
 	if c == compress.None {
+		d.aliasRaw = true
 		return b.records, nil
 	}
 	if c.Codec() == nil {

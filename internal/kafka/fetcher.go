@@ -109,6 +109,8 @@ type PolledBatch struct {
 	wasted int
 	// wire is the bytes of the batch as fetched, before decompression.
 	wire int
+	// buf is the buffer the records alias, nil when none (pool.go).
+	buf []byte
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -403,6 +405,11 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 		maxBytes: f.cfg.MaxBufferBytes}
 	if err := d.decode(p.Records); err != nil {
 		return PolledBatch{}, err
+	}
+	if d.aliasRaw {
+		b.buf = p.Records
+	} else {
+		putBytes(p.Records) // the records alias what it was decompressed into
 	}
 	b.Records, b.Next = d.records, d.next
 	b.Bytes = len(p.Records) + d.inflated

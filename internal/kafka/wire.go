@@ -302,7 +302,7 @@ func (r *wireReader) bytes() []byte {
 		r.err = errShortResponse
 		return nil
 	}
-	b := make([]byte, n)
+	b := getBytes(n) // given back once its records are done with (pool.go)
 	if _, err := io.ReadFull(r.r, b); err != nil {
 		r.err = unexpectedEOF(err)
 		return nil
