@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -332,6 +333,8 @@ const DefaultReadyTimeout = time.Second
 //	/metrics  what g gathers, in the Prometheus exposition format
 //	/healthz  200 "ok" while the process serves HTTP: a liveness probe
 //	/readyz   200 "ready" when r.Ready is nil, else 503 and the reason
+//	/debug/pprof/  Go's profiles (net/http/pprof): where the CPU and the
+//	          memory go, for a replica slower than it should be
 //
 // r is typically a *replica.Replica (see Replica.Ready); g a registry
 // holding NewCollector(r) and the Go and process collectors.
@@ -354,5 +357,10 @@ func Handler(r Readier, g prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }

@@ -222,6 +222,8 @@ func TestHandlerProbes(t *testing.T) {
 		{"/healthz", http.StatusOK, "ok"},
 		{"/readyz", http.StatusServiceUnavailable, "no live session"},
 		{"/metrics", http.StatusOK, "offsetkeeper_records_written_total"},
+		{"/debug/pprof/", http.StatusOK, "goroutine"},
+		{"/debug/pprof/heap?debug=1", http.StatusOK, "heap profile"},
 		{"/nope", http.StatusNotFound, ""},
 	}
 	for _, tc := range tests {
