@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 )
 
@@ -65,7 +66,8 @@ func envName(flag string) string {
 }
 
 // knownEnv are the variables read other than as a flag's.
-var knownEnv = []string{envEtcdPassword, envKafkaPassword, envRegistryPassword, clickhouse.PasswordEnv, envName("help"), envName("version")}
+var knownEnv = []string{envEtcdPassword, envKafkaPassword, envRegistryPassword, clickhouse.PasswordEnv, envName("help"), envName("version"),
+	kafka.PoisonBuffersEnv}
 
 // serviceLink matches the variables Kubernetes puts into every pod for a
 // Service whose name starts offsetkeeper: OFFSETKEEPER_SERVICE_HOST,

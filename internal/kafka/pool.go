@@ -34,7 +34,10 @@ var (
 	poisonBuffers atomic.Bool
 )
 
-func init() { poisonBuffers.Store(os.Getenv("OFFSETKEEPER_POISON_BUFFERS") == "1") }
+// PoisonBuffersEnv set to 1 turns PoisonBuffers on from the start.
+const PoisonBuffersEnv = "OFFSETKEEPER_POISON_BUFFERS"
+
+func init() { poisonBuffers.Store(os.Getenv(PoisonBuffersEnv) == "1") }
 
 // PoisonBuffers makes given-back buffers be overwritten rather than reused
 // (or reused again, off): for tests that a buffer is not given back while
