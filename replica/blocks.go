@@ -5,6 +5,7 @@ package replica
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -121,6 +122,11 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			// many partitions a block is often one batch.
 			b.records = batch.Records
 		} else {
+			if need := len(b.records) + len(batch.Records); need > cap(b.records) {
+				// Once, to what the block is likely to hold, rather than
+				// doubling from one batch's size.
+				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-len(b.records))
+			}
 			b.records = append(b.records, batch.Records...)
 			kafka.RecycleRecords(batch.Records)
 		}
@@ -133,6 +139,16 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			first = time.Now()
 		}
 	}
+}
+
+// likelyRows is how many records a block of batches like this one holds:
+// as many as fit in half the partition's share of the budget or
+// MaxBlockBytes, at most MaxBlockRows.
+func (pt *partition) likelyRows(batch kafka.PolledBatch) int {
+	cfg := &pt.r.cfg
+	bytes := min(pt.f.Share()/2, int64(cfg.MaxBlockBytes))
+	per := max(int64(batch.Bytes+batch.Reserved)/int64(max(len(batch.Records), 1)), 1)
+	return int(min(bytes/per, int64(cfg.MaxBlockRows)))
 }
 
 // keep takes the buffer of a batch whose records joined the block.

@@ -104,6 +104,13 @@ func growRatio(old, sample float64) float64 {
 // room set aside for its JSON.
 func batchCost(b PolledBatch) int64 { return int64(b.Bytes + b.Reserved) }
 
+// Share is the part of the budget the cursor may hold now.
+func (cur *Cursor) Share() int64 {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	return cur.c.share()
+}
+
 // TakeRoom holds what is left of the cursor's share of the budget for the
 // reader to decode into, so that nothing is fetched into it meanwhile,
 // and returns it (0 when the share is used up). Decoded gives back what
