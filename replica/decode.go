@@ -129,6 +129,12 @@ func (pt *partition) decode(ctx context.Context, b *block) error {
 		b.bytes += room
 	}
 	allowed := b.reserved
+	if want := b.reserved + b.reserved/8; cap(buf) < want && budgeted {
+		// Once, to the size expected (the room set aside, all of it
+		// when the size is not known yet), rather than doubling from
+		// nothing: every doubling leaves garbage the size of the JSON.
+		buf = make([]byte, 0, min(want, allowed))
+	}
 	defer func() {
 		pt.decodeBuf = buf
 		pt.settle(b, total, len(buf))

@@ -242,6 +242,7 @@ func (o *runOptions) validate() error {
 func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	log := o.logs.newLogger(cmd.ErrOrStderr())
 	defer func() { _ = log.Sync() }()
+	tuneMemory(log, int64(o.maxBufferBytes))
 	cli, err := o.cluster.etcdClient()
 	if err != nil {
 		return err

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"runtime/debug"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// The Go runtime follows the memory budget unless GOMEMLIMIT or GOGC say
+// otherwise.
+func TestTuneMemory(t *testing.T) {
+	limit0 := debug.SetMemoryLimit(-1)
+	gc0 := debug.SetGCPercent(100)
+	t.Cleanup(func() {
+		debug.SetMemoryLimit(limit0)
+		debug.SetGCPercent(gc0)
+	})
+	const budget = 64 << 20
+
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "")
+	tuneMemory(zap.NewNop(), budget)
+	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
+		t.Errorf("memory limit %d, want the budget and the headroom, %d", got, budget+gcHeadroom)
+	}
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("GOGC %d, want %d", got, gcPercent)
+	}
+
+	debug.SetMemoryLimit(1 << 40)
+	t.Setenv("GOMEMLIMIT", "1TiB")
+	t.Setenv("GOGC", "100")
+	tuneMemory(zap.NewNop(), budget)
+	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
+		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC %d with GOGC set, want it left alone (100)", got)
+	}
+}
