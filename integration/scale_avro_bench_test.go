@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -83,30 +82,5 @@ func BenchmarkScaleAvroBacklogRSS(b *testing.B) {
 		}
 	}
 
-	var took, cpu time.Duration
-	var peak int64
-	round := 0
-	for b.Loop() {
-		round++
-		group := fmt.Sprintf("avro-backlog-%d", round)
-		start := time.Now()
-		p := replicaProcess(b, etcd, k, group, "avro-backlog", "r", "--value-format", "avro", "--schema-registry", reg.URL)
-		done := pollUntil(b, 60*time.Minute, 50*time.Millisecond, "the replica to commit the backlog", func() bool {
-			return committedTotal(b, cli, group) >= int64(total)
-		})
-		took += done.Sub(start)
-		cpu += procCPU(b, p)
-		_, hwm, err := harness.ProcMemory(p.PID())
-		if err != nil {
-			b.Fatal(err)
-		}
-		peak = max(peak, hwm)
-		stopProcesses(b, p)
-	}
-	n := float64(round)
-	b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
-	b.ReportMetric(float64(total)*float64(size)*n/1e6/took.Seconds(), "MB/s")
-	b.ReportMetric(float64(total)*n/took.Seconds(), "records/s")
-	b.ReportMetric(cpu.Seconds()/n, "cpu-s")
-	b.ReportMetric(cpu.Seconds()/n/float64(total)*1e6, "cpu-s/Mrec")
+	drainBacklog(b, etcd, cli, k, "avro-backlog", total, size, "--value-format", "avro", "--schema-registry", reg.URL)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
@@ -427,14 +428,22 @@ func BenchmarkScaleBacklogRSS(b *testing.B) {
 	k := harness.StartKafka(b, harness.SeedTopics(parts, "backlog"))
 	produceBacklog(b, k, "backlog", parts, perPart, size)
 
+	drainBacklog(b, etcd, cli, k, "backlog", total, size)
+}
+
+// drainBacklog runs one replica process per round on topic's backlog of
+// total records of size bytes until etcd holds offsets summing to total,
+// and reports its peak resident memory, its throughput and its CPU.
+func drainBacklog(b *testing.B, etcd *harness.Etcd, cli *clientv3.Client, k *harness.Kafka, topic string, total, size int, extra ...string) {
+	b.Helper()
 	var took, cpu time.Duration
 	var peak int64
 	round := 0
 	for b.Loop() {
 		round++
-		group := fmt.Sprintf("backlog-%d", round)
+		group := fmt.Sprintf("%s-%d", topic, round)
 		start := time.Now()
-		p := replicaProcess(b, etcd, k, group, "backlog", "r")
+		p := replicaProcess(b, etcd, k, group, topic, "r", extra...)
 		done := pollUntil(b, 60*time.Minute, 50*time.Millisecond, "the replica to commit the backlog", func() bool {
 			return committedTotal(b, cli, group) >= int64(total)
 		})
@@ -452,6 +461,7 @@ func BenchmarkScaleBacklogRSS(b *testing.B) {
 	b.ReportMetric(float64(total)*float64(size)*n/1e6/took.Seconds(), "MB/s")
 	b.ReportMetric(float64(total)*n/took.Seconds(), "records/s")
 	b.ReportMetric(cpu.Seconds()/n, "cpu-s")
+	b.ReportMetric(cpu.Seconds()/n/float64(total)*1e6, "cpu-s/Mrec")
 }
 
 // BenchmarkScaleIdle runs REPLICAS replicas (default 3) as processes
