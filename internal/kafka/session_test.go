@@ -153,6 +153,7 @@ func TestSessionPartitionsJoinAndLeave(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(parts, topic))
 	log := watchFetches(k, nil)
 	c := openConsumer(t, testFetchConfig(k))
+	c.sessions = true
 	curs := map[int]*Cursor{}
 	for p := range 4 {
 		curs[p] = openCursor(t, c, topic, p, 0)
@@ -240,7 +241,7 @@ func TestSessionIdleRequestsAreSmall(t *testing.T) {
 	cfg.MaxBytes = 64 << 10
 	perRequest := func(full bool) float64 {
 		c := openConsumer(t, cfg)
-		c.fullFetchesOnly = full
+		c.sessions = !full
 		for p := range parts {
 			openCursor(t, c, topic, p, 0)
 		}
@@ -281,6 +282,7 @@ func TestSessionErrorFallsBackToFullFetch(t *testing.T) {
 				return nil
 			})
 			c := openConsumer(t, testFetchConfig(k))
+			c.sessions = true
 			curs := map[int]*Cursor{}
 			for p := range parts {
 				curs[p] = openCursor(t, c, topic, p, 0)
@@ -332,6 +334,7 @@ func TestSessionOffAfterRepeatedErrors(t *testing.T) {
 		return resp
 	})
 	c := openConsumer(t, testFetchConfig(k))
+	c.sessions = true
 	curs := map[int]*Cursor{0: openCursor(t, c, topic, 0, 0)}
 	round(t, k, curs, topic, 0, 5)
 	harness.Await(t, drainTimeout, "ten sessionless requests", func() bool {
@@ -446,6 +449,7 @@ func TestSessionApacheLeaderMoveAndBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.sessions = true
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
