@@ -6,6 +6,7 @@
 package integration_test
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -67,6 +68,9 @@ type env struct {
 	admin  *clientv3.Client
 	coord  *coordinator.Coordinator
 	logger *zap.Logger
+	// leaseTTL is the replicas' lease TTL, 2s when zero: short, so that
+	// the tests of a lost replica are quick.
+	leaseTTL time.Duration
 }
 
 func newEnv(t *testing.T, topic string, partitions int, opts ...harness.KafkaOption) *env {
@@ -98,7 +102,7 @@ func (e *env) config(id string) replica.Config {
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
 		Kafka:          replica.Kafka{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
-		LeaseTTL:       2 * time.Second,
+		LeaseTTL:       cmp.Or(e.leaseTTL, 2*time.Second),
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,
 		RebalanceDelay: 20 * time.Millisecond,
