@@ -118,7 +118,9 @@ func (cur *Cursor) Share() int64 {
 func (cur *Cursor) TakeRoom() int {
 	cur.c.mu.Lock()
 	defer cur.c.mu.Unlock()
-	room := cur.c.share() - cur.held
+	// Within what is left of the whole budget too: a cursor that held
+	// its share before others joined holds more than its share now.
+	room := min(cur.c.share()-cur.held, int64(cur.c.cfg.MaxBufferBytes)-cur.c.held.Load())
 	if room <= 0 {
 		return 0
 	}
