@@ -1,0 +1,181 @@
+package kafka
+
+// One fetch request of a broker loop: what it carries, how it is sent and
+// how its answer is decoded, partition by partition (broker.go picks its
+// parts and hands the answer to the cursors).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
+)
+
+// fetchRequest is one request in flight and, once back, its outcome.
+type fetchRequest struct {
+	parts   []*fetchPart
+	reserve int64 // budget bytes set aside for the answer
+	quiet   bool  // it carries quiet cursors
+	big     bool  // its first part is a batch larger than its limit
+	beside  bool  // it was picked beside a long poll: it carries no quiet cursor
+	sent    time.Time
+
+	// The parts it lists: all of them, but in a fetch session only those
+	// whose fetch the broker's session does not hold; and the partitions
+	// the session is to forget (session.go).
+	listed    []*fetchPart
+	forgotten []TopicPartition
+	session   bool // it is a request of the loop's fetch session
+	// Its session id and epoch; outside a session 0 and -1.
+	sessionID, sessionEpoch int32
+
+	err        error         // the request as a whole failed
+	sessionErr int16         // the answer's session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
+	answerID   int32         // the answer's session id
+	throttle   time.Duration // the broker mutes the connection this long (KIP-219)
+}
+
+// fetchPart is one cursor's part of a request.
+type fetchPart struct {
+	cur   *Cursor
+	seq   uint64
+	from  int64
+	limit int32 // the bytes the cursor may take in a response
+	max   int32 // the limit sent: limit, or 1 for a big batch first in the request
+	epoch int32
+
+	raw     *rawFetchPartition // its part of the response, until decoded
+	batch   PolledBatch
+	err     error // decoding failed
+	code    int16 // the broker's error code for the partition
+	present bool  // the response held the partition
+	hw, lso int64
+}
+
+// fetch sends one request and decodes what each partition got. It runs on
+// a goroutine of its own, so decoding overlaps the other request in flight
+// and the delivery of earlier batches.
+func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
+	c := b.c
+	req := &rawFetchRequest{clientID: c.cfg.ClientID, broker: b.id, direct: true, versions: c.kc.versions, Request: fetchapi.Request{
+		ReplicaID:      -1,
+		MaxWaitTime:    int32(c.cfg.MaxWait / time.Millisecond),
+		MinBytes:       int32(c.cfg.MinBytes),
+		MaxBytes:       int32(min(r.reserve, 1<<31-1)),
+		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
+		SessionID:      r.sessionID,
+		SessionEpoch:   r.sessionEpoch,
+	}, sent: &c.requestBytes}
+	for _, p := range r.listed {
+		rp := fetchapi.RequestPartition{
+			Partition:          int32(p.cur.tp.Partition),
+			CurrentLeaderEpoch: p.epoch,
+			FetchOffset:        p.from,
+			LogStartOffset:     -1,
+			PartitionMaxBytes:  p.max,
+		}
+		if t := len(req.Topics) - 1; t >= 0 && req.Topics[t].Topic == p.cur.tp.Topic {
+			req.Topics[t].Partitions = append(req.Topics[t].Partitions, rp)
+		} else {
+			req.Topics = append(req.Topics, fetchapi.RequestTopic{Topic: p.cur.tp.Topic, Partitions: []fetchapi.RequestPartition{rp}})
+		}
+	}
+	for _, tp := range r.forgotten { // sorted
+		if t := len(req.ForgottenTopics) - 1; t >= 0 && req.ForgottenTopics[t].Topic == tp.Topic {
+			req.ForgottenTopics[t].Partitions = append(req.ForgottenTopics[t].Partitions, int32(tp.Partition))
+		} else {
+			req.ForgottenTopics = append(req.ForgottenTopics, fetchapi.RequestForgottenTopic{Topic: tp.Topic, Partitions: []int32{int32(tp.Partition)}})
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.MaxWait+c.cfg.RequestTimeout)
+	defer cancel()
+	c.requests.Add(1)
+	if r.sessionEpoch > 0 {
+		c.incrementalFetches.Add(1)
+	} else {
+		c.fullFetches.Add(1)
+	}
+	m, err := c.transport.RoundTrip(rctx, kafkago.TCP(c.cfg.Brokers...), req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	res, ok := m.(*rawFetchResponse)
+	if !ok {
+		r.err = fmt.Errorf("unexpected response %T", m)
+		return r
+	}
+	r.throttle = time.Duration(res.ThrottleMs) * time.Millisecond
+	r.answerID = res.SessionID
+	switch err := kafkago.Error(res.ErrorCode); {
+	case res.ErrorCode == 0:
+	case r.session && (errors.Is(err, kafkago.FetchSessionIDNotFound) || errors.Is(err, kafkago.InvalidFetchSessionEpoch)):
+		r.sessionErr = res.ErrorCode
+		return r
+	default:
+		r.err = err
+		return r
+	}
+	got := make(map[TopicPartition]*rawFetchPartition, len(r.parts))
+	for i := range res.Topics {
+		t := &res.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			got[TopicPartition{t.Topic, int(p.Partition)}] = p
+		}
+	}
+	var work []*fetchPart
+	for _, part := range r.parts {
+		p, ok := got[part.cur.tp]
+		if !ok {
+			// Nothing for it: a broker answering in a fetch session
+			// leaves out the partitions without records or news
+			// (session.go). handle takes it for an empty answer, with
+			// the high watermark last seen. (Kafka leaves out one
+			// whose last stable offset alone moved: then no record
+			// at its offset became readable either.)
+			continue
+		}
+		part.present = true
+		part.hw, part.lso = p.HighWatermark, p.LastStableOffset
+		if part.lso < 0 {
+			part.lso = p.HighWatermark // before fetch v4
+		}
+		if p.ErrorCode != 0 {
+			part.code = p.ErrorCode
+			continue
+		}
+		if len(p.Records) == 0 {
+			part.batch = PolledBatch{From: part.from, Next: part.from, HighWatermark: part.hw, LastStable: part.lso}
+			continue
+		}
+		part.raw = p
+		work = append(work, part)
+	}
+	// The partitions of a response are decoded side by side, so that a
+	// replica reading few brokers still uses every core for it.
+	workers := min(len(work), runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(work)); i = next.Add(1) - 1 {
+				part := work[i]
+				c.fetched.Add(int64(len(part.raw.Records)))
+				part.batch, part.err = part.cur.f.decodePartition(part.from, part.raw)
+				c.wasted.Add(int64(part.batch.wasted))
+				part.raw = nil
+			}
+		}()
+	}
+	wg.Wait()
+	return r
+}
