@@ -42,7 +42,9 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	}
 	cfg = cfg.WithDefaults()
 	versions := newAPIVersions()
-	d := &dialer{dial: cfg.Dial, tls: cfg.TLS, clientID: cfg.ClientID, versions: versions}
+	addr := newBootstrapAddr(cfg.Brokers)
+	d := &dialer{dial: cfg.Dial, tls: cfg.TLS, clientID: cfg.ClientID, versions: versions,
+		boot: newBootstrap(cfg.Brokers), bootName: addr.String()}
 	if cfg.SASL != nil {
 		m, err := cfg.SASL.kafkaMechanism()
 		if err != nil {
@@ -60,7 +62,6 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	t.Context = bg // ends the transport's goroutines
-	addr := kafkago.TCP(cfg.Brokers...)
 	return &Client{
 		cfg:       cfg,
 		addr:      addr,
@@ -73,7 +74,8 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	}, nil
 }
 
-// Addr is the bootstrap brokers, as kafka-go requests take them.
+// Addr is the bootstrap brokers, as kafka-go requests take them: one name
+// that the client's dialer resolves to the first of them that answers.
 func (c *Client) Addr() net.Addr { return c.addr }
 
 // Kafka is the kafka-go Client on the transport, for the requests this

@@ -37,14 +37,26 @@ type dialer struct {
 	mech     sasl.Mechanism // nil: no SASL
 	clientID string
 	versions *apiVersions
+	// boot picks the bootstrap broker of the connection named bootName.
+	boot     *bootstrap
+	bootName string
 	// logins and relogins count the SASL logins, the first of each
 	// connection and those again before a session ends.
 	logins, relogins atomic.Int64
 }
 
 // DialContext opens a connection to a broker: TCP, TLS when configured, and
-// the SASL login when configured. ctx bounds all of it.
+// the SASL login when configured. ctx bounds all of it. The bootstrap
+// brokers' name is resolved to the first of them that answers.
 func (d *dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if d.boot != nil && address == d.bootName {
+		return d.dialBootstrap(ctx, network)
+	}
+	return d.dialBroker(ctx, network, address)
+}
+
+// dialBroker opens a connection to the broker at address.
+func (d *dialer) dialBroker(ctx context.Context, network, address string) (net.Conn, error) {
 	dial := d.dial
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext

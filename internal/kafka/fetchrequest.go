@@ -101,7 +101,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	} else {
 		c.fullFetches.Add(1)
 	}
-	m, err := c.transport.RoundTrip(rctx, kafkago.TCP(c.cfg.Brokers...), req)
+	m, err := c.transport.RoundTrip(rctx, c.kc.addr, req)
 	if err != nil {
 		r.err = err
 		return r

@@ -98,7 +98,11 @@ func (c *Client) metadata(ctx context.Context, topics []string) (*clusterMeta, e
 		overdue := err != nil && actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if overdue {
-			err = fmt.Errorf("broker %d: no answer within %s: %w", id, c.metadataAttempt(), err)
+			who := fmt.Sprintf("broker %d", id)
+			if id < 0 {
+				who = "bootstrap brokers " + strings.Join(c.cfg.Brokers, ", ")
+			}
+			err = fmt.Errorf("%s: no answer within %s: %w", who, c.metadataAttempt(), err)
 		}
 		if err == nil {
 			c.metaMu.Lock()

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 	"go.uber.org/zap"
 )
@@ -210,7 +209,7 @@ func (b *brokerLoop) closeSession() {
 		SessionID:      b.sess.id,
 		SessionEpoch:   -1,
 	}}
-	if _, err := c.transport.RoundTrip(ctx, kafkago.TCP(c.cfg.Brokers...), req); err != nil {
+	if _, err := c.transport.RoundTrip(ctx, c.kc.addr, req); err != nil {
 		b.log.Debug("closing the fetch session failed; the broker evicts it", zap.Int32("session", b.sess.id), zap.Error(err))
 	}
 	b.sess.id = 0
