@@ -667,3 +667,19 @@ func BenchmarkScale10k(b *testing.B) {
 	b.ReportMetric(ttl.Seconds(), "ttl-s")
 	b.ReportMetric(ttl.Seconds()+1, "goal-s")
 }
+
+// BenchmarkScaleGroupVsFranz10k is BenchmarkScaleGroupVsFranz512 at
+// 10,000 partitions (PARTITIONS) and 10,000,000 records (RECORDS) of 100
+// bytes (RECORD_BYTES): a backlog of 1,000 records a partition, where a
+// consumer's cost is per partition (requests, claims, blocks and commits)
+// more than per record. kfake holds the full size in about 2 GiB; the Java
+// consumer is left out there (see kfakeCutsJavaFetch).
+//
+//	go test -run '^$' -bench 'ScaleGroupVsFranz10k$' -benchtime 1x -timeout 90m ./integration/
+//	go test -short -run '^$' -bench 'ScaleGroupVsFranz10k$' -benchtime 1x ./integration/  # 1,000 partitions, 200,000 records
+func BenchmarkScaleGroupVsFranz10k(b *testing.B) {
+	groupVsFranz(b,
+		scaleInt(b, "PARTITIONS", 10_000, 1_000),
+		scaleInt(b, "RECORDS", 10_000_000, 200_000),
+		scaleInt(b, "RECORD_BYTES", 100, 100))
+}

@@ -112,6 +112,12 @@ type Kafka struct {
 	// to wait (request.timeout.ms): a fetch is given up and retried after
 	// FetchMaxWait+RequestTimeout. Default DefaultRequestTimeout, 10s.
 	RequestTimeout time.Duration
+	// NoFetchSessions turns incremental fetch sessions (KIP-227) off: every
+	// fetch then lists all its partitions, as before Kafka 1.1. Default
+	// false: a broker that keeps sessions is sent only the partitions
+	// whose fetch changed, so an idle partition costs nothing per request.
+	// No Java setting: its consumer always asks for sessions.
+	NoFetchSessions bool
 
 	// IsolationLevel says which records of transactional producers are
 	// read (isolation.level). Default ReadCommitted.
@@ -146,6 +152,7 @@ func (k Kafka) config() kafka.Config {
 		MaxRequestBytes: k.FetchMaxBytes,
 		MaxBufferBytes:  k.MaxBufferBytes,
 		RequestTimeout:  k.RequestTimeout,
+		NoFetchSessions: k.NoFetchSessions,
 		IsolationLevel:  k.IsolationLevel,
 		StartPolicy:     k.StartPolicy,
 		BackoffMin:      k.RetryBackoffMin,

@@ -35,6 +35,7 @@ type runOptions struct {
 	commitMode      replica.CommitMode
 	startFrom       replica.StartPolicy
 	fetchMaxWait    time.Duration
+	fetchSessions   bool
 	shutdown        time.Duration
 	writeTimeout    time.Duration
 	allowSinkChange bool
@@ -125,6 +126,7 @@ once. Exit status 0.`,
 	fs.Var(enumVar(&o.startFrom),
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
 	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
+	fs.BoolVar(&o.fetchSessions, "fetch-sessions", true, "send a broker only the partitions whose fetch changed, in an incremental fetch session (KIP-227), where it keeps them; false: every fetch lists all its partitions")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
@@ -155,11 +157,12 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		ReplicaID: o.replicaID,
 		Topics:    o.topics,
 		Kafka: replica.Kafka{
-			Brokers:        o.cluster.brokers,
-			ClientID:       o.cluster.kafkaClientID,
-			FetchMaxWait:   o.fetchMaxWait,
-			StartPolicy:    o.startFrom,
-			MaxBufferBytes: int(o.maxBufferBytes),
+			Brokers:         o.cluster.brokers,
+			ClientID:        o.cluster.kafkaClientID,
+			FetchMaxWait:    o.fetchMaxWait,
+			NoFetchSessions: !o.fetchSessions,
+			StartPolicy:     o.startFrom,
+			MaxBufferBytes:  int(o.maxBufferBytes),
 		},
 		MaxBlockBytes:   int(o.maxBlockBytes),
 		LeaseTTL:        o.leaseTTL,

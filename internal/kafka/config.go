@@ -121,6 +121,9 @@ type Config struct {
 	// wait (default DefaultFetchRequestTimeout): a fetch is given up after
 	// MaxWait+RequestTimeout and retried.
 	RequestTimeout time.Duration
+	// NoFetchSessions turns incremental fetch sessions (KIP-227) off: a
+	// Consumer's fetches then list all their partitions.
+	NoFetchSessions bool
 
 	// IsolationLevel is ReadCommitted by default.
 	IsolationLevel IsolationLevel

@@ -44,11 +44,8 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
-	// sessions turns fetch sessions on (session.go): set before the
-	// first cursor opens. Off for now: with sessions, reading on after a
-	// broker's SIGSTOP took up to 10 s more on a loaded machine
-	// (TestApacheLeaderKilledAndBrokerPaused), against about 1 s without;
-	// the tests of session.go turn them on.
+	// sessions turns fetch sessions on (session.go), unless
+	// Config.NoFetchSessions.
 	sessions bool
 
 	held      atomic.Int64 // bytes held and reserved by requests in flight
@@ -99,6 +96,7 @@ func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, erro
 		cursors:   map[TopicPartition]*Cursor{},
 		brokers:   map[int32]*brokerLoop{},
 		refresh:   make(chan struct{}, 1),
+		sessions:  !kc.cfg.NoFetchSessions,
 	}
 	c.wg.Add(1)
 	go c.leaders()

@@ -153,7 +153,6 @@ func TestSessionPartitionsJoinAndLeave(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(parts, topic))
 	log := watchFetches(k, nil)
 	c := openConsumer(t, testFetchConfig(k))
-	c.sessions = true
 	curs := map[int]*Cursor{}
 	for p := range 4 {
 		curs[p] = openCursor(t, c, topic, p, 0)
@@ -240,8 +239,8 @@ func TestSessionIdleRequestsAreSmall(t *testing.T) {
 	// MiB): 64 KiB each lets all 200 go in one long poll.
 	cfg.MaxBytes = 64 << 10
 	perRequest := func(full bool) float64 {
+		cfg.NoFetchSessions = full
 		c := openConsumer(t, cfg)
-		c.sessions = !full
 		for p := range parts {
 			openCursor(t, c, topic, p, 0)
 		}
@@ -282,7 +281,6 @@ func TestSessionErrorFallsBackToFullFetch(t *testing.T) {
 				return nil
 			})
 			c := openConsumer(t, testFetchConfig(k))
-			c.sessions = true
 			curs := map[int]*Cursor{}
 			for p := range parts {
 				curs[p] = openCursor(t, c, topic, p, 0)
@@ -334,7 +332,6 @@ func TestSessionOffAfterRepeatedErrors(t *testing.T) {
 		return resp
 	})
 	c := openConsumer(t, testFetchConfig(k))
-	c.sessions = true
 	curs := map[int]*Cursor{0: openCursor(t, c, topic, 0, 0)}
 	round(t, k, curs, topic, 0, 5)
 	harness.Await(t, drainTimeout, "ten sessionless requests", func() bool {
@@ -449,7 +446,6 @@ func TestSessionApacheLeaderMoveAndBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.sessions = true
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
