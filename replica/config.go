@@ -126,7 +126,10 @@ type Config struct {
 
 	// MaxBlockRows ends a block at this many records (think
 	// max.poll.records, per partition). Default DefaultMaxBlockRows,
-	// 65,536.
+	// 65,536. A backlog's blocks ramp up to it: after a block under an
+	// eighth of it (at least 1,024 rows) the next ends at that eighth, and
+	// each full block lets the next hold twice as many, so the sink starts
+	// on a backlog while the rest is read.
 	MaxBlockRows int
 	// MaxBlockBytes ends a block at this many bytes of records. Default
 	// DefaultMaxBlockBytes, 16 MiB. A block also ends when its partition
