@@ -380,12 +380,20 @@ func TestClickHouseRestartDuringRun(t *testing.T) {
 	a, b := e.processSink("a", chSinkURL(ch, "", false)), e.processSink("b", chSinkURL(ch, "", true))
 	l := e.startLoad(3000)
 	await(t, 20*time.Second, "2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2}) })
-	// Between restarts, a second's worth of records goes in: every
-	// restart finds the replicas writing.
+	retried := func() int {
+		return strings.Count(a.Output(), "retrying with the same token") + strings.Count(b.Output(), "retrying with the same token")
+	}
+	// Between restarts, a second's worth of records goes in; each time
+	// ClickHouse stays down until a write has failed on it, so that every
+	// restart finds the replicas writing (a quick restart can fall
+	// between two writes).
 	for i := range 3 {
 		before := chRows(t, ch)
 		await(t, 30*time.Second, "rows to flow", func() bool { return chRows(t, ch) >= before+3000 })
-		ch.Restart()
+		failed := retried()
+		ch.Kill()
+		await(t, 30*time.Second, "an insert to fail while ClickHouse is down", func() bool { return retried() > failed })
+		ch.Start()
 		t.Logf("restart %d done", i+1)
 	}
 	before := chRows(t, ch)
@@ -398,7 +406,7 @@ func TestClickHouseRestartDuringRun(t *testing.T) {
 		}
 	}
 	e.checkCHExactlyOnce(ch, produced)
-	retries := strings.Count(a.Output(), "retrying with the same token") + strings.Count(b.Output(), "retrying with the same token")
+	retries := retried()
 	if retries == 0 {
 		t.Error("no insert retried across three restarts")
 	}
