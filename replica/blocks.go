@@ -34,9 +34,8 @@ type block struct {
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 
 // poll builds one block by the rules: it ends, between batches, at
-// MaxBlockRows rows (less while a backlog's blocks ramp up: ramp.go) or
-// MaxBlockBytes bytes, when the partition holds its share of the memory
-// budget, when it has caught up with the log end,
+// MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
+// share of the memory budget, when it has caught up with the log end,
 // FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
 // row; in EveryBatch mode after each batch. A failed or stopped poll returns
 // what it has so far with the error.
@@ -47,13 +46,11 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	var first time.Time
 	empties := 0
 	throttled := false
-	limit := pt.blockRows() // MaxBlockRows once a backlog's blocks ramp up (ramp.go)
 	for {
-		b.full = len(b.records) >= limit || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
+		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
 		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
 			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
 			(cfg.CommitMode == EveryBatch && !b.empty()) {
-			pt.ramped(len(b.records), limit)
 			return b, nil
 		}
 		if ctx.Err() != nil {

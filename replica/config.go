@@ -126,10 +126,7 @@ type Config struct {
 
 	// MaxBlockRows ends a block at this many records (think
 	// max.poll.records, per partition). Default DefaultMaxBlockRows,
-	// 65,536. A backlog's blocks ramp up to it: after a block under an
-	// eighth of it (at least 1,024 rows) the next ends at that eighth, and
-	// each full block lets the next hold twice as many, so the sink starts
-	// on a backlog while the rest is read.
+	// 65,536.
 	MaxBlockRows int
 	// MaxBlockBytes ends a block at this many bytes of records. Default
 	// DefaultMaxBlockBytes, 16 MiB. A block also ends when its partition

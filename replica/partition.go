@@ -38,9 +38,6 @@ type partition struct {
 	// values, for the next block to reuse (see decode).
 	decodeBuf    []byte
 	decodedSpare []sinks.Decoded
-	// ramp is how many rows the next block may hold (ramp.go); 0 not
-	// started.
-	ramp int
 
 	// Progress, read by Lag from other goroutines.
 	next    atomic.Int64 // committed offset

@@ -56,9 +56,7 @@ of --topics: each claims the partitions the plan gives it, reads them from
 Kafka, writes blocks of records to --sink and commits each block's offset to
 etcd after the write, fenced by its claim.
 
-A block ends at --max-block-rows rows (a backlog's blocks ramp up to it:
-an eighth, then twice as many each block, so the sink starts writing while
-the rest is read) or --max-block-bytes bytes,
+A block ends at --max-block-rows rows or --max-block-bytes bytes,
 --flush-interval after its first row, when the partition reaches the log end
 (counted as an empty poll), or after --max-empty-polls empty polls in a row.
 
