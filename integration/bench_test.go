@@ -80,14 +80,23 @@ func BenchmarkReplicaVsRawDrain(b *testing.B) {
 	}
 }
 
+// rawDrainConns bounds the raw drain's connections open at once: with one
+// a partition, 10,000 partitions would take 20,000 descriptors of this
+// process on kfake (both ends), past its limit.
+const rawDrainConns = 512
+
 // rawDrain reads every partition to n records with kafka-go's connection
-// API, one goroutine per partition.
+// API, one goroutine and connection per partition, at most rawDrainConns
+// at once.
 func rawDrain(b *testing.B, broker, topic string, parts, n int) {
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, rawDrainConns)
 	for p := 0; p < parts; p++ {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			conn, err := kafkago.DialLeader(context.Background(), "tcp", broker, topic, p)
 			if err != nil {
 				b.Error(err)
