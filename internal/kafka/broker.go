@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -41,9 +42,13 @@ type brokerLoop struct {
 	// while one does, it is the long poll others join when it is back.
 	quietPolls int
 	attempt    int
-	retryAt    time.Time // a backoff after a failure, or the broker's throttle
-	overdueAsk time.Time // when the loop last asked for metadata over a late answer
-	sess       fetchSession
+	// holdSince: since when a small request beside one in flight has
+	// been held back (holdSmall); zero when none is. holdNext: its next
+	// pick.
+	holdSince, holdNext time.Time
+	retryAt             time.Time // a backoff after a failure, or the broker's throttle
+	overdueAsk          time.Time // when the loop last asked for metadata over a late answer
+	sess                fetchSession
 }
 
 func newBrokerLoop(c *Consumer, id int32) *brokerLoop {
@@ -104,6 +109,7 @@ func (b *brokerLoop) run(ctx context.Context) {
 		case <-b.wake:
 		case r := <-b.done:
 			b.inFlight = slices.DeleteFunc(b.inFlight, func(x *fetchRequest) bool { return x == r })
+			b.holdSince = time.Time{}
 			if r.quiet {
 				b.quietPolls--
 			}
@@ -183,6 +189,9 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 // away and fetched again. Parts are added while their limits fit the
 // request's, so that the broker does not cut the last ones short either.
 func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
+	if b.holding(now) {
+		return nil, b.holdNext
+	}
 	c := b.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,18 +220,30 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			}
 			continue
 		}
-		p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch,
-			limit: int32(min(int64(c.cfg.MaxBytes), cur.fetchLimit(share)))}
-		p.max = p.limit
-		if cur.big > int64(p.limit) {
-			if first != nil {
-				continue // big too: first in a later request
+		lim := int32(min(int64(c.cfg.MaxBytes), cur.fetchLimit(share)))
+		if cur.big > int64(lim) {
+			if first == nil {
+				// First, its first batch comes whole whatever the limit,
+				// and with a limit of one byte nothing after it: no batch
+				// cut short.
+				first = &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: lim, max: 1}
+				sum += cur.big
+				continue
 			}
-			// First, its first batch comes whole whatever the limit,
-			// and with a limit of one byte nothing after it: no batch
-			// cut short.
-			p.max = 1
-			first = p
+			// Another: with its limit raised to the batch's size it
+			// comes whole further back too, when the request has room
+			// for all of it (with many partitions a share is smaller
+			// than a producer's batch, and one such partition a request
+			// made a request per partition).
+			if cur.big > math.MaxInt32 || sum+cur.big > limit {
+				continue // a later request
+			}
+			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: int32(cur.big), max: int32(cur.big)}
+			if cur.starved {
+				starved = append(starved, p)
+			} else {
+				parts = append(parts, p)
+			}
 			sum += cur.big
 		} else {
 			// A quiet cursor goes in whatever the sum: most likely it
@@ -230,9 +251,10 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			// request's bound is answered empty and starved (first next
 			// time), not cut short. Left out, an idle partition would
 			// wait for the window of limits to come round to it.
-			if sum > 0 && sum+int64(p.max) > limit && !cur.quiet {
+			if sum > 0 && sum+int64(lim) > limit && !cur.quiet {
 				continue // would be cut short: the next request
 			}
+			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: lim, max: lim}
 			if cur.starved {
 				starved = append(starved, p)
 			} else {
@@ -241,14 +263,18 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			sum = min(sum+int64(p.max), limit)
 		}
 	}
-	b.rot = (b.rot + 1) % n
 	all := append(starved, parts...)
 	if first != nil {
 		all = append([]*fetchPart{first}, all...)
 	}
 	if len(all) == 0 {
+		b.rot = (b.rot + 1) % n
 		return nil, wait
 	}
+	if b.holdSmall(now, n, len(all)) {
+		return nil, b.holdNext
+	}
+	b.rot = (b.rot + 1) % n
 	reserve := max(1, min(sum, limit))
 	if first != nil {
 		reserve = max(reserve, first.cur.big)
@@ -263,6 +289,43 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 		}
 	}
 	return r, time.Time{}
+}
+
+// With many partitions, a cursor freed here and there (a block committed, a
+// batch taken) would each make a pick that walks every cursor for a request
+// of a few partitions: a backlog of 10,000 partitions sent thousands of
+// such requests, most of the loop's time spent picking. So while a request
+// that carries records is in flight (not a long poll: it is back soon), a
+// request of under a sixteenth of the cursors waits for it, or for
+// holdMax, with a pick every holdTick to gather more.
+const (
+	holdCursors = 256 // fewer cursors: no request waits
+	holdTick    = 2 * time.Millisecond
+	holdMax     = 10 * time.Millisecond
+)
+
+// holding says whether a request held back is still waiting (no pick
+// until its next tick).
+func (b *brokerLoop) holding(now time.Time) bool {
+	return !b.holdSince.IsZero() && len(b.inFlight) > 0 && now.Before(b.holdNext) && b.quietPolls == 0
+}
+
+// holdSmall says whether a request of parts of the n cursors waits (see
+// holdCursors), and starts or goes on with its wait.
+func (b *brokerLoop) holdSmall(now time.Time, n, parts int) bool {
+	if n < holdCursors || parts >= n/16 || len(b.inFlight) == 0 || b.quietPolls > 0 {
+		b.holdSince = time.Time{}
+		return false
+	}
+	if b.holdSince.IsZero() {
+		b.holdSince = now
+	}
+	if now.Sub(b.holdSince) >= holdMax {
+		b.holdSince = time.Time{}
+		return false
+	}
+	b.holdNext = now.Add(holdTick)
+	return true
 }
 
 // handle hands a request's outcome to its cursors. Parts whose cursor has
@@ -363,9 +426,22 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				end = cur.lso
 			}
 			// Data was there but the response had no room for it: be
-			// first next time, and do not wait for a long poll.
-			cur.starved = end > cur.fetchAt
+			// first next time, and do not wait for a long poll. A full
+			// answer that leaves the partition out says nothing of it
+			// (kfake stops listing partitions at the request's bound;
+			// Kafka lists them all): it may have data too. Only an
+			// incremental answer leaves out what has nothing new.
+			unanswered := !p.present && r.sessionEpoch <= 0
+			cur.starved = end > cur.fetchAt || unanswered
 			cur.quiet = !cur.starved
+			if p.present && end > cur.fetchAt && r.throttle == 0 && r.got+int64(p.limit) <= r.reserve {
+				// Records there, room in the answer, and none of them:
+				// the next batch is larger than the limit and the broker
+				// sends none of it (kfake; Kafka sends its start, whose
+				// header tells its size). Ask for twice as much, as a
+				// big batch, until it comes.
+				cur.big = min(2*int64(p.limit), int64(c.cfg.MaxRequestBytes))
+			}
 		}
 	}
 }

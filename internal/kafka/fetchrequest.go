@@ -35,6 +35,7 @@ type fetchRequest struct {
 	// Its session id and epoch; outside a session 0 and -1.
 	sessionID, sessionEpoch int32
 
+	got        int64         // the record bytes of the answer
 	err        error         // the request as a whole failed
 	sessionErr int16         // the answer's session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
 	answerID   int32         // the answer's session id
@@ -156,6 +157,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			continue
 		}
 		part.raw = p
+		r.got += int64(len(p.Records))
 		work = append(work, part)
 	}
 	// The partitions of a response are decoded side by side, so that a
