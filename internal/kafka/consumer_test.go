@@ -360,3 +360,55 @@ func TestConsumerIdlePartitionsShareOneLongPoll(t *testing.T) {
 		}
 	}
 }
+
+// Many partitions whose batches are each larger than a partition's share of
+// the budget: such batches go several to a request, their limits raised to
+// their sizes (kfake sends nothing of a batch past a partition's limit, so
+// their sizes are found by asking for twice as much), rather than one a
+// request, first in it. Every record arrives once, in order.
+func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
+	const parts, perPart, size = 400, 300, 100
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "large", parts)
+	for p := range parts {
+		vals := make([]string, perPart)
+		for i := range vals {
+			vals[i] = fmt.Sprintf("p%03d-%04d-%s", p, i, strings.Repeat("x", size))
+		}
+		k.ProduceValues(t, "large", p, vals...) // one batch of some 35 KB
+	}
+	cfg := testFetchConfig(k)
+	cfg.MaxBufferBytes = parts * 8 << 10 // a share of 8 KiB
+	c := openConsumer(t, cfg)
+	var wg sync.WaitGroup
+	for p := range parts {
+		cur := openCursor(t, c, "large", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			defer cancel()
+			for next := 0; next < perPart; {
+				b, err := cur.Fetch(ctx)
+				if err != nil {
+					t.Errorf("partition %d after %d records: %v", p, next, err)
+					return
+				}
+				for _, r := range b.Records {
+					if want := fmt.Sprintf("p%03d-%04d-", p, next); !strings.HasPrefix(string(r.Value), want) {
+						t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
+						return
+					}
+					next++
+				}
+				cur.Free(b.Bytes + b.Reserved) // as a block committed
+			}
+		}()
+	}
+	wg.Wait()
+	st := c.Stats()
+	t.Logf("%d partitions of one large batch each: %d fetch requests, %d bytes of requests", parts, st.FetchRequests, st.FetchRequestBytes)
+	if st.FetchRequests > parts/4 {
+		t.Errorf("%d fetch requests for %d partitions of one large batch each, want at most %d", st.FetchRequests, parts, parts/4)
+	}
+}
