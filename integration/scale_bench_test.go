@@ -82,7 +82,7 @@ import (
 // benchmark's polling of etcd, and is not told apart from the raw drain's
 // own (no raw-broker figure there). Also replica-claim-s: how much of the
 // replica's time went to claiming every partition (etcd holding a claim
-// for each, polled every 50 ms like the offsets). The full size needs
+// for each, polled every 50 ms; the offsets are watched, committedWatch). The full size needs
 // about 1 GiB on kfake, and about 250 MB of disk a replica on Apache Kafka.
 // Without Apache Kafka's jars (KAFKA_LIBS) or java, the java consumer is
 // left out on kfake, and apache1 and apache3 skip. On kfake it is left out
@@ -202,6 +202,7 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		raw.cpu += processCPU(b) - cpu0
 		raw.broker += k.brokerCPU(b) - broker0
 
+		w := watchCommitted(b, cli, group)
 		broker0, start = k.brokerCPU(b), time.Now()
 		var claimed time.Time
 		p := replicaProcess(b, etcd, k.Kafka, group, "bench", "r")
@@ -209,8 +210,9 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 			if claimed.IsZero() && harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
 				claimed = time.Now()
 			}
-			return committedTotal(b, cli, group) >= int64(total)
+			return w.total() >= int64(total)
 		})
+		w.stop()
 		rep.cpu += procCPU(b, p)
 		rep.broker += k.brokerCPU(b) - broker0
 		rep.took += done.Sub(start)
@@ -442,11 +444,13 @@ func drainBacklog(b *testing.B, etcd *harness.Etcd, cli *clientv3.Client, k *har
 	for b.Loop() {
 		round++
 		group := fmt.Sprintf("%s-%d", topic, round)
+		w := watchCommitted(b, cli, group)
 		start := time.Now()
 		p := replicaProcess(b, etcd, k, group, topic, "r", extra...)
 		done := pollUntil(b, 60*time.Minute, 50*time.Millisecond, "the replica to commit the backlog", func() bool {
-			return committedTotal(b, cli, group) >= int64(total)
+			return w.total() >= int64(total)
 		})
+		w.stop()
 		took += done.Sub(start)
 		cpu += procCPU(b, p)
 		_, hwm, err := harness.ProcMemory(p.PID())

@@ -180,6 +180,72 @@ func claimsByReplica(b *testing.B, cli *clientv3.Client, group string) map[strin
 	return out
 }
 
+// committedWatch sums a group's committed offsets as etcd's watch reports
+// their changes: its cost follows the commits, where reading every offset
+// each poll (committedTotal) costs the benchmark's process, which shares
+// the machine with the replica, a read and decode of every partition's key
+// twenty times a second (at 10,000 partitions most of a core).
+type committedWatch struct {
+	sum    atomic.Int64
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchCommitted starts a committedWatch of group; stop ends it.
+func watchCommitted(b *testing.B, cli *clientv3.Client, group string) *committedWatch {
+	b.Helper()
+	prefix := groupKeys(group) + "offsets/"
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &committedWatch{cancel: cancel, done: make(chan struct{})}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix())
+	rcancel()
+	if err != nil {
+		cancel()
+		b.Fatalf("read offsets of %s: %v", group, err)
+	}
+	next := map[string]int64{}
+	var sum int64
+	parse := func(key string, v []byte) int64 {
+		var o struct {
+			Next int64 `json:"next"`
+		}
+		if err := json.Unmarshal(v, &o); err != nil {
+			b.Errorf("offsets %s: %v", key, err)
+		}
+		return o.Next
+	}
+	for _, kv := range resp.Kvs {
+		next[string(kv.Key)] = parse(string(kv.Key), kv.Value)
+		sum += next[string(kv.Key)]
+	}
+	w.sum.Store(sum)
+	wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	go func() {
+		defer close(w.done)
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				k := string(ev.Kv.Key)
+				sum -= next[k]
+				next[k] = 0
+				if ev.Type == clientv3.EventTypePut {
+					next[k] = parse(k, ev.Kv.Value)
+					sum += next[k]
+				}
+			}
+			w.sum.Store(sum)
+		}
+	}()
+	return w
+}
+
+func (w *committedWatch) total() int64 { return w.sum.Load() }
+
+func (w *committedWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
 // committedTotal is the sum of the group's committed offsets in etcd: the
 // number of records delivered, for a group that started at offset 0.
 func committedTotal(b *testing.B, cli *clientv3.Client, group string) int64 {

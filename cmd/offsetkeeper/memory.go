@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
 // gcHeadroom is what the Go runtime may use beyond the memory budget before
@@ -18,15 +22,38 @@ const gcHeadroom = 192 << 20
 // less CPU per record) while the memory limit keeps the total in bounds.
 const gcPercent = 400
 
+// perPartitionHeap is what a claimed partition may cost the heap besides
+// its records: its cursor, claim, block state and metrics, about 17 KiB
+// measured at 10,000 partitions, doubled. Without it the limit sat under
+// the live heap of 10,000 partitions and the collector ran without end
+// (0.71 M records/s against 1.99 M with the limit off).
+const perPartitionHeap = 32 << 10
+
+// memoryLimit is the soft memory limit of a replica of budget bytes that
+// holds partitions.
+func memoryLimit(budget, partitions int64) int64 {
+	return budget + gcHeadroom + partitions*perPartitionHeap
+}
+
 // tuneMemory sets the Go runtime's soft memory limit to the budget plus
 // gcHeadroom and its GOGC to gcPercent, each unless GOMEMLIMIT or GOGC
-// says otherwise (a container's limit, an operator's choice).
-func tuneMemory(log *zap.Logger, budget int64) {
+// says otherwise (a container's limit, an operator's choice). follow
+// raises or lowers the limit with the partitions the replica holds (a
+// no-op under GOMEMLIMIT).
+func tuneMemory(log *zap.Logger, budget int64) (follow func(partitions int64)) {
 	var fields []zap.Field
+	follow = func(int64) {}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		limit := budget + gcHeadroom
+		limit := memoryLimit(budget, 0)
 		debug.SetMemoryLimit(limit)
 		fields = append(fields, zap.Int64("memory_limit", limit))
+		var last int64
+		follow = func(partitions int64) {
+			if partitions != last {
+				last = partitions
+				debug.SetMemoryLimit(memoryLimit(budget, partitions))
+			}
+		}
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
@@ -34,5 +61,21 @@ func tuneMemory(log *zap.Logger, budget int64) {
 	}
 	if len(fields) > 0 {
 		log.Debug("Go runtime tuned to the memory budget (set GOMEMLIMIT or GOGC to choose)", fields...)
+	}
+	return follow
+}
+
+// followPartitions keeps the memory limit in step with the partitions r
+// holds until ctx ends.
+func followPartitions(ctx context.Context, r *replica.Replica, follow func(int64)) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		follow(r.Stats().Claims)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -20,9 +20,17 @@ func TestTuneMemory(t *testing.T) {
 
 	t.Setenv("GOMEMLIMIT", "")
 	t.Setenv("GOGC", "")
-	tuneMemory(zap.NewNop(), budget)
+	follow := tuneMemory(zap.NewNop(), budget)
 	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
 		t.Errorf("memory limit %d, want the budget and the headroom, %d", got, budget+gcHeadroom)
+	}
+	follow(10_000)
+	if got, want := debug.SetMemoryLimit(-1), int64(budget+gcHeadroom+10_000*perPartitionHeap); got != want {
+		t.Errorf("memory limit %d holding 10,000 partitions, want %d", got, want)
+	}
+	follow(0)
+	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
+		t.Errorf("memory limit %d holding none again, want %d", got, budget+gcHeadroom)
 	}
 	if got := debug.SetGCPercent(100); got != gcPercent {
 		t.Errorf("GOGC %d, want %d", got, gcPercent)
@@ -31,7 +39,7 @@ func TestTuneMemory(t *testing.T) {
 	debug.SetMemoryLimit(1 << 40)
 	t.Setenv("GOMEMLIMIT", "1TiB")
 	t.Setenv("GOGC", "100")
-	tuneMemory(zap.NewNop(), budget)
+	tuneMemory(zap.NewNop(), budget)(10_000)
 	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
 		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
 	}

@@ -245,7 +245,7 @@ func (o *runOptions) validate() error {
 func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	log := o.logs.newLogger(cmd.ErrOrStderr())
 	defer func() { _ = log.Sync() }()
-	tuneMemory(log, int64(o.maxBufferBytes))
+	follow := tuneMemory(log, int64(o.maxBufferBytes))
 	cli, err := o.cluster.etcdClient()
 	if err != nil {
 		return err
@@ -284,7 +284,10 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	log.Info("replica starting", zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
 		zap.Stringer("commit_mode", o.cfg.CommitMode))
 	ops.start(ctx, r)
+	fctx, stopFollow := context.WithCancel(ctx)
+	go followPartitions(fctx, r, follow)
 	runErr := r.Run(ctx)
+	stopFollow()
 	_ = r.Close() // the registry's connections
 	if errors.As(runErr, new(*replica.MissingTopicError)) || errors.As(runErr, new(*replica.SinkMismatchError)) {
 		runErr = usage(runErr) // a name or a URL on the command line: exit 2
