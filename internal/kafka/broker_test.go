@@ -310,19 +310,19 @@ func TestExplain(t *testing.T) {
 	}
 }
 
-// A small request beside one in flight that carries records waits, at 256
-// cursors and more, for at most holdMax; never beside a long poll, with
+// A small request beside one in flight that carries records waits, at
+// holdCursors cursors and more, for at most holdMax; never beside a long poll, with
 // few cursors, or when it carries a sixteenth of them.
 func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 	b := &brokerLoop{inFlight: []*fetchRequest{{}}}
 	now := time.Now()
-	if !b.holdSmall(now, 1000, 10) || !b.holding(now) || !b.holdNext.After(now) {
-		t.Fatal("10 parts of 1,000 cursors beside a request in flight: not held")
+	if !b.holdSmall(now, 10_000, 10) || !b.holding(now) || !b.holdNext.After(now) {
+		t.Fatal("10 parts of 10,000 cursors beside a request in flight: not held")
 	}
 	if b.holding(b.holdNext) {
 		t.Error("still holding at the next tick: the pick must run again")
 	}
-	if b.holdSmall(now.Add(holdMax), 1000, 10) {
+	if b.holdSmall(now.Add(holdMax), 10_000, 10) {
 		t.Errorf("held past holdMax (%v)", holdMax)
 	}
 	for _, c := range []struct {
@@ -332,9 +332,9 @@ func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 		quietPolls int
 	}{
 		{"few cursors", holdCursors - 1, 1, 1, 0},
-		{"a sixteenth of them", 1600, 100, 1, 0},
-		{"nothing in flight", 1000, 10, 0, 0},
-		{"beside a long poll", 1000, 10, 1, 1},
+		{"a sixteenth of them", 16_000, 1000, 1, 0},
+		{"nothing in flight", 10_000, 10, 0, 0},
+		{"beside a long poll", 10_000, 10, 1, 1},
 	} {
 		b := &brokerLoop{inFlight: make([]*fetchRequest, c.inFlight), quietPolls: c.quietPolls}
 		if b.holdSmall(now, c.n, c.parts) {
