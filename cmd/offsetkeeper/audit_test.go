@@ -146,7 +146,7 @@ func TestAuditKafkaTimeoutNamesBrokersAndFlags(t *testing.T) {
 	if _, err := cli.Put(ctx, coord.Keys().Offsets(coordinator.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
 		t.Fatal(err)
 	}
-	silent := blackhole(t)
+	silent := harness.Blackhole(t)
 	start := time.Now()
 	r := runCLI(t, 30*time.Second, "audit", "--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--brokers", silent,
 		"--group", "g", "--sink", "file://"+t.TempDir(), "--kafka-timeout", "1s")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -206,7 +208,7 @@ func TestOffsetsDescribe(t *testing.T) {
 
 	t.Run("kafka unreachable", func(t *testing.T) {
 		args := []string{"offsets", "describe", "--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","),
-			"--group", e.group, "--brokers", blackhole(t), "--kafka-timeout", "1s"}
+			"--group", e.group, "--brokers", harness.Blackhole(t), "--kafka-timeout", "1s"}
 		for _, format := range []string{"table", "json"} {
 			start := time.Now()
 			r := opsRun(t, 20*time.Second, append(args, "-o", format)...)

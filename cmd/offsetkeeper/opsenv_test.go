@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"regexp"
 	"strconv"
@@ -400,41 +399,6 @@ func rowsBy(rows []map[string]string) map[string]map[string]string {
 var ageRE = regexp.MustCompile(`^\d+[smhd]$`)
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// blackhole listens and accepts connections but never answers: a Kafka
-// that hangs. It is closed in t.Cleanup.
-func blackhole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // writeFile writes a file in the test's folder and returns its path.
 func writeFile(t *testing.T, name, content string) string {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -503,7 +505,7 @@ func TestOffsetsResetBadInput(t *testing.T) {
 	t.Run("kafka unreachable changes nothing", func(t *testing.T) {
 		before := e.dump()
 		r := opsRun(t, 20*time.Second, "offsets", "reset", "--topic", "orders", "--to-earliest", "--execute",
-			"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","), "--group", e.group, "--brokers", blackhole(t), "--kafka-timeout", "1s")
+			"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ","), "--group", e.group, "--brokers", harness.Blackhole(t), "--kafka-timeout", "1s")
 		if r.code != exitError || !strings.Contains(r.stderr, "kafka unreachable") || !strings.Contains(r.stderr, "nothing changed") {
 			t.Errorf("%s, want exit 1 saying Kafka is unreachable and nothing changed", r)
 		}

@@ -2,47 +2,13 @@ package kafka
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
-
-// silentBroker accepts connections and never answers, as a SIGSTOPped
-// broker does (the kernel completes the handshake for it).
-func silentBroker(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // A bootstrap broker that accepts the connection and answers nothing is
 // passed over for one that answers: every new client gets the metadata
@@ -52,7 +18,7 @@ func silentBroker(t *testing.T) string {
 func TestBootstrapPassesOverABrokerThatDoesNotAnswer(t *testing.T) {
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "boot", 3)
-	cfg := Config{Brokers: []string{silentBroker(t), k.Brokers()[0]}, DialTimeout: 5 * time.Second}
+	cfg := Config{Brokers: []string{harness.Blackhole(t), k.Brokers()[0]}, DialTimeout: 5 * time.Second}
 	for i := range 6 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		start := time.Now()
@@ -71,7 +37,7 @@ func TestBootstrapPassesOverABrokerThatDoesNotAnswer(t *testing.T) {
 // When no bootstrap broker answers, the error says so and names them, once
 // the metadata attempt is up rather than never.
 func TestBootstrapNoneAnswers(t *testing.T) {
-	a, b := silentBroker(t), silentBroker(t)
+	a, b := harness.Blackhole(t), harness.Blackhole(t)
 	cfg := Config{Brokers: []string{a, b}, DialTimeout: 2 * time.Second, RequestTimeout: 2 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
