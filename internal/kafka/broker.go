@@ -166,7 +166,7 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 			return wait
 		}
 		r.sent = now
-		if !r.big && !r.beside && b.c.sessions && b.sess.usable() {
+		if !r.big && !r.beside && !b.c.cfg.NoFetchSessions && b.sess.usable() {
 			b.sess.begin(r)
 		} else {
 			r.listed, r.sessionEpoch = r.parts, -1

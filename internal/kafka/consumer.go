@@ -44,10 +44,6 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
-	// sessions turns fetch sessions on (session.go), unless
-	// Config.NoFetchSessions.
-	sessions bool
-
 	held      atomic.Int64 // bytes held and reserved by requests in flight
 	requests  atomic.Int64 // fetch requests sent
 	throttled atomic.Int64 // nanoseconds brokers throttled the fetches
@@ -96,7 +92,6 @@ func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, erro
 		cursors:   map[TopicPartition]*Cursor{},
 		brokers:   map[int32]*brokerLoop{},
 		refresh:   make(chan struct{}, 1),
-		sessions:  !kc.cfg.NoFetchSessions,
 	}
 	c.wg.Add(1)
 	go c.leaders()
