@@ -42,6 +42,25 @@ func openCursor(t testing.TB, c *Consumer, topic string, partition int, at int64
 	return cur
 }
 
+// numbered is the value of record i of partition p that produceNumbered
+// writes, but for its padding.
+func numbered(p, i int) string { return fmt.Sprintf("p%03d-%04d", p, i) }
+
+// produceNumbered produces perPart records to each of parts partitions of
+// topic, batch records a produce call: numbered(p, i) and pad.
+func produceNumbered(t testing.TB, k *harness.Kafka, topic string, parts, perPart, batch int, pad string) {
+	t.Helper()
+	for p := range parts {
+		for from := 0; from < perPart; from += batch {
+			vals := make([]string, min(batch, perPart-from))
+			for i := range vals {
+				vals[i] = numbered(p, from+i) + pad
+			}
+			k.ProduceValues(t, topic, p, vals...)
+		}
+	}
+}
+
 // countFetches counts the fetch requests the cluster receives.
 func countFetches(k *harness.Kafka) *atomic.Int64 {
 	var n atomic.Int64
@@ -60,15 +79,7 @@ func TestConsumerDrainsAcrossBrokers(t *testing.T) {
 	const parts, perPart = 12, 300
 	k := harness.StartKafka(t, harness.NumBrokers(3))
 	k.CreateTopic(t, "spread", parts)
-	for p := range parts {
-		vals := make([]string, perPart)
-		for i := range vals {
-			vals[i] = fmt.Sprintf("p%d-%04d", p, i)
-		}
-		for i := 0; i < perPart; i += 100 {
-			k.ProduceValues(t, "spread", p, vals[i:i+100]...)
-		}
-	}
+	produceNumbered(t, k, "spread", parts, perPart, 100, "")
 	cfg := testFetchConfig(k)
 	c := openConsumer(t, cfg)
 	var wg sync.WaitGroup
@@ -79,7 +90,7 @@ func TestConsumerDrainsAcrossBrokers(t *testing.T) {
 			defer wg.Done()
 			got, _ := drain(t, cur, perPart)
 			for i, r := range got {
-				if want := fmt.Sprintf("p%d-%04d", p, i); string(r.Value) != want {
+				if want := numbered(p, i); string(r.Value) != want {
 					t.Errorf("partition %d record %d: %q, want %q", p, i, r.Value, want)
 					return
 				}
@@ -370,13 +381,7 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 	const parts, perPart, size = 400, 300, 100
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "large", parts)
-	for p := range parts {
-		vals := make([]string, perPart)
-		for i := range vals {
-			vals[i] = fmt.Sprintf("p%03d-%04d-%s", p, i, strings.Repeat("x", size))
-		}
-		k.ProduceValues(t, "large", p, vals...) // one batch of some 35 KB
-	}
+	produceNumbered(t, k, "large", parts, perPart, perPart, strings.Repeat("x", size)) // a batch of some 35 KB each
 	cfg := testFetchConfig(k)
 	cfg.MaxBufferBytes = parts * 8 << 10 // a share of 8 KiB
 	c := openConsumer(t, cfg)
@@ -395,7 +400,7 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 					return
 				}
 				for _, r := range b.Records {
-					if want := fmt.Sprintf("p%03d-%04d-", p, next); !strings.HasPrefix(string(r.Value), want) {
+					if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
 						t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
 						return
 					}
