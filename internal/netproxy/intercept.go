@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 )
+
+// QuietBeforeCut is how long a connection whose answer LoseAnswer discards
+// must have carried nothing either way before it is closed.
+const QuietBeforeCut = 300 * time.Millisecond
 
 // Interceptor is a loopback TCP forwarder that watches what clients send
 // for one request (bytes such as an INSERT's text, matched without regard
@@ -16,12 +21,17 @@ import (
 // request and lets everything else pass, so a test can place a fault
 // exactly:
 //   - LoseAnswer: the request is forwarded whole and the server answers
-//     it, but the answer is discarded and both sides of the connection are
-//     closed when its first byte arrives. The request took effect; its
-//     client never learns it. Every other connection is closed with it,
-//     and new ones are refused until Allow, so that the test can look at
-//     the server before the client's retry reaches it (a retry on another
-//     pooled connection included).
+//     it, but the answer is discarded from its first byte, and both sides
+//     of the connection are closed once neither has sent anything for
+//     QuietBeforeCut. The request took effect; its client never learns it.
+//     (Waiting for quiet rather than cutting at the answer's first byte
+//     matters when the server speaks before the client is done: ClickHouse
+//     may send a progress packet between an INSERT's data and the empty
+//     block that ends it, and a cut there loses the insert, not its
+//     answer.) Every other connection is closed with it, and new ones are
+//     refused from the answer's first byte until Allow, so that the test
+//     can look at the server before the client's retry reaches it (a retry
+//     on another pooled connection included).
 //   - Hold: the request and all that its client sends after it on that
 //     connection are read and kept, not forwarded, until Release, which
 //     delivers them in order; the server's bytes pass. Every connection
@@ -54,9 +64,11 @@ type icConn struct {
 	client, server net.Conn
 	tail           []byte // the client's last bytes, for a request split between reads
 
-	losing      bool // the connection of the request whose answer is to be lost
-	spoke       bool // the client sent bytes since the server's last reply
-	replies     int  // server replies since the request
+	losing      bool      // the connection of the request whose answer is to be lost
+	dropping    bool      // its answer has begun: the server's bytes are discarded
+	last        time.Time // when either side last sent bytes, while dropping
+	spoke       bool      // the client sent bytes since the server's last reply
+	replies     int       // server replies since the request
 	holding     bool
 	held        []byte
 	clientDone  bool // the client ended while its bytes were held
@@ -95,7 +107,8 @@ func (ic *Interceptor) LoseAnswer(request string, turn int) {
 	ic.lose, ic.loseTurn = bytes.ToUpper([]byte(request)), max(1, turn)
 }
 
-// Lost is the number of answers discarded so far.
+// Lost is the number of answers discarded so far, counted from the
+// first byte of each.
 func (ic *Interceptor) Lost() int {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
@@ -256,6 +269,7 @@ func (ic *Interceptor) toServer(c *icConn) {
 				c.losing, ic.lose = true, nil
 			}
 			c.spoke = true
+			c.last = time.Now()
 			hold := c.holding
 			if hold {
 				c.held = append(c.held, buf[:n]...)
@@ -297,15 +311,19 @@ func (ic *Interceptor) toClient(c *icConn) {
 		n, err := c.server.Read(buf)
 		if n > 0 {
 			ic.mu.Lock()
-			lose := false
-			if c.losing && c.spoke {
+			drop := c.dropping
+			if drop {
+				c.last = time.Now()
+			} else if c.losing && c.spoke {
 				c.replies++
 				c.spoke = false
 				if c.replies == ic.loseTurn {
-					lose = true
-					c.losing = false
+					drop = true
+					c.losing, c.dropping, c.last = false, true, time.Now()
 					ic.lost++
 					ic.refuse = true
+					ic.wg.Add(1)
+					go ic.cutWhenQuiet(c)
 				}
 			} else {
 				c.spoke = false
@@ -315,27 +333,47 @@ func (ic *Interceptor) toClient(c *icConn) {
 				ic.answers = append(ic.answers, string(buf[:min(n, 64)]))
 			}
 			ic.mu.Unlock()
-			if lose {
-				ic.mu.Lock()
-				all := make([]*icConn, 0, len(ic.conns))
-				for o := range ic.conns {
-					all = append(all, o)
+			if !drop {
+				if _, werr := c.client.Write(buf[:n]); werr != nil {
+					ic.closeConn(c)
+					return
 				}
-				ic.mu.Unlock()
-				for _, o := range all {
-					ic.closeConn(o)
-				}
-				return
-			}
-			if _, werr := c.client.Write(buf[:n]); werr != nil {
-				ic.closeConn(c)
-				return
 			}
 		}
 		if err != nil {
 			ic.closeConn(c)
 			return
 		}
+	}
+}
+
+// cutWhenQuiet closes every connection once c, whose answer is being
+// discarded, has carried nothing for QuietBeforeCut.
+func (ic *Interceptor) cutWhenQuiet(c *icConn) {
+	defer ic.wg.Done()
+	tick := time.NewTicker(QuietBeforeCut / 6)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-ic.ctx.Done():
+			return
+		}
+		ic.mu.Lock()
+		if time.Since(c.last) < QuietBeforeCut {
+			ic.mu.Unlock()
+			continue
+		}
+		all := make([]*icConn, 0, len(ic.conns)+1)
+		all = append(all, c)
+		for o := range ic.conns {
+			all = append(all, o)
+		}
+		ic.mu.Unlock()
+		for _, o := range all {
+			ic.closeConn(o)
+		}
+		return
 	}
 }
 
