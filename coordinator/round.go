@@ -240,17 +240,46 @@ func (s *Session) runRounds() {
 	}
 }
 
-// firstDue returns when the earliest queued op must be sent.
+// firstDue returns when the next round must be sent: when the earliest
+// queued op is due, or now when the queue holds a full round already (its
+// ops lingered for company, and no more can join them).
 func (s *Session) firstDue() (time.Time, bool) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	var due time.Time
+	var (
+		due           time.Time
+		keys          map[string]bool
+		n, width, sum int
+	)
 	for _, o := range s.queue {
-		if o.state != opCancelled && (due.IsZero() || o.due.Before(due)) {
+		if o.state == opCancelled {
+			continue
+		}
+		if due.IsZero() || o.due.Before(due) {
 			due = o.due
+		}
+		if keys == nil {
+			keys = map[string]bool{}
+		}
+		if keys[o.key] {
+			continue
+		}
+		if !s.fits(n, width, sum, o) {
+			return time.Now(), true
+		}
+		keys[o.key] = true
+		n, width, sum = n+1, max(width, o.width), sum+o.size
+		if !s.fits(n, width, sum, &op{width: maxOpWidth}) {
+			return time.Now(), true // full: no claim or commit can join it
 		}
 	}
 	return due, !due.IsZero()
+}
+
+// fits reports whether o can join a round of n ops, the widest of width
+// ops, of size bytes (see Sizing above).
+func (s *Session) fits(n, width, size int, o *op) bool {
+	return n == 0 || (n+1+max(width, o.width) <= s.c.maxTxnOps && size+o.size <= s.c.maxTxnBytes)
 }
 
 // endRounds refuses new ops and fails the queued ones unsent.
@@ -302,15 +331,14 @@ func (s *Session) take() []*op {
 			rest = append(rest, o)
 			continue
 		}
-		w := max(width, o.width)
-		if len(batch) > 0 && (len(batch)+1+w > s.c.maxTxnOps || size+o.size > s.c.maxTxnBytes) {
+		if !s.fits(len(batch), width, size, o) {
 			full = true
 			rest = append(rest, o)
 			continue
 		}
 		batch = append(batch, o)
 		keys[o.key] = true
-		width, size = w, size+o.size
+		width, size = max(width, o.width), size+o.size
 		o.state = opSent
 	}
 	clear(s.queue[len(rest):])

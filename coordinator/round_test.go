@@ -635,3 +635,44 @@ func TestLingeringWritesShareARound(t *testing.T) {
 		t.Fatalf("a lingering intent and an urgent commit took %d rounds in %s, want 1 round before the linger ends", rounds, took)
 	}
 }
+
+// Lingering writes that fill a round go at once: no more can join them,
+// so waiting out their linger would only delay them. Those left over,
+// too few for a round, still linger.
+func TestLingeringWritesThatFillARoundGoAtOnce(t *testing.T) {
+	etcd := harness.StartEtcd(t, 1)
+	ctx := harness.Context(t, 60*time.Second)
+	// 13 commits (width 3) fill a round of max-txn-ops 16.
+	c := newCoordinatorWith(t, etcd.Client(t), "linger-full", coordinator.WithMaxTxnOps(16))
+	const ttl = 60 * time.Second
+	const linger = ttl / 16 // the longest linger a session of ttl allows
+	s := join(t, ctx, c, "a", ttl)
+	const fill, extra = 13, 4
+	claims := claimAll(t, ctx, s, partitions("t", fill+extra))
+
+	before, start := c.Rounds(), time.Now()
+	took := make(chan time.Duration, fill+extra)
+	for i := range claims {
+		go func() {
+			if err := claims[i].Commit(ctx, 10, 10, coordinator.Linger(linger)); err != nil {
+				t.Errorf("commit %d: %v", i, err)
+			}
+			took <- time.Since(start)
+		}()
+	}
+	var early, late int
+	for range fill + extra {
+		if d := <-took; d < linger/2 {
+			early++
+		} else if d >= linger {
+			late++
+		}
+	}
+	if early != fill || late != extra {
+		t.Fatalf("%d commits went before half their %s linger and %d after it, want %d (a full round) and %d (the rest)",
+			early, linger, late, fill, extra)
+	}
+	if rounds := c.Rounds() - before; rounds != 2 {
+		t.Fatalf("%d rounds, want 2: the full round and the rest", rounds)
+	}
+}

@@ -16,9 +16,11 @@ import (
 )
 
 // writeOptions are the block's etcd write options: a lingering round for a
-// block of a quiet partition, none for a full one.
+// block of a trickling partition (this block and the one before it ended
+// quiet), none for a full block or for the block that ends a backlog, whose
+// commit would otherwise hold the end of a catch-up back by the linger.
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
-	if b.full || pt.r.cfg.CommitLinger <= 0 {
+	if b.full || !pt.trickling || pt.r.cfg.CommitLinger <= 0 {
 		return nil
 	}
 	return []coordinator.WriteOption{coordinator.Linger(pt.r.cfg.CommitLinger)}
@@ -43,6 +45,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Records:    b.records,
 	}
 	opts := pt.writeOptions(b)
+	pt.trickling = !b.full
 	if id := pt.f.TopicID(); !id.IsZero() {
 		pt.claim.SetTopicID(id.String())
 	}

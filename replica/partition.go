@@ -31,6 +31,9 @@ type partition struct {
 	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
+	// trickling: the last block ended quiet rather than full (so did
+	// every block, until one ends full). See writeOptions.
+	trickling bool
 	// spare is the records slice of the last finished block, for the
 	// next one to fill.
 	spare []sinks.Record
@@ -75,6 +78,7 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
+	pt.trickling = true
 	pt.progress.Store(time.Now().UnixNano())
 	if r.codec != nil {
 		f.ExpectDecoding()
