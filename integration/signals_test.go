@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -279,13 +278,7 @@ func TestStopThatGivesUpABlockSaysSo(t *testing.T) {
 // ClickHouse that does not answer at start (a closed port) stops at once on
 // SIGTERM, exit 0; dev has printed its endpoints before it waits.
 func TestSIGTERMWhileClickHouseDownAtStart(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	_ = l.Close()
-	url := "clickhouse://" + closed + "/default?table=events&protocol=http&retry_timeout=60s"
+	url := "clickhouse://" + harness.Refused(t) + "/default?table=events&protocol=http&retry_timeout=60s"
 	t.Run("run", func(t *testing.T) {
 		e := newEnv(t, "orders", 1)
 		sigtermWhileDown(t, e.processSink("r1", url), "ClickHouse", "clickhouse unreachable at start; retrying", 30*time.Second)

@@ -1,32 +1,21 @@
 package main
 
 import (
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
 
 // TestBadInputPerCommand: bad input to every command, on the command line
 // or in an OFFSETKEEPER_* variable, exits 2 at once with one line naming
 // the flag (or the variable), the value and what is accepted. No case
 // reaches etcd or Kafka: the endpoints are a closed loopback port.
 func TestBadInputPerCommand(t *testing.T) {
-	closed := closedPort(t)
+	closed := harness.Refused(t)
 	cluster := []string{"--etcd-endpoints", closed, "--brokers", closed, "--group", "g"}
 	// with is cmd, then extra, then the cluster flags extra does not give
 	// (list flags such as --brokers add up when given twice).
@@ -201,7 +190,7 @@ func TestBadInputPerCommand(t *testing.T) {
 // near miss of one is warned of, and the command goes on; the variables
 // Kubernetes makes of a Service named offsetkeeper are ignored.
 func TestUnknownVariables(t *testing.T) {
-	closed := closedPort(t)
+	closed := harness.Refused(t)
 	args := []string{"groups", "list", "--etcd-endpoints", closed}
 	for _, tc := range []struct {
 		env  map[string]string
@@ -246,7 +235,7 @@ func TestUnknownVariables(t *testing.T) {
 // TestRefusedEtcdFailsAtOnce: an etcd port that refuses connections fails an
 // operator command at once (exit 1), saying so, not after --etcd-timeout.
 func TestRefusedEtcdFailsAtOnce(t *testing.T) {
-	closed := closedPort(t)
+	closed := harness.Refused(t)
 	cluster := []string{"--etcd-endpoints", closed + ",http://" + closed, "--brokers", closed, "--group", "g", "--etcd-timeout", "30s"}
 	for _, args := range [][]string{
 		{"groups", "list"},

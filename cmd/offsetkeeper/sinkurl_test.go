@@ -97,7 +97,7 @@ func TestShownSink(t *testing.T) {
 // with one line naming the value and what is accepted; a group= in the URL
 // that is not --group is one of them (it was exit 1, after connecting).
 func TestSinkURLBadUsageExits2(t *testing.T) {
-	closed := closedPort(t)
+	closed := harness.Refused(t)
 	run := func(sink string, extra ...string) []string {
 		return append([]string{"run", "--etcd-endpoints", closed, "--brokers", closed, "--group", "g", "--topics", "t", "--sink", sink}, extra...)
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -310,7 +309,7 @@ func TestStoppedRegistry(t *testing.T) {
 func TestFailover(t *testing.T) {
 	reg := harness.StartSchemaRegistry(t)
 	id := reg.RegisterJSON(t, "money", jsonMoney)
-	dead := "http://" + closedAddr(t)
+	dead := "http://" + harness.Refused(t)
 	c := newClient(t, registry.Config{URL: dead + ", " + reg.URL + "/"})
 	ctx := harness.Context(t, testTimeout)
 
@@ -330,18 +329,6 @@ func TestFailover(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), reg.URL) {
 		t.Fatalf("none answers: %v, want an error naming %s and %s", err, dead, reg.URL)
 	}
-}
-
-// closedAddr is a 127.0.0.1 address that refuses connections.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // TestTLSBasicAuth runs against a registry that serves HTTPS only and
