@@ -84,10 +84,7 @@ func TestSIGTERMHandoff(t *testing.T) {
 
 func TestJoinUnderLoadRebalancesWithoutDuplicates(t *testing.T) {
 	e := newEnv(t, "orders", 12)
-	// No replica is lost here: a lease that outlives a starved keepalive
-	// on a loaded machine (all three lost their 2s sessions at once in a
-	// CI run) keeps the join the only change.
-	e.leaseTTL = 6 * time.Second
+	e.leaseTTL = loadLeaseTTL
 	sink, l := e.startEven(3000, "a", "b", "c")
 	before := e.claimMap()
 

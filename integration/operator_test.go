@@ -24,6 +24,7 @@ func (e *env) cli(args ...string) (int, string) {
 
 func TestClaimsReleaseUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	e := newEnv(t, "orders", 4)
+	e.leaseTTL = loadLeaseTTL
 	sink, l := e.startEven(3000, "a", "b")
 	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 4 })
 
@@ -120,6 +121,7 @@ func TestResetOfIdlePartitionRedeliversWithoutNewRecords(t *testing.T) {
 
 func TestReplicasDrainUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 	e := newEnv(t, "orders", 6)
+	e.leaseTTL = loadLeaseTTL
 	sink, l := e.startEven(3000, "a", "b", "c")
 	await(t, 10*time.Second, "records flowing", func() bool { return len(e.committed()) == 6 })
 
