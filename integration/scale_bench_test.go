@@ -202,16 +202,18 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		raw.cpu += processCPU(b) - cpu0
 		raw.broker += k.brokerCPU(b) - broker0
 
-		w := watchCommitted(b, cli, group)
+		w := watchCommitted(b, cli, group, int64(total))
 		broker0, start = k.brokerCPU(b), time.Now()
 		var claimed time.Time
 		p := replicaProcess(b, etcd, k.Kafka, group, "bench", "r")
-		done := pollUntil(b, 30*time.Minute, 50*time.Millisecond, "the replica to commit everything", func() bool {
-			if claimed.IsZero() && harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
+		pollUntil(b, 30*time.Minute, 50*time.Millisecond, "every partition claimed, or the replica done", func() bool {
+			if harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
 				claimed = time.Now()
+				return true
 			}
-			return w.total() >= int64(total)
+			return isClosed(w.reached)
 		})
+		done := w.wait(b, 30*time.Minute, "the replica to commit everything")
 		w.stop()
 		rep.cpu += procCPU(b, p)
 		rep.broker += k.brokerCPU(b) - broker0
@@ -444,12 +446,10 @@ func drainBacklog(b *testing.B, etcd *harness.Etcd, cli *clientv3.Client, k *har
 	for b.Loop() {
 		round++
 		group := fmt.Sprintf("%s-%d", topic, round)
-		w := watchCommitted(b, cli, group)
+		w := watchCommitted(b, cli, group, int64(total))
 		start := time.Now()
 		p := replicaProcess(b, etcd, k, group, topic, "r", extra...)
-		done := pollUntil(b, 60*time.Minute, 50*time.Millisecond, "the replica to commit the backlog", func() bool {
-			return w.total() >= int64(total)
-		})
+		done := w.wait(b, 60*time.Minute, "the replica to commit the backlog")
 		w.stop()
 		took += done.Sub(start)
 		cpu += procCPU(b, p)

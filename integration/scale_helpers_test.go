@@ -185,18 +185,25 @@ func claimsByReplica(b *testing.B, cli *clientv3.Client, group string) map[strin
 // each poll (committedTotal) costs the benchmark's process, which shares
 // the machine with the replica, a read and decode of every partition's key
 // twenty times a second (at 10,000 partitions most of a core).
+//
+// It notes the moment the sum first reaches want, as the watch reports it:
+// a benchmark that polled the sum would add half its polling interval to
+// the time it measures.
 type committedWatch struct {
-	sum    atomic.Int64
-	cancel context.CancelFunc
-	done   chan struct{}
+	sum     atomic.Int64
+	want    int64
+	reached chan struct{} // closed when sum first reaches want, at
+	at      time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-// watchCommitted starts a committedWatch of group; stop ends it.
-func watchCommitted(b *testing.B, cli *clientv3.Client, group string) *committedWatch {
+// watchCommitted starts a committedWatch of group until want; stop ends it.
+func watchCommitted(b *testing.B, cli *clientv3.Client, group string, want int64) *committedWatch {
 	b.Helper()
 	prefix := groupKeys(group) + "offsets/"
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &committedWatch{cancel: cancel, done: make(chan struct{})}
+	w := &committedWatch{want: want, reached: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix())
 	rcancel()
@@ -219,7 +226,7 @@ func watchCommitted(b *testing.B, cli *clientv3.Client, group string) *committed
 		next[string(kv.Key)] = parse(string(kv.Key), kv.Value)
 		sum += next[string(kv.Key)]
 	}
-	w.sum.Store(sum)
+	w.store(sum)
 	wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	go func() {
 		defer close(w.done)
@@ -233,13 +240,34 @@ func watchCommitted(b *testing.B, cli *clientv3.Client, group string) *committed
 					sum += next[k]
 				}
 			}
-			w.sum.Store(sum)
+			w.store(sum)
 		}
 	}()
 	return w
 }
 
+func (w *committedWatch) store(sum int64) {
+	w.sum.Store(sum)
+	if sum >= w.want && w.at.IsZero() {
+		w.at = time.Now()
+		close(w.reached)
+	}
+}
+
 func (w *committedWatch) total() int64 { return w.sum.Load() }
+
+// wait waits up to timeout for the sum to reach want and returns when it
+// did.
+func (w *committedWatch) wait(b *testing.B, timeout time.Duration, what string) time.Time {
+	b.Helper()
+	select {
+	case <-w.reached:
+		return w.at
+	case <-time.After(timeout):
+		b.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, w.total(), w.want)
+		return time.Time{}
+	}
+}
 
 func (w *committedWatch) stop() {
 	w.cancel()
@@ -561,4 +589,14 @@ func trickleProducer(b testing.TB, k *harness.Kafka) *kgo.Client {
 	}
 	b.Cleanup(cl.Close)
 	return cl
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -403,7 +403,18 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				cur.fail(p.err)
 			}
 		case p.batch.Next > p.batch.From:
-			cur.attempt, cur.quiet, cur.oorStreak = 0, false, 0
+			// A cursor that read up to the log end has nothing more to
+			// fetch now: it rides the long poll with the quiet ones.
+			// Counted as busy, it would make the request beside the long
+			// poll a second long poll, and partitions with records would
+			// wait for one of the two to end (a backlog of 64 partitions
+			// waited 0.5 s a round).
+			end := p.hw
+			if c.cfg.IsolationLevel == ReadCommitted {
+				end = p.lso
+			}
+			cur.attempt, cur.oorStreak = 0, 0
+			cur.quiet = p.present && end >= 0 && p.batch.Next >= end
 			cur.queued(p.batch)
 			cur.fetchAt = p.batch.Next
 			// A batch larger than the limit came whole because it was

@@ -417,3 +417,51 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 		t.Errorf("%d fetch requests for %d partitions of one large batch each, want at most %d", st.FetchRequests, parts, parts/4)
 	}
 }
+
+// A backlog over more partitions than a request holds: a cursor that read
+// up to its log end has nothing more to fetch, and rides the long poll
+// with the quiet ones. Counted as busy, such cursors made the request
+// beside the long poll a long poll too, and the partitions whose records
+// had not been read yet waited for one of the two to end: MaxWait a round.
+// With a long MaxWait, the whole backlog comes well within one.
+func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
+	const parts, perPart = 64, 500
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "backlog", parts)
+	produceNumbered(t, k, "backlog", parts, perPart, perPart, strings.Repeat("x", 100)) // some 60 KB a partition
+	cfg := testFetchConfig(k)
+	cfg.MaxWait = 5 * time.Second
+	cfg.MaxBytes, cfg.MaxRequestBytes = 128<<10, 1<<20 // each partition whole in an answer, 8 a request
+	c := openConsumer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for p := range parts {
+		cur := openCursor(t, c, "backlog", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next := 0; next < perPart; {
+				b, err := cur.Fetch(ctx)
+				if err != nil {
+					t.Errorf("partition %d after %d records: %v", p, next, err)
+					return
+				}
+				for _, r := range b.Records {
+					if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
+						t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
+						return
+					}
+					next++
+				}
+				cur.Free(b.Bytes + b.Reserved)
+			}
+		}()
+	}
+	wg.Wait()
+	if took := time.Since(start); took >= cfg.MaxWait/2 {
+		t.Fatalf("the backlog of %d partitions took %v, want well within one long poll (%v): partitions with records waited on long polls",
+			parts, took.Round(time.Millisecond), cfg.MaxWait)
+	}
+}

@@ -46,7 +46,7 @@ type Cursor struct {
 	oorStreak    int   // answers out of range in a row, with no progress between
 	starved      bool  // the broker had data for it that did not fit a response
 	big          int64 // its next batch is larger than its limit (this many bytes): fetched first in a request
-	quiet        bool  // its last answer was empty
+	quiet        bool  // its last answer was empty, or reached the log end
 	woken        bool  // Wake was called: the next wait returns at once
 	retryAt      time.Time
 	attempt      int
