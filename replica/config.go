@@ -35,8 +35,8 @@ const (
 	// because its partition went quiet may wait for other partitions' to
 	// share a transaction. A replica of many trickling partitions would
 	// otherwise make two transactions per record; with it, about ten a
-	// second, for 0.2 s more latency at most. Full blocks never wait, nor
-	// does the block that ends a backlog.
+	// second, for 0.2 s more latency at most. Full and larger blocks never
+	// wait, nor does the block that ends a backlog.
 	DefaultCommitLinger = 100 * time.Millisecond
 	// DefaultResyncInterval re-plans even without a watch event, to repair
 	// anything a lost event would leave.
@@ -149,8 +149,9 @@ type Config struct {
 	// before the write: at-most-once.
 	CommitMode CommitMode
 	// CommitLinger is how long the intent and the commit of a trickling
-	// partition's block (it and the block before it did not end by size)
-	// may wait to share an etcd transaction with other partitions'. Default DefaultCommitLinger, 100ms; negative: never
+	// partition's small block (under a 64th of MaxBlockRows and
+	// MaxBlockBytes; it and the block before it did not end by size) may
+	// wait to share an etcd transaction with other partitions'. Default DefaultCommitLinger, 100ms; negative: never
 	// wait. It is capped at LeaseTTL/16. Longer makes fewer etcd
 	// transactions for many trickling partitions, for that much latency.
 	CommitLinger time.Duration

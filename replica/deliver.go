@@ -16,14 +16,19 @@ import (
 )
 
 // writeOptions are the block's etcd write options: a lingering round for a
-// block of a trickling partition (this block and the one before it ended
-// quiet), none for a full block or for the block that ends a backlog, whose
-// commit would otherwise hold the end of a catch-up back by the linger.
+// small block of a trickling partition (this block and the one before it
+// ended quiet), none for a full block, a large one or the block that ends
+// a backlog, whose commits would otherwise hold the end of a catch-up back
+// by the linger, twice (intent and commit).
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
-	if b.full || !pt.trickling || pt.r.cfg.CommitLinger <= 0 {
+	cfg := &pt.r.cfg
+	// Small: under a 64th of a full block, as a trickle's blocks are; a
+	// larger one is a backlog's, whose own rows dwarf its etcd writes.
+	small := len(b.records) < cfg.MaxBlockRows/64 && b.raw < cfg.MaxBlockBytes/64
+	if b.full || !small || !pt.trickling || cfg.CommitLinger <= 0 {
 		return nil
 	}
-	return []coordinator.WriteOption{coordinator.Linger(pt.r.cfg.CommitLinger)}
+	return []coordinator.WriteOption{coordinator.Linger(cfg.CommitLinger)}
 }
 
 // deliver writes one block and commits its offset, through a guard.

@@ -14,34 +14,36 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// writeTimes is a sink that keeps when each block, by its end offset, was
-// written.
+// writeTimes is a sink that keeps when each block, by partition and end
+// offset, was written.
 type writeTimes struct {
 	mu      sync.Mutex
-	written map[int64]time.Time
+	written map[int]map[int64]time.Time
 }
 
 func (s *writeTimes) Write(_ context.Context, b *sinks.Block) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.written[b.Next] = time.Now()
+	s.written[b.Partition][b.Next] = time.Now()
 	return nil
 }
 
 func (s *writeTimes) Close() error { return nil }
 
-func (s *writeTimes) at(next int64) (time.Time, bool) {
+func (s *writeTimes) at(p int, next int64) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.written[next]
+	t, ok := s.written[p][next]
 	return t, ok
 }
 
-// The block that ends a backlog is committed at once: its commit does not
-// wait out --commit-linger, which would hold the end of every catch-up
-// back. Blocks of a partition that trickles (this block and the one
+// A backlog's blocks are committed at once: the block that ends it (the
+// partition's blocks before it ended full), and one that holds a backlog
+// whole (over a 64th of a full block), even first. Waiting out
+// --commit-linger there would hold the end of every catch-up back. The
+// small blocks of a partition that trickles (this block and the one
 // before it ended quiet) still linger, for others to share their round.
-func TestBacklogEndCommitsWithoutLinger(t *testing.T) {
+func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	cli, brokers, stop := startEtcdAndKafka("linger", 0)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -52,31 +54,31 @@ func TestBacklogEndCommitsWithoutLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer producer.Close()
-	produce := func(n int) {
+	produce := func(p int32, n int) {
 		t.Helper()
 		recs := make([]*kgo.Record, n)
 		for i := range recs {
-			recs[i] = &kgo.Record{Partition: 0, Value: bytes.Repeat([]byte("v"), 100)}
+			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte("v"), 100)}
 		}
 		if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const backlog = 1000
-	for range backlog / 100 {
-		produce(100) // a batch each
-	}
+	// One after another, so that no block's writes ride along in a round
+	// with another's: partition 1, one batch of 50 records, its first
+	// block, quiet but not small (a 64th of 640 rows is 10); partition 0,
+	// a batch of 700 records, a full block (of 640 rows or more), then a
+	// batch of 5, a small block after a full one.
+	produce(1, 50)
 
 	// The longest linger a lease of 32 s allows (a sixteenth of it).
 	const linger = 2 * time.Second
-	sink := &writeTimes{written: map[int64]time.Time{}}
+	sink := &writeTimes{written: map[int]map[int64]time.Time{0: {}, 1: {}}}
 	r, err := replica.New(replica.Config{
-		Group:  "linger",
-		Topics: []string{"linger"},
-		// A batch of 100 records (11 KB) a fetch, three a block: three
-		// full blocks, then the backlog's last, quiet one.
-		Kafka:          replica.Kafka{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 8 << 10},
-		MaxBlockRows:   300,
+		Group:          "linger",
+		Topics:         []string{"linger"},
+		Kafka:          replica.Kafka{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond},
+		MaxBlockRows:   640,
 		CommitLinger:   linger,
 		LeaseTTL:       32 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,
@@ -93,37 +95,48 @@ func TestBacklogEndCommitsWithoutLinger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p0 := coordinator.Partition{Topic: "linger", Partition: 0}
-	// committedAfter waits until etcd holds next for partition 0 and
+	// committedAfter waits until etcd holds next for partition p and
 	// returns how long after the block ending there was written.
-	committedAfter := func(next int64) time.Duration {
+	committedAfter := func(p int, next int64) time.Duration {
 		t.Helper()
+		tp := coordinator.Partition{Topic: "linger", Partition: p}
 		for {
 			snap, err := op.Snapshot(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if snap.Offsets[p0].Next >= next {
-				w, ok := sink.at(next)
+			if snap.Offsets[tp].Next >= next {
+				w, ok := sink.at(p, next)
 				if !ok {
-					t.Fatalf("offset %d committed, but no block ending there was written", next)
+					t.Fatalf("%s: offset %d committed, but no block ending there was written", tp, next)
 				}
 				return time.Since(w)
 			}
 			select {
 			case <-ctx.Done():
-				t.Fatalf("offset %d not committed: etcd holds %d", next, snap.Offsets[p0].Next)
+				t.Fatalf("%s: offset %d not committed: etcd holds %d", tp, next, snap.Offsets[tp].Next)
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
-	if d := committedAfter(backlog); d >= linger/2 {
-		t.Fatalf("the backlog's last block was committed %s after its write, want well within the %s linger", d, linger)
+	if d := committedAfter(1, 50); d >= linger/2 {
+		t.Fatalf("a backlog's one block, larger than a trickle's, was committed %s after its write, want well within the %s linger", d, linger)
 	}
-	// A trickle: one record, after the backlog's quiet end.
-	produce(1)
-	if d := committedAfter(backlog + 1); d < linger*3/4 {
-		t.Fatalf("a trickling partition's block was committed %s after its write, want after about the %s linger", d, linger)
+	produce(0, 700) // one batch: read as it is, not as it comes
+	if d := committedAfter(0, 700); d >= linger/2 {
+		t.Fatalf("a full block was committed %s after its write, want well within the %s linger", d, linger)
+	}
+	produce(0, 5)
+	if d := committedAfter(0, 705); d >= linger/2 {
+		t.Fatalf("the small block that ends a backlog was committed %s after its write, want well within the %s linger", d, linger)
+	}
+	// A trickle: one record each, after the backlogs' quiet ends.
+	produce(0, 1)
+	produce(1, 1)
+	for p, next := range map[int]int64{0: 706, 1: 51} {
+		if d := committedAfter(p, next); d < linger*3/4 {
+			t.Fatalf("partition %d: a trickling partition's block was committed %s after its write, want after about the %s linger", p, d, linger)
+		}
 	}
 	stopRun()
 	if err := <-ran; err != nil {
