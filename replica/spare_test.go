@@ -1,0 +1,60 @@
+package replica
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// A finished block's records slice is kept for the partition's next block
+// only while it is within half the partition's share of the budget (what
+// a block of that share holds): as partitions join, shares shrink, and
+// 10,000 partitions each keeping the slice of a 1,000-record block held
+// 1.1 GB that the budget never counted.
+func TestSpareRecordsWithinTheShare(t *testing.T) {
+	const parts = 10
+	cluster, err := kfake.NewCluster(kfake.SeedTopics(parts, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	const budget = 1 << 20
+	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: budget}, nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cur, err := c.Open("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := &partition{f: cur}
+	finish := func(rows int) []sinks.Record {
+		pt.finish(&block{records: make([]sinks.Record, rows)})
+		return pt.spare
+	}
+	// Alone, the partition's share is the whole budget: a block of 1,000
+	// records (112 KB of Record values) is well within half of it.
+	if spare := finish(1000); cap(spare) != 1000 || len(spare) != 0 {
+		t.Fatalf("alone: spare of len %d cap %d, want the block's slice, emptied (cap 1000)", len(spare), cap(spare))
+	}
+	if spare := finish(5000); spare != nil {
+		t.Fatalf("alone: a block of 5,000 records (%d KB) kept within half a share of %d KB", 5000*recordSize>>10, budget>>10)
+	}
+	for p := 1; p < parts; p++ {
+		if _, err := c.Open("t", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One of ten: a share of about 100 KB, half of it less than 1,000
+	// records take.
+	if spare := finish(1000); spare != nil {
+		t.Fatalf("one of %d: a block of 1,000 records kept within half a share of %d KB", parts, cur.Share()>>10)
+	}
+	if spare := finish(100); cap(spare) != 100 {
+		t.Fatalf("one of %d: a block of 100 records not kept (spare cap %d)", parts, cap(spare))
+	}
+}
