@@ -465,3 +465,42 @@ func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
 			parts, took.Round(time.Millisecond), cfg.MaxWait)
 	}
 }
+
+// Only the long poll waits for records. Partitions never asked, or with
+// records at their last answer, go in requests that return at once: one
+// found with nothing is quiet from then on and joins the long poll. When
+// such requests waited too, partitions opened on an idle topic were asked
+// a request's worth per long poll (10,000 partitions, 625 a request: 16
+// long polls before the last was asked, and a fetch session listed them
+// all anew each time).
+func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
+	const parts = 200
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "idle", parts)
+	cfg := testFetchConfig(k)
+	cfg.MaxWait = 5 * time.Second
+	cfg.MaxBytes, cfg.MaxRequestBytes = 64<<10, 1<<20 // 16 partitions a request, but for quiet ones
+	c := openConsumer(t, cfg)
+	curs := make([]*Cursor, parts)
+	for p := range parts {
+		curs[p] = openCursor(t, c, "idle", p, 0)
+	}
+	// Asked: found quiet, or in the long poll (which carries a few never
+	// asked along with the quiet ones: their answer comes with it).
+	quiet := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, cur := range curs {
+			if cur.quiet || (cur.flight != nil && cur.flight.quiet) {
+				n++
+			}
+		}
+		return n
+	}
+	start := time.Now()
+	harness.Await(t, 30*time.Second, "every partition asked once and quiet, or riding the long poll", func() bool { return quiet() == parts })
+	if took := time.Since(start); took >= cfg.MaxWait/2 {
+		t.Fatalf("%d new partitions took %v to be asked once, want well within one long poll (%v)", parts, took.Round(time.Millisecond), cfg.MaxWait)
+	}
+}

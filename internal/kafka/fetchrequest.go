@@ -64,9 +64,19 @@ type fetchPart struct {
 // and the delivery of earlier batches.
 func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	c := b.c
+	wait := c.cfg.MaxWait
+	if !r.quiet {
+		// Only the long poll, which carries the quiet partitions, waits.
+		// The others are for partitions that may have records now (or
+		// were never asked): one that has none is quiet from its answer
+		// on and joins the long poll, rather than make this request a
+		// second one (10,000 new partitions, 625 a request, took 16 long
+		// polls to all be asked once).
+		wait = 0
+	}
 	req := &rawFetchRequest{clientID: c.cfg.ClientID, broker: b.id, direct: true, versions: c.kc.versions, Request: fetchapi.Request{
 		ReplicaID:      -1,
-		MaxWaitTime:    int32(c.cfg.MaxWait / time.Millisecond),
+		MaxWaitTime:    int32(wait / time.Millisecond),
 		MinBytes:       int32(c.cfg.MinBytes),
 		MaxBytes:       int32(min(r.reserve, 1<<31-1)),
 		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
