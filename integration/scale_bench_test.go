@@ -211,7 +211,7 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 				claimed = time.Now()
 				return true
 			}
-			return isClosed(w.reached)
+			return w.total() >= w.want
 		})
 		done := w.wait(b, 30*time.Minute, "the replica to commit everything")
 		w.stop()

@@ -590,13 +590,3 @@ func trickleProducer(b testing.TB, k *harness.Kafka) *kgo.Client {
 	b.Cleanup(cl.Close)
 	return cl
 }
-
-// isClosed reports whether ch is closed, without waiting.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}

@@ -217,9 +217,7 @@ func testBufferReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(runCtx) }()
+	stopRun := runReplica(ctx, r)
 
 	await := func(what string, cond func(pos, seen map[int]int, jumped map[int]bool) bool) {
 		t.Helper()
@@ -260,8 +258,7 @@ func testBufferReuse(t *testing.T) {
 	await("every record, and partition 0 again from the reset", func(pos, _ map[int]int, jumped map[int]bool) bool {
 		return jumped[0] && pos[0] == len(want[0]) && pos[1] == len(want[1])
 	})
-	stopRun()
-	if err := <-ran; err != nil {
+	if err := stopRun(); err != nil {
 		t.Fatal(err)
 	}
 	_, seen, _, err := sink.state()

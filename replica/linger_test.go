@@ -87,9 +87,7 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(runCtx) }()
+	stopRun := runReplica(ctx, r)
 
 	op, err := coordinator.New(cli, "linger")
 	if err != nil {
@@ -138,8 +136,19 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 			t.Fatalf("partition %d: a trickling partition's block was committed %s after its write, want after about the %s linger", p, d, linger)
 		}
 	}
-	stopRun()
-	if err := <-ran; err != nil {
+	if err := stopRun(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// runReplica runs r until the returned stop is called, which returns what
+// Run returned.
+func runReplica(ctx context.Context, r *replica.Replica) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-ran
 	}
 }

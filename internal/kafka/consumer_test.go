@@ -393,21 +393,7 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 			defer cancel()
-			for next := 0; next < perPart; {
-				b, err := cur.Fetch(ctx)
-				if err != nil {
-					t.Errorf("partition %d after %d records: %v", p, next, err)
-					return
-				}
-				for _, r := range b.Records {
-					if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
-						t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
-						return
-					}
-					next++
-				}
-				cur.Free(b.Bytes + b.Reserved) // as a block committed
-			}
+			drainNumbered(t, ctx, cur, p, perPart)
 		}()
 	}
 	wg.Wait()
@@ -442,21 +428,7 @@ func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next := 0; next < perPart; {
-				b, err := cur.Fetch(ctx)
-				if err != nil {
-					t.Errorf("partition %d after %d records: %v", p, next, err)
-					return
-				}
-				for _, r := range b.Records {
-					if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
-						t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
-						return
-					}
-					next++
-				}
-				cur.Free(b.Bytes + b.Reserved)
-			}
+			drainNumbered(t, ctx, cur, p, perPart)
 		}()
 	}
 	wg.Wait()
@@ -502,5 +474,26 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 	harness.Await(t, 30*time.Second, "every partition asked once and quiet, or riding the long poll", func() bool { return quiet() == parts })
 	if took := time.Since(start); took >= cfg.MaxWait/2 {
 		t.Fatalf("%d new partitions took %v to be asked once, want well within one long poll (%v)", parts, took.Round(time.Millisecond), cfg.MaxWait)
+	}
+}
+
+// drainNumbered reads perPart records of partition p (produceNumbered's)
+// from cur, each in order and once, freeing each batch as a committed block
+// would; a failure is reported on t.
+func drainNumbered(t *testing.T, ctx context.Context, cur *Cursor, p, perPart int) {
+	for next := 0; next < perPart; {
+		b, err := cur.Fetch(ctx)
+		if err != nil {
+			t.Errorf("partition %d after %d records: %v", p, next, err)
+			return
+		}
+		for _, r := range b.Records {
+			if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
+				t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
+				return
+			}
+			next++
+		}
+		cur.Free(b.Bytes + b.Reserved)
 	}
 }
