@@ -246,11 +246,8 @@ func (s *Session) runRounds() {
 func (s *Session) firstDue() (time.Time, bool) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	var (
-		due           time.Time
-		keys          map[string]bool
-		n, width, sum int
-	)
+	var due time.Time
+	fill := roundFill{c: s.c}
 	for _, o := range s.queue {
 		if o.state == opCancelled {
 			continue
@@ -258,28 +255,45 @@ func (s *Session) firstDue() (time.Time, bool) {
 		if due.IsZero() || o.due.Before(due) {
 			due = o.due
 		}
-		if keys == nil {
-			keys = map[string]bool{}
-		}
-		if keys[o.key] {
-			continue
-		}
-		if !s.fits(n, width, sum, o) {
+		if joined, dup := fill.add(o); (!joined && !dup) || fill.full() {
 			return time.Now(), true
-		}
-		keys[o.key] = true
-		n, width, sum = n+1, max(width, o.width), sum+o.size
-		if !s.fits(n, width, sum, &op{width: maxOpWidth}) {
-			return time.Now(), true // full: no claim or commit can join it
 		}
 	}
 	return due, !due.IsZero()
 }
 
-// fits reports whether o can join a round of n ops, the widest of width
-// ops, of size bytes (see Sizing above).
-func (s *Session) fits(n, width, size int, o *op) bool {
-	return n == 0 || (n+1+max(width, o.width) <= s.c.maxTxnOps && size+o.size <= s.c.maxTxnBytes)
+// roundFill is a round being filled in queue order: one op per partition,
+// while n + widest <= max-txn-ops and the estimated size fits (see Sizing
+// above). take fills the round it sends with it, and firstDue the round
+// the queue holds, by the same rules.
+type roundFill struct {
+	c        *Coordinator
+	keys     map[string]bool
+	n, width int
+	size     int
+}
+
+// add reports whether o joins the round; dup when it cannot because its
+// partition has an op in the round already, else because the round is
+// full.
+func (f *roundFill) add(o *op) (joined, dup bool) {
+	if f.keys[o.key] {
+		return false, true
+	}
+	if f.n > 0 && (f.n+1+max(f.width, o.width) > f.c.maxTxnOps || f.size+o.size > f.c.maxTxnBytes) {
+		return false, false
+	}
+	if f.keys == nil {
+		f.keys = map[string]bool{}
+	}
+	f.keys[o.key] = true
+	f.n, f.width, f.size = f.n+1, max(f.width, o.width), f.size+o.size
+	return true, false
+}
+
+// full reports whether no claim or commit (the widest op) can join.
+func (f *roundFill) full() bool {
+	return f.n > 0 && f.n+1+maxOpWidth > f.c.maxTxnOps
 }
 
 // endRounds refuses new ops and fails the queued ones unsent.
@@ -315,31 +329,24 @@ func (s *Session) sendRound() bool {
 func (s *Session) take() []*op {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	var (
-		batch []*op
-		keys  = map[string]bool{}
-		width int
-		size  int
-		full  bool
-	)
+	var batch []*op
+	fill := roundFill{c: s.c}
+	full := false
 	rest := s.queue[:0]
 	for _, o := range s.queue {
 		if o.state == opCancelled {
 			continue
 		}
-		if full || keys[o.key] {
-			rest = append(rest, o)
-			continue
+		if !full {
+			joined, dup := fill.add(o)
+			if joined {
+				batch = append(batch, o)
+				o.state = opSent
+				continue
+			}
+			full = !dup
 		}
-		if !s.fits(len(batch), width, size, o) {
-			full = true
-			rest = append(rest, o)
-			continue
-		}
-		batch = append(batch, o)
-		keys[o.key] = true
-		width, size = max(width, o.width), size+o.size
-		o.state = opSent
+		rest = append(rest, o)
 	}
 	clear(s.queue[len(rest):])
 	s.queue = rest
