@@ -149,7 +149,7 @@ type Config struct {
 	// before the write: at-most-once.
 	CommitMode CommitMode
 	// CommitLinger is how long the intent and the commit of a trickling
-	// partition's small block (under a 64th of MaxBlockRows and
+	// partition's small block (at most a 64th of MaxBlockRows and
 	// MaxBlockBytes; it and the block before it did not end by size) may
 	// wait to share an etcd transaction with other partitions'. Default DefaultCommitLinger, 100ms; negative: never
 	// wait. It is capped at LeaseTTL/16. Longer makes fewer etcd

@@ -22,10 +22,11 @@ import (
 // by the linger, twice (intent and commit).
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 	cfg := &pt.r.cfg
-	// Small: under a 64th of a full block, as a trickle's blocks are; a
-	// larger one is a backlog's, whose own rows dwarf its etcd writes.
-	small := len(b.records) < cfg.MaxBlockRows/64 && b.raw < cfg.MaxBlockBytes/64
-	if b.full || !small || !pt.trickling || cfg.CommitLinger <= 0 {
+	// Small: at most a 64th of a full block (one record at least), as a
+	// trickle's blocks are; a larger one is a backlog's, whose own rows
+	// dwarf its etcd writes.
+	small := len(b.records) <= max(1, cfg.MaxBlockRows/64) && b.raw <= max(1, cfg.MaxBlockBytes/64)
+	if b.full || !small || pt.lastFull || cfg.CommitLinger <= 0 {
 		return nil
 	}
 	return []coordinator.WriteOption{coordinator.Linger(cfg.CommitLinger)}
@@ -50,7 +51,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Records:    b.records,
 	}
 	opts := pt.writeOptions(b)
-	pt.trickling = !b.full
+	pt.lastFull = b.full
 	if id := pt.f.TopicID(); !id.IsZero() {
 		pt.claim.SetTopicID(id.String())
 	}

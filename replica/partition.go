@@ -31,9 +31,9 @@ type partition struct {
 	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
-	// trickling: the last block ended quiet rather than full (so did
-	// every block, until one ends full). See writeOptions.
-	trickling bool
+	// lastFull: the last block ended full (a backlog's); until one
+	// does, the partition is taken to trickle. See writeOptions.
+	lastFull bool
 	// spare is the records slice of the last finished block, for the
 	// next one to fill.
 	spare []sinks.Record
@@ -78,7 +78,6 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
-	pt.trickling = true
 	pt.progress.Store(time.Now().UnixNano())
 	if r.codec != nil {
 		f.ExpectDecoding()
