@@ -39,10 +39,13 @@ const PoisonBuffersEnv = "OFFSETKEEPER_POISON_BUFFERS"
 
 func init() { poisonBuffers.Store(os.Getenv(PoisonBuffersEnv) == "1") }
 
-// PoisonBuffers makes given-back buffers be overwritten rather than reused
-// (or reused again, off): for tests that a buffer is not given back while
-// records alias it.
+// PoisonBuffers makes given-back buffers and records slices be overwritten
+// rather than reused (or reused again, off): for tests that neither is
+// given back while a block holds it.
 func PoisonBuffers(on bool) { poisonBuffers.Store(on) }
+
+// poisonRecord overwrites the records of a slice given back while poisoning.
+var poisonRecord = sinks.Record{Offset: -1, Key: []byte("poisoned"), Value: []byte("poisoned")}
 
 // bufClass is the class of a buffer of n bytes: the power of two at least n.
 func bufClass(n int) int { return max(bits.Len(uint(n-1)), minBufClass) }
@@ -109,6 +112,13 @@ func Recycle(bufs []Buffer) {
 // copied elsewhere (the records themselves, and the bytes they alias, are
 // not given back by it).
 func RecycleRecords(recs []sinks.Record) {
+	if poisonBuffers.Load() {
+		// A block still writing these records would show offset -1.
+		for i := range recs {
+			recs[i] = poisonRecord
+		}
+		return
+	}
 	if cap(recs) < 64 {
 		return
 	}
