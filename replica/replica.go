@@ -230,9 +230,10 @@ func (r *Replica) checkTopics(ctx context.Context, c *kafka.Consumer) error {
 }
 
 // refreshLogEnds reads the log ends of the owned partitions every
-// LogEndInterval, one ListOffsets per broker, so that the lag in records is
-// right even for a partition that fetches nothing (stuck on a write, or
-// waiting for memory). It returns when ctx ends or the replica is killed.
+// LogEndInterval, so that the lag in records is right even for a partition
+// that fetches nothing (stuck on a write, or waiting for memory): from the
+// fetch answers where one came within the interval, else one ListOffsets
+// per broker. It returns when ctx ends or the replica is killed.
 func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 	t := time.NewTicker(r.cfg.LogEndInterval)
 	defer t.Stop()
@@ -257,7 +258,7 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, r.cfg.LogEndInterval)
-		ends, err := c.EndOffsets(lctx, tps)
+		ends, err := c.EndOffsets(lctx, tps, r.cfg.LogEndInterval)
 		cancel()
 		if err != nil {
 			r.log.Debug("reading the log ends failed", zap.Error(err))

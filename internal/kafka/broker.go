@@ -82,6 +82,7 @@ func (b *brokerLoop) remove(cur *Cursor) {
 	if i := slices.Index(b.cursors, cur); i >= 0 {
 		b.cursors = slices.Delete(b.cursors, i, i+1)
 	}
+	b.sess.leave(cur)
 	cur.loop, cur.leader, cur.flight = nil, -1, nil
 }
 
@@ -161,36 +162,39 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 		if now.Before(b.retryAt) {
 			return b.retryAt
 		}
-		r, wait := b.pick(now)
+		r, wait, more := b.pick(now)
 		if r == nil {
 			return wait
 		}
 		r.sent = now
-		if !r.big && !r.beside && !b.c.cfg.NoFetchSessions && b.sess.usable() {
-			b.sess.begin(r)
-		} else {
-			r.listed, r.sessionEpoch = r.parts, -1
-		}
 		b.inFlight = append(b.inFlight, r)
 		if r.quiet {
 			b.quietPolls++
 		}
 		go func() { b.done <- b.fetch(ctx, r) }()
+		if !more {
+			// Every fetchable cursor went: another pick now would walk
+			// them all for nothing (at 10,000 idle partitions, that walk
+			// was most of the loop's time). A cursor that becomes
+			// fetchable pokes the loop.
+			return wait
+		}
 	}
 	return time.Time{}
 }
 
 // pick gathers the cursors to fetch now into a request and sets aside the
-// budget its answer may take. With none, it returns when a backoff ends.
+// budget its answer may take. It returns when a backoff ends, and whether
+// fetchable cursors were left for a later request (more).
 //
 // A cursor whose next batch is larger than its limit (big) goes only first
 // in a request, where the broker returns that batch whole (KIP-74): one
 // further back would get the batch's first bytes only, which are thrown
 // away and fetched again. Parts are added while their limits fit the
 // request's, so that the broker does not cut the last ones short either.
-func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
+func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more bool) {
 	if b.holding(now) {
-		return nil, b.holdNext
+		return nil, b.holdNext, false
 	}
 	c := b.c
 	c.mu.Lock()
@@ -199,7 +203,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	n := len(b.cursors)
 	b.budgetWait = left <= 0
 	if left <= 0 || n == 0 {
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	}
 	share := c.share()
 	limit := min(int64(c.cfg.MaxRequestBytes), left)
@@ -210,7 +214,6 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	second := b.quietPolls > 0
 	var first *fetchPart
 	var parts, starved []*fetchPart
-	var wait time.Time
 	var sum int64
 	for i := range n {
 		cur := b.cursors[(b.rot+i)%n]
@@ -236,6 +239,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			// than a producer's batch, and one such partition a request
 			// made a request per partition).
 			if cur.big > math.MaxInt32 || sum+cur.big > limit {
+				more = true
 				continue // a later request
 			}
 			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: int32(cur.big), max: int32(cur.big)}
@@ -252,6 +256,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			// time), not cut short. Left out, an idle partition would
 			// wait for the window of limits to come round to it.
 			if sum > 0 && sum+int64(lim) > limit && !cur.quiet {
+				more = true
 				continue // would be cut short: the next request
 			}
 			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: lim, max: lim}
@@ -269,10 +274,10 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 	}
 	if len(all) == 0 {
 		b.rot = (b.rot + 1) % n
-		return nil, wait
+		return nil, wait, false
 	}
 	if b.holdSmall(now, n, len(all)) {
-		return nil, b.holdNext
+		return nil, b.holdNext, false
 	}
 	b.rot = (b.rot + 1) % n
 	reserve := max(1, min(sum, limit))
@@ -280,7 +285,7 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 		reserve = max(reserve, first.cur.big)
 	}
 	c.held.Add(reserve)
-	r := &fetchRequest{parts: all, reserve: reserve, big: first != nil, beside: second}
+	r = &fetchRequest{parts: all, reserve: reserve, big: first != nil, beside: second}
 	for _, p := range all {
 		p.cur.flight = r
 		p.cur.starved = false
@@ -288,7 +293,12 @@ func (b *brokerLoop) pick(now time.Time) (*fetchRequest, time.Time) {
 			r.quiet = true
 		}
 	}
-	return r, time.Time{}
+	if !r.big && !r.beside && !c.cfg.NoFetchSessions && b.sess.usable() {
+		b.sess.begin(r)
+	} else {
+		r.listed, r.sessionEpoch = r.parts, -1
+	}
+	return r, wait, more
 }
 
 // With many partitions, a cursor freed here and there (a block committed, a
@@ -392,6 +402,11 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		}
 		if p.present {
 			cur.hw, cur.lso = p.hw, p.lso
+		}
+		if p.code == 0 && cur.hw >= 0 && (p.present || r.sessionEpoch > 0) {
+			// An incremental answer leaves out a partition whose log end
+			// did not move: it is as fresh as one listed.
+			cur.endAt = now
 		}
 		switch {
 		case p.code != 0:

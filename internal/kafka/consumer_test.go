@@ -497,3 +497,57 @@ func drainNumbered(t *testing.T, ctx context.Context, cur *Cursor, p, perPart in
 		cur.Free(b.Bytes + b.Reserved)
 	}
 }
+
+// EndOffsets answers a partition whose cursor fetches from the fetch
+// answers, without a ListOffsets, and keeps up as the log grows; a
+// partition without a cursor, or whose answer is older than maxAge, is
+// asked of the broker.
+func TestEndOffsetsFromFetchAnswers(t *testing.T) {
+	k := harness.StartKafka(t, harness.SeedTopics(2, "ends"))
+	var lists atomic.Int64
+	k.Cluster().ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		lists.Add(1)
+		return nil, nil, false
+	})
+	k.ProduceValues(t, "ends", 0, "a", "b", "c")
+	k.ProduceValues(t, "ends", 1, "x", "y")
+	c := openConsumer(t, testFetchConfig(k))
+	cur := openCursor(t, c, "ends", 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for cur.Offset() < 3 {
+		if _, err := cur.Fetch(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p0, p1 := TopicPartition{"ends", 0}, TopicPartition{"ends", 1}
+	before := lists.Load()
+	ends, err := c.EndOffsets(ctx, []TopicPartition{p0}, time.Minute)
+	if err != nil || ends[p0] != 3 {
+		t.Fatalf("EndOffsets = %v, %v; want p0 at 3", ends, err)
+	}
+	if n := lists.Load() - before; n != 0 {
+		t.Fatalf("%d ListOffsets for a partition whose cursor fetches: want its fetch answers used", n)
+	}
+	k.ProduceValues(t, "ends", 0, "d", "e", "f", "g")
+	harness.Await(t, 10*time.Second, "the fetch answers to tell the new log end", func() bool {
+		ends, err := c.EndOffsets(ctx, []TopicPartition{p0}, time.Minute)
+		return err == nil && ends[p0] == 7
+	})
+	if n := lists.Load() - before; n != 0 {
+		t.Fatalf("%d ListOffsets while the cursor fetches", n)
+	}
+	ends, err = c.EndOffsets(ctx, []TopicPartition{p0, p1}, time.Minute)
+	if err != nil || ends[p0] != 7 || ends[p1] != 2 {
+		t.Fatalf("EndOffsets = %v, %v; want p0 at 7, p1 at 2", ends, err)
+	}
+	if lists.Load() == before {
+		t.Fatal("no ListOffsets for a partition without a cursor")
+	}
+	before = lists.Load()
+	ends, err = c.EndOffsets(ctx, []TopicPartition{p0}, 0)
+	if err != nil || ends[p0] != 7 || lists.Load() == before {
+		t.Fatalf("EndOffsets(maxAge 0) = %v, %v after %d ListOffsets; want p0 at 7, asked of the broker", ends, err, lists.Load()-before)
+	}
+}

@@ -15,6 +15,31 @@ const maxQueued = 4
 // SeekTo, Offset, Bounds) from one goroutine, and gives back the memory of
 // what it has finished with through Free.
 type Cursor struct {
+	// Guarded by c.mu. First, what a broker loop's pick reads of every
+	// cursor it walks (fetchable, fetchLimit), in the struct's first two
+	// cache lines: at 10,000 partitions the walk is bound by memory, not
+	// by the checks.
+	flight     *fetchRequest // the request in flight for it, nil when none
+	fetchAt    int64         // where the next fetch starts
+	held       int64         // bytes of the queue and of batches not yet freed
+	closed     bool
+	quiet      bool  // its last answer was empty, or reached the log end
+	outOfRange bool  // the broker refused fetchAt: the reader looks where the log is
+	starved    bool  // the broker had data for it that did not fit a response
+	decodes    bool  // its reader decodes the records into JSON it holds (ExpectDecoding)
+	throttled  bool  // Fetch reported the share used since the last Free
+	woken      bool  // Wake was called: the next wait returns at once
+	err        error // a failure to return from the next Fetch
+	queue      []PolledBatch
+	retryAt    time.Time
+	ratio      float64 // bytes of JSON a fetched byte decodes into, as the reader said (decoded.go); 0: not decoded
+	inflate    float64 // bytes a fetched byte decompresses into, as the last batches did (decoded.go); 0: unknown
+	batchWire  int64   // the size, as fetched, of the largest batch of its last answer
+	big        int64   // its next batch is larger than its limit (this many bytes): fetched first in a request
+	seq        uint64  // bumped when the position moves: older results are dropped
+	epoch      int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
+	leader     int32
+
 	c  *Consumer
 	tp TopicPartition
 	// f does what is rare and per partition: the start offset, resets
@@ -24,33 +49,19 @@ type Cursor struct {
 
 	// Guarded by c.mu.
 	loop         *brokerLoop // nil while the leader is unknown
-	leader       int32
-	epoch        int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
-	topicID      TopicID // the topic's id when first seen (or as given by ExpectTopicID)
+	topicID      TopicID     // the topic's id when first seen (or as given by ExpectTopicID)
 	recreated    *TopicRecreatedError
 	unknownSince time.Time
-	fetchAt      int64  // where the next fetch starts
-	expect       int64  // where the queue starts: the reader's position if it follows it
-	seq          uint64 // bumped when the position moves: older results are dropped
-	queue        []PolledBatch
-	flight       *fetchRequest // the request in flight for it, nil when none
-	held         int64         // bytes of the queue and of batches not yet freed
-	ratio        float64       // bytes of JSON a fetched byte decodes into, as the reader said (decoded.go); 0: not decoded
-	inflate      float64       // bytes a fetched byte decompresses into, as the last batches did (decoded.go); 0: unknown
-	batchWire    int64         // the size, as fetched, of the largest batch of its last answer
-	decodes      bool          // its reader decodes the records into JSON it holds (ExpectDecoding)
-	throttled    bool          // Fetch reported the share used since the last Free
+	expect       int64 // where the queue starts: the reader's position if it follows it
 	hw, lso      int64
-	err          error // a failure to return from the next Fetch
-	outOfRange   bool  // the broker refused fetchAt: the reader looks where the log is
-	oorStreak    int   // answers out of range in a row, with no progress between
-	starved      bool  // the broker had data for it that did not fit a response
-	big          int64 // its next batch is larger than its limit (this many bytes): fetched first in a request
-	quiet        bool  // its last answer was empty, or reached the log end
-	woken        bool  // Wake was called: the next wait returns at once
-	retryAt      time.Time
+	endAt        time.Time // when a fetch answer last told hw and lso (EndOffsets)
+	oorStreak    int       // answers out of range in a row, with no progress between
 	attempt      int
-	closed       bool
+
+	// sess is the fetch session of its loop that holds its partition, as
+	// sessPart (session.go); nil when none does.
+	sess     *fetchSession
+	sessPart sessionPart
 
 	signal chan struct{} // cap 1: something for Fetch
 }

@@ -62,8 +62,8 @@ const sessionCloseTimeout = 500 * time.Millisecond
 // misnumbers every session is not worth a failed request each time.
 const maxSessionErrors = 3
 
-// fetchSession is a broker loop's fetch session. It is used from the loop's
-// run goroutine only.
+// fetchSession is a broker loop's fetch session. It is used under the
+// consumer's lock (c.mu), like the cursors it keeps its state on.
 type fetchSession struct {
 	// id is the broker's id for the session, 0 when none was opened. It
 	// stays when the session is dropped, so that the request opening the
@@ -71,11 +71,18 @@ type fetchSession struct {
 	id int32
 	// epoch is the epoch of the next request: 0 opens a session.
 	epoch int32
-	// parts is what the broker's session holds: each partition as last
-	// sent. gen marks those of the request being built.
-	parts map[TopicPartition]sessionPart
-	gen   uint64
-	busy  bool // a request of the session is in flight
+	// members are the cursors the broker's session holds, each with its
+	// partition as last sent (Cursor.sessPart; Cursor.sess is this
+	// session). Kept on the cursors, not in a map by partition: at 10,000
+	// idle partitions a long poll's lookups cost as much as the rest of
+	// the loop. gen marks those of the request being built.
+	members []*Cursor
+	gen     uint64
+	// left are the partitions of cursors that left the loop (moved to
+	// another leader, closed) while the session held them: the next
+	// request forgets them.
+	left []TopicPartition
+	busy bool // a request of the session is in flight
 	// spoiled: a request of the loop failed while the session's was in
 	// flight: the session starts anew once that one is back.
 	spoiled bool
@@ -99,32 +106,60 @@ func (s *fetchSession) usable() bool { return !s.off && !s.busy }
 func (s *fetchSession) begin(r *fetchRequest) {
 	s.busy = true
 	s.gen++
-	if s.parts == nil {
-		s.parts = make(map[TopicPartition]sessionPart, len(r.parts))
-	}
 	r.session, r.sessionID, r.sessionEpoch = true, s.id, s.epoch
 	open := s.epoch == 0
 	if open {
-		clear(s.parts)
+		s.reset()
 	}
 	r.listed = r.listed[:0]
+	held := len(s.members)
+	kept := 0 // parts the session held already
 	for _, p := range r.parts {
+		cur := p.cur
 		now := sessionPart{from: p.from, max: p.max, epoch: p.epoch, gen: s.gen}
-		was, ok := s.parts[p.cur.tp]
-		s.parts[p.cur.tp] = now
-		was.gen = s.gen
-		if open || !ok || was != now {
+		if cur.sess != s {
+			cur.sess, cur.sessPart = s, now
+			s.members = append(s.members, cur)
+			r.listed = append(r.listed, p)
+			continue
+		}
+		kept++
+		if was := cur.sessPart; was.from != now.from || was.max != now.max || was.epoch != now.epoch {
 			r.listed = append(r.listed, p)
 		}
+		cur.sessPart = now
 	}
 	if open {
 		return
 	}
-	for tp, sp := range s.parts {
-		if sp.gen != s.gen {
-			r.forgotten = append(r.forgotten, tp)
-			delete(s.parts, tp)
+	if kept < held {
+		// Some partition the session held is not in r: forget it.
+		in := s.members[:0]
+		for _, m := range s.members {
+			if m.sessPart.gen == s.gen {
+				in = append(in, m)
+				continue
+			}
+			m.sess = nil
+			r.forgotten = append(r.forgotten, m.tp)
 		}
+		clear(s.members[len(in):])
+		s.members = in
+	}
+	if len(s.left) > 0 {
+		// A partition listed again, by a cursor that came back or a new
+		// one, is not forgotten: the broker adds a request's partitions
+		// before it forgets, so it would be dropped.
+		listed := make(map[TopicPartition]bool, len(r.listed))
+		for _, p := range r.listed {
+			listed[p.cur.tp] = true
+		}
+		for _, tp := range s.left {
+			if !listed[tp] && !slices.Contains(r.forgotten, tp) {
+				r.forgotten = append(r.forgotten, tp)
+			}
+		}
+		s.left = s.left[:0]
 	}
 	slices.SortFunc(r.forgotten, func(a, b TopicPartition) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -132,6 +167,30 @@ func (s *fetchSession) begin(r *fetchRequest) {
 		}
 		return a.Partition - b.Partition
 	})
+}
+
+// leave takes cur out of the session as its cursor leaves the loop: the
+// next request forgets its partition.
+func (s *fetchSession) leave(cur *Cursor) {
+	if cur.sess != s {
+		return
+	}
+	cur.sess = nil
+	if i := slices.Index(s.members, cur); i >= 0 {
+		s.members = slices.Delete(s.members, i, i+1)
+	}
+	s.left = append(s.left, cur.tp)
+}
+
+// reset empties the session's bookkeeping.
+func (s *fetchSession) reset() {
+	for _, m := range s.members {
+		if m.sess == s {
+			m.sess = nil
+		}
+	}
+	clear(s.members)
+	s.members, s.left = s.members[:0], s.left[:0]
 }
 
 // answered takes the answer to the session's request r; r.err or
@@ -153,7 +212,7 @@ func (s *fetchSession) answered(r *fetchRequest) (off bool) {
 		// Declined (or a version before v7, or a throttled answer): no
 		// session; the next request asks again.
 		s.id, s.epoch = 0, 0
-		clear(s.parts)
+		s.reset()
 	case r.sessionEpoch == 0:
 		s.id, s.epoch = r.answerID, 1
 	case r.answerID != s.id:
@@ -181,7 +240,7 @@ func (s *fetchSession) failed() {
 // one.
 func (s *fetchSession) drop() {
 	s.epoch, s.spoiled = 0, false
-	clear(s.parts)
+	s.reset()
 }
 
 // nextSessionEpoch follows epoch; after the largest, it wraps to 1 (0 opens

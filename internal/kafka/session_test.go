@@ -520,3 +520,75 @@ func TestSessionApacheLeaderMoveAndBrokerRestart(t *testing.T) {
 	t.Logf("%d fetch requests: %d full, %d incremental; %d bytes of requests; %d sessions opened",
 		st.FetchRequests, st.FullFetches, st.IncrementalFetches, st.FetchRequestBytes, logs.FilterMessage("fetch session opened").Len())
 }
+
+// BenchmarkSessionBeginIdle is a long poll's bookkeeping at 10,000 idle
+// partitions: every partition in the request, none changed.
+func BenchmarkSessionBeginIdle(b *testing.B) {
+	const n = 10000
+	parts := make([]*fetchPart, n)
+	for i := range parts {
+		parts[i] = &fetchPart{cur: &Cursor{tp: TopicPartition{"idle", i}}, from: 5, max: 1 << 20, epoch: 1}
+	}
+	var s fetchSession
+	s.begin(&fetchRequest{parts: parts})
+	s.answered(&fetchRequest{answerID: 7})
+	for b.Loop() {
+		r := &fetchRequest{parts: parts}
+		s.begin(r)
+		if len(r.listed) != 0 && s.epoch > 0 {
+			b.Fatalf("%d listed", len(r.listed))
+		}
+		r.answerID = 7
+		s.answered(r)
+	}
+}
+
+// A cursor that leaves the loop (its leader moved, it closed) is forgotten
+// by the next request; one that leaves and comes back, or a new cursor of
+// the same partition, before that request is listed and not forgotten: the
+// broker adds a request's partitions before it forgets, so listing and
+// forgetting one partition would drop it from the session.
+func TestSessionCursorLeavesAndReturns(t *testing.T) {
+	cur := func(p int) *Cursor { return &Cursor{tp: TopicPartition{"t", p}} }
+	c0, c1, c2 := cur(0), cur(1), cur(2)
+	part := func(c *Cursor) *fetchPart { return &fetchPart{cur: c, from: 10, max: 100, epoch: 3} }
+	var s fetchSession
+	send := func(ps ...*fetchPart) (listed, forgotten []int) {
+		t.Helper()
+		r := &fetchRequest{parts: ps}
+		s.begin(r)
+		r.answerID = 7
+		s.answered(r)
+		for _, p := range r.listed {
+			listed = append(listed, p.cur.tp.Partition)
+		}
+		for _, tp := range r.forgotten {
+			forgotten = append(forgotten, tp.Partition)
+		}
+		return listed, forgotten
+	}
+	check := func(what string, listed, forgotten []int, wantListed, wantForgotten []int) {
+		t.Helper()
+		if !slices.Equal(listed, wantListed) || !slices.Equal(forgotten, wantForgotten) {
+			t.Fatalf("%s: listed %v forgotten %v; want %v %v", what, listed, forgotten, wantListed, wantForgotten)
+		}
+	}
+	send(part(c0), part(c1), part(c2)) // opens
+	l, f := send(part(c0), part(c1), part(c2))
+	check("idle", l, f, nil, nil)
+	s.leave(c1)
+	l, f = send(part(c0), part(c2))
+	check("c1 left", l, f, nil, []int{1})
+	s.leave(c2)
+	l, f = send(part(c0), part(c2))
+	check("c2 left and came back", l, f, []int{2}, nil)
+	s.leave(c0)
+	again := cur(0)
+	l, f = send(part(again), part(c2))
+	check("c0 closed, a new cursor of partition 0", l, f, []int{0}, nil)
+	l, f = send(part(again), part(c2))
+	check("idle again", l, f, nil, nil)
+	if len(s.members) != 2 || c0.sess != nil || c1.sess != nil {
+		t.Fatalf("members %d, want 2; left cursors still marked: %v %v", len(s.members), c0.sess != nil, c1.sess != nil)
+	}
+}
