@@ -127,7 +127,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
-	consumer, err := kafka.NewConsumer(r.kafka, r.log, r.cfg.Topics...)
+	consumer, err := kafka.NewConsumer(r.kafka, r.log)
 	if err != nil {
 		return err
 	}
@@ -237,6 +237,8 @@ func (r *Replica) checkTopics(ctx context.Context, c *kafka.Consumer) error {
 func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 	t := time.NewTicker(r.cfg.LogEndInterval)
 	defer t.Stop()
+	var pts []*partition
+	var tps []kafka.TopicPartition
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,12 +248,11 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 		case <-t.C:
 		}
 		r.mu.Lock()
-		pts := make(map[kafka.TopicPartition]*partition, len(r.owned))
-		tps := make([]kafka.TopicPartition, 0, len(r.owned))
+		pts = pts[:0]
+		tps = tps[:0]
 		for p, pt := range r.owned {
-			tp := kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}
-			pts[tp] = pt
-			tps = append(tps, tp)
+			pts = append(pts, pt)
+			tps = append(tps, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 		}
 		r.mu.Unlock()
 		if len(tps) == 0 {
@@ -264,9 +265,12 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 			r.log.Debug("reading the log ends failed", zap.Error(err))
 			continue
 		}
-		for tp, end := range ends {
-			pts[tp].seeLogEnd(end)
+		for i, end := range ends {
+			if end >= 0 {
+				pts[i].seeLogEnd(end)
+			}
 		}
+		clear(pts) // hold no released partition until the next round
 	}
 }
 

@@ -38,6 +38,7 @@ type brokerLoop struct {
 
 	// Owned by run.
 	inFlight []*fetchRequest
+	spare    []*fetchPart // parts of requests handled, for the next (part)
 	// quietPolls counts the requests in flight that carry quiet cursors:
 	// while one does, it is the long poll others join when it is back.
 	quietPolls int
@@ -115,6 +116,7 @@ func (b *brokerLoop) run(ctx context.Context) {
 				b.quietPolls--
 			}
 			b.handle(r)
+			b.recycle(r)
 		case <-timer:
 			b.checkOverdue()
 		}
@@ -229,7 +231,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 				// First, its first batch comes whole whatever the limit,
 				// and with a limit of one byte nothing after it: no batch
 				// cut short.
-				first = &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: lim, max: 1}
+				first = b.part(cur, lim, 1)
 				sum += cur.big
 				continue
 			}
@@ -242,7 +244,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 				more = true
 				continue // a later request
 			}
-			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: int32(cur.big), max: int32(cur.big)}
+			p := b.part(cur, int32(cur.big), int32(cur.big))
 			if cur.starved {
 				starved = append(starved, p)
 			} else {
@@ -259,7 +261,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 				more = true
 				continue // would be cut short: the next request
 			}
-			p := &fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: lim, max: lim}
+			p := b.part(cur, lim, lim)
 			if cur.starved {
 				starved = append(starved, p)
 			} else {
@@ -299,6 +301,31 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 		r.listed, r.sessionEpoch = r.parts, -1
 	}
 	return r, wait, more
+}
+
+// part is cur's part of a request, with limit and max as fetchPart says,
+// from the parts of requests answered (recycle): a long poll over 10,000
+// idle partitions allocated 10,000 of them, twice a second.
+func (b *brokerLoop) part(cur *Cursor, limit, max int32) *fetchPart {
+	var p *fetchPart
+	if n := len(b.spare); n > 0 {
+		p, b.spare = b.spare[n-1], b.spare[:n-1]
+	} else {
+		p = new(fetchPart)
+	}
+	*p = fetchPart{cur: cur, seq: cur.seq, from: cur.fetchAt, epoch: cur.epoch, limit: limit, max: max}
+	return p
+}
+
+// recycle keeps the parts of a request that was handled for the next
+// picks: nothing refers to them any more (a batch went to its cursor's
+// queue by value).
+func (b *brokerLoop) recycle(r *fetchRequest) {
+	for _, p := range r.parts {
+		*p = fetchPart{}
+	}
+	b.spare = append(b.spare, r.parts...)
+	r.parts, r.listed = nil, nil
 }
 
 // With many partitions, a cursor freed here and there (a block committed, a
