@@ -127,7 +127,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
-	consumer, err := kafka.NewConsumer(r.kafka, r.log)
+	consumer, err := kafka.NewConsumer(r.kafka, r.log, r.cfg.Topics...)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func TestSpareRecordsWithinTheShare(t *testing.T) {
 	}
 	defer cluster.Close()
 	const budget = 1 << 20
-	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: budget}, nil)
+	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: budget}, nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

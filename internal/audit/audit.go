@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		kcfg.MaxBufferBytes = auditBufferBytes
 	}
 	topics := snapTopics(snap)
-	cons, err := kafka.NewConsumer(kcfg, cfg.Log)
+	cons, err := kafka.NewConsumer(kcfg, cfg.Log, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("audit group %s: %w", cfg.Group, err)
 	}

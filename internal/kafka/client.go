@@ -33,16 +33,9 @@ type Client struct {
 	metaGood    int32   // the broker that gave it
 }
 
-// brokersOnly, as NewClient's topics, makes the transport keep no topic's
-// metadata, only the brokers': for a client whose requests all name their
-// broker (this package's do; kafka-go's group requests find their
-// coordinator themselves).
-var brokersOnly = []string{}
-
 // NewClient checks cfg and returns a client of its brokers. topics are the
-// topics whose metadata the transport keeps: all when nil, none when empty
-// but not nil (brokersOnly). It connects lazily, on the first request;
-// Close ends it.
+// topics whose metadata the transport keeps (all, if none). It connects
+// lazily, on the first request; Close ends it.
 func NewClient(cfg Config, topics ...string) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

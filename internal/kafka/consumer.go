@@ -70,14 +70,10 @@ func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic,
 const maxInFlight = 2
 
 // NewConsumer returns a consumer of the brokers in cfg; it connects lazily.
+// topics are the topics whose metadata its transport keeps (all, if none).
 // Close ends it.
-//
-// Its transport keeps the brokers only, no topic's metadata: the consumer
-// looks the leaders up itself and sends every request to a broker it
-// names, and kafka-go's refresh of 10,000 partitions' metadata, every 3 s
-// on average, was a fifth of an idle replica's CPU.
-func NewConsumer(cfg Config, log *zap.Logger) (*Consumer, error) {
-	kc, err := NewClient(cfg, brokersOnly...)
+func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, error) {
+	kc, err := NewClient(cfg, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
