@@ -2,7 +2,7 @@ package kafka
 
 // One fetch request of a broker loop: what it carries, how it is sent and
 // how its answer is decoded, partition by partition (broker.go picks its
-// parts and hands the answer to the cursors).
+// parts, answer.go hands the answer to the cursors).
 
 import (
 	"context"
