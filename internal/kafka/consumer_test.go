@@ -385,18 +385,7 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 	cfg := testFetchConfig(k)
 	cfg.MaxBufferBytes = parts * 8 << 10 // a share of 8 KiB
 	c := openConsumer(t, cfg)
-	var wg sync.WaitGroup
-	for p := range parts {
-		cur := openCursor(t, c, "large", p, 0)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			defer cancel()
-			drainNumbered(t, ctx, cur, p, perPart)
-		}()
-	}
-	wg.Wait()
+	drainAllNumbered(t, c, "large", parts, perPart)
 	st := c.Stats()
 	t.Logf("%d partitions of one large batch each: %d fetch requests, %d bytes of requests", parts, st.FetchRequests, st.FetchRequestBytes)
 	if st.FetchRequests > parts/4 {
@@ -419,19 +408,8 @@ func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
 	cfg.MaxWait = 5 * time.Second
 	cfg.MaxBytes, cfg.MaxRequestBytes = 128<<10, 1<<20 // each partition whole in an answer, 8 a request
 	c := openConsumer(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
 	start := time.Now()
-	var wg sync.WaitGroup
-	for p := range parts {
-		cur := openCursor(t, c, "backlog", p, 0)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			drainNumbered(t, ctx, cur, p, perPart)
-		}()
-	}
-	wg.Wait()
+	drainAllNumbered(t, c, "backlog", parts, perPart)
 	if took := time.Since(start); took >= cfg.MaxWait/2 {
 		t.Fatalf("the backlog of %d partitions took %v, want well within one long poll (%v): partitions with records waited on long polls",
 			parts, took.Round(time.Millisecond), cfg.MaxWait)
@@ -475,6 +453,24 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 	if took := time.Since(start); took >= cfg.MaxWait/2 {
 		t.Fatalf("%d new partitions took %v to be asked once, want well within one long poll (%v)", parts, took.Round(time.Millisecond), cfg.MaxWait)
 	}
+}
+
+// drainAllNumbered opens a cursor at offset 0 on each of parts partitions
+// of topic and drains them side by side (drainNumbered), within
+// drainTimeout.
+func drainAllNumbered(t *testing.T, c *Consumer, topic string, parts, perPart int) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range parts {
+		cur := openCursor(t, c, topic, p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			drainNumbered(t, ctx, cur, p, perPart)
+		}()
+	}
+	wg.Wait()
 }
 
 // drainNumbered reads perPart records of partition p (produceNumbered's)
