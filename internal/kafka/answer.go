@@ -131,8 +131,14 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			// answer that leaves the partition out says nothing of it
 			// (kfake stops listing partitions at the request's bound;
 			// Kafka lists them all): it may have data too. Only an
-			// incremental answer leaves out what has nothing new.
-			unanswered := !p.present && r.sessionEpoch <= 0
+			// incremental answer leaves out what has nothing new, and
+			// only of a partition it told the log end before: Kafka
+			// lists a partition new to the session in its first answer,
+			// kfake may leave it out at the bound. Taken for quiet, a
+			// partition never answered waited out a long poll in flight
+			// beside its backlog (0.5 s in one run of three of a
+			// 500,000-record ClickHouse benchmark).
+			unanswered := !p.present && (r.sessionEpoch <= 0 || end < 0)
 			cur.starved = end > cur.fetchAt || unanswered
 			cur.quiet = !cur.starved
 			if p.present && end > cur.fetchAt && r.throttle == 0 && r.got+int64(p.limit) <= r.reserve {

@@ -592,3 +592,39 @@ func TestSessionCursorLeavesAndReturns(t *testing.T) {
 		t.Fatalf("members %d, want 2; left cursors still marked: %v %v", len(s.members), c0.sess != nil, c1.sess != nil)
 	}
 }
+
+// A partition that an incremental answer leaves out has nothing new only if
+// an earlier answer told its log end: Kafka lists a partition new to the
+// session in its first answer, while kfake may leave it out at the
+// request's bound. Taken for quiet, such a partition waited out a long poll
+// in flight beside its backlog. A full answer that leaves a partition out
+// says nothing of it.
+func TestAnswerLeavingAPartitionOut(t *testing.T) {
+	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
+	b := newBrokerLoop(c, 1)
+	c.brokers[1] = b
+	const at = 100
+	for _, tc := range []struct {
+		name           string
+		epoch          int32 // the answer's session epoch; -1: a full answer
+		end            int64 // the log end an earlier answer told; -1: none
+		quiet, starved bool
+	}{
+		{"incremental, no log end told yet", 2, -1, false, true},
+		{"incremental, at the log end told", 2, at, true, false},
+		{"incremental, behind the log end told", 2, at + 50, false, true},
+		{"full, at the log end told", -1, at, false, true},
+		{"full, no log end told yet", -1, -1, false, true},
+	} {
+		cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, loop: b, leader: 1, epoch: -1, fetchAt: at, hw: tc.end, lso: tc.end,
+			signal: make(chan struct{}, 1)}
+		p := &fetchPart{cur: cur, seq: cur.seq, from: at, limit: 1 << 20, max: 1 << 20}
+		r := &fetchRequest{parts: []*fetchPart{p}, reserve: 1 << 20, sessionID: 7, sessionEpoch: tc.epoch}
+		cur.flight = r
+		c.held.Add(r.reserve)
+		b.handle(r)
+		if cur.quiet != tc.quiet || cur.starved != tc.starved {
+			t.Errorf("%s: quiet %v, starved %v; want %v, %v", tc.name, cur.quiet, cur.starved, tc.quiet, tc.starved)
+		}
+	}
+}
