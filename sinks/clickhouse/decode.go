@@ -17,7 +17,9 @@ import (
 type rowState struct {
 	builders []colBuilder
 	scratch  []column.Interface
+	direct   []directFn     // each column's, or nil
 	names    map[string]int // the index of each column filled from the JSON
+	index    *fieldIndex    // names, for scanFlat
 	fields   [][]byte       // each column's field's JSON text; nil when missing
 	obj      map[string]json.RawMessage
 }
@@ -34,7 +36,8 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) s
 		return jsonrow.Opaque
 	}
 	clear(st.fields)
-	if !scanFlat(r.Value, st.names, st.fields) {
+	flat := scanFlat(r.Value, st.index, st.fields)
+	if !flat {
 		clear(st.fields)
 		clear(st.obj)
 		if err := json.Unmarshal(r.Value, &st.obj); err != nil || st.obj == nil {
@@ -50,7 +53,7 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) s
 		}
 	}
 	for i, c := range s.cols {
-		if s.direct(b, r, c, st.builders[i], st.fields[i]) {
+		if d := st.direct[i]; d != nil && d(b, r, st.fields[i], flat) {
 			continue
 		}
 		var v any

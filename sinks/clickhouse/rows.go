@@ -236,12 +236,13 @@ func nullable(b []byte) *string {
 func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 	rows = &columns{cols: make([]appender, len(s.cols))}
 	st := &rowState{builders: make([]colBuilder, len(s.cols)), scratch: make([]column.Interface, len(s.cols)), names: map[string]int{},
-		fields: make([][]byte, len(s.cols))}
+		direct: make([]directFn, len(s.cols)), fields: make([][]byte, len(s.cols))}
 	for i, c := range s.cols {
 		if !kafkaColumns[c.name] {
 			st.names[c.name] = i
 		}
 	}
+	st.index = newFieldIndex(st.names)
 	// The values of a column whose type may refuse what its converter
 	// returns are also appended to a scratch column of its type, so that a
 	// value clickhouse-go would refuse is found before the batch, which one
@@ -250,6 +251,7 @@ func (s *Sink) columnRows(b *sinks.Block) (rows *columns, dead rowList) {
 		var typed bool
 		st.builders[i], typed = newBuilder(c.typ, len(b.Records))
 		rows.cols[i] = st.builders[i]
+		st.direct[i] = directFor(c, st.builders[i])
 		if typed {
 			continue
 		}

@@ -9,7 +9,8 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// directField gives what the converter gives, where it takes a value.
+// A field's directFn gives what the converter gives, where it takes a
+// value, whether or not scanFlat read it.
 func TestDirectFieldIsTheConverters(t *testing.T) {
 	raws := []string{`"x"`, `""`, `"a b"`, `"é"`, `"\n"`, `0`, `-0`, `7`, `-7`, `123456789012345678`, `-123456789012345678`,
 		`1234567890123456789`, `2147483647`, `2147483648`, `-2147483648`, `-2147483649`, `4294967295`, `4294967296`,
@@ -17,23 +18,29 @@ func TestDirectFieldIsTheConverters(t *testing.T) {
 	for _, typ := range []string{"String", "Nullable(String)", "LowCardinality(String)", "Int64", "Int32", "UInt64", "UInt32"} {
 		conv := columnConverter(typ)
 		for _, raw := range raws {
-			direct, _ := newBuilder(typ, 1)
-			if !directField(direct, []byte(raw)) {
-				continue
-			}
-			f, err := decodeField([]byte(raw))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := conv(f)
-			if err != nil {
-				t.Errorf("%s %s: direct takes it, the converter refuses it: %v", typ, raw, err)
-				continue
-			}
-			want, _ := newBuilder(typ, 1)
-			want.add(v)
-			if !reflect.DeepEqual(direct, want) {
-				t.Errorf("%s %s: direct %v, converter %v", typ, raw, direct, want)
+			for _, flat := range []bool{false, true} {
+				if flat && raw[0] == '"' && !plain([]byte(raw)) {
+					continue // scanFlat reads no such string
+				}
+				direct, _ := newBuilder(typ, 1)
+				fn := fieldDirect(direct)
+				if fn == nil || !fn(nil, nil, []byte(raw), flat) {
+					continue
+				}
+				f, err := decodeField([]byte(raw))
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, err := conv(f)
+				if err != nil {
+					t.Errorf("%s %s (flat %v): direct takes it, the converter refuses it: %v", typ, raw, flat, err)
+					continue
+				}
+				want, _ := newBuilder(typ, 1)
+				want.add(v)
+				if !reflect.DeepEqual(direct, want) {
+					t.Errorf("%s %s (flat %v): direct %v, converter %v", typ, raw, flat, direct, want)
+				}
 			}
 		}
 	}

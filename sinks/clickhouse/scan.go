@@ -8,7 +8,7 @@ import "unicode/utf8"
 // replacing an earlier one, as encoding/json decodes an object. It reports
 // false, with fields unspecified, for any other value (nested values,
 // escapes, invalid JSON): that one is for encoding/json.
-func scanFlat(v []byte, cols map[string]int, fields [][]byte) bool {
+func scanFlat(v []byte, cols *fieldIndex, fields [][]byte) bool {
 	i := skipSpace(v, 0)
 	if i >= len(v) || v[i] != '{' {
 		return false
@@ -17,7 +17,7 @@ func scanFlat(v []byte, cols map[string]int, fields [][]byte) bool {
 	if i < len(v) && v[i] == '}' {
 		return skipSpace(v, i+1) == len(v)
 	}
-	for {
+	for pos := 0; ; pos++ {
 		if i >= len(v) || v[i] != '"' {
 			return false
 		}
@@ -35,7 +35,7 @@ func scanFlat(v []byte, cols map[string]int, fields [][]byte) bool {
 		if end < 0 {
 			return false
 		}
-		if j, ok := cols[string(key)]; ok {
+		if j := cols.find(pos, key); j >= 0 {
 			fields[j] = v[i:end]
 		}
 		i = skipSpace(v, end)
@@ -51,6 +51,53 @@ func scanFlat(v []byte, cols map[string]int, fields [][]byte) bool {
 			return false
 		}
 	}
+}
+
+// fieldIndex finds the column of a JSON field by its name. The records of
+// a topic mostly list their fields in one order, so the column found at
+// each position of the last object is tried first: a compare of the name
+// instead of a hash and a map lookup.
+type fieldIndex struct {
+	cols  map[string]int // the column of each field name
+	names []string       // each column's field name, by column
+	// at is the column found at each position of the objects read so far.
+	at []int
+}
+
+// newFieldIndex indexes the fields that cols names.
+func newFieldIndex(cols map[string]int) *fieldIndex {
+	x := &fieldIndex{cols: cols}
+	for name, j := range cols {
+		for len(x.names) <= j {
+			x.names = append(x.names, "")
+		}
+		x.names[j] = name
+	}
+	return x
+}
+
+// maxRemembered bounds the positions a fieldIndex remembers.
+const maxRemembered = 256
+
+// find is the column of the field named key at position pos of an object,
+// or -1 for a field no column takes.
+func (x *fieldIndex) find(pos int, key []byte) int {
+	if pos < len(x.at) {
+		if j := x.at[pos]; j >= 0 && x.names[j] == string(key) {
+			return j
+		}
+	}
+	j, ok := x.cols[string(key)]
+	if !ok {
+		return -1
+	}
+	for len(x.at) <= pos && len(x.at) < maxRemembered {
+		x.at = append(x.at, -1)
+	}
+	if pos < len(x.at) {
+		x.at[pos] = j
+	}
+	return j
 }
 
 func skipSpace(v []byte, i int) int {
