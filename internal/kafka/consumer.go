@@ -44,6 +44,14 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
+	// The last lookup's answer and when it came, for placing the cursors
+	// opened soon after (placeKnown). metaStale: a cursor's leader was
+	// found wrong since that lookup was sent. Guarded by mu (metaStale
+	// is atomic: askLeaders is called with mu held and without).
+	lastMeta   *clusterMeta
+	lastMetaAt time.Time
+	metaStale  atomic.Bool
+
 	held      atomic.Int64 // bytes held and reserved by requests in flight
 	requests  atomic.Int64 // fetch requests sent
 	throttled atomic.Int64 // nanoseconds brokers throttled the fetches
@@ -219,8 +227,39 @@ func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
 		return nil, fmt.Errorf("open %s: already open", tp)
 	}
 	c.cursors[tp] = cur
-	c.askLeaders()
+	if !c.placeKnown(cur) {
+		c.lookUp()
+	}
 	return cur, nil
+}
+
+// leadersReuse is how long a lookup's answer places the cursors opened
+// after it without another: 10,000 partitions claimed in waves opened their
+// cursors in a dozen lookups of the whole topic within a tenth of a second,
+// each a few milliseconds of the broker's CPU and of ours.
+const leadersReuse = time.Second
+
+// placeKnown puts a new cursor with the loop of its leader as the last
+// lookup found it, when that lookup is younger than leadersReuse (and
+// MetadataTTL), no leader was found wrong since, and it knows the
+// partition; it reports whether it did. A leader that moved since answers
+// that it does not lead, and the cursor is looked up again, as after any
+// lookup. c.mu is held.
+func (c *Consumer) placeKnown(cur *Cursor) bool {
+	m := c.lastMeta
+	if m == nil || c.metaStale.Load() || time.Since(c.lastMetaAt) >= min(leadersReuse, c.metadataInterval()) {
+		return false
+	}
+	pm, ok := m.partition(cur.tp)
+	if !ok || pm.leader < 0 {
+		return false
+	}
+	if id := m.topics[cur.tp.Topic].id; !id.IsZero() {
+		cur.topicID = id
+	}
+	cur.epoch = pm.epoch
+	c.loop(pm.leader).add(cur)
+	return true
 }
 
 // budgetFreed wakes the loops that found the budget used up: bytes given
@@ -241,7 +280,15 @@ func (c *Consumer) share() int64 {
 	return max(int64(c.cfg.MaxBufferBytes)/n, 1)
 }
 
+// askLeaders has the leaders looked up again: some cursor's leader was
+// found wrong, or is unknown.
 func (c *Consumer) askLeaders() {
+	c.metaStale.Store(true)
+	c.lookUp()
+}
+
+// lookUp wakes the loop that looks the leaders up.
+func (c *Consumer) lookUp() {
 	select {
 	case c.refresh <- struct{}{}:
 	default:
@@ -311,6 +358,7 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 		return false, nil
 	}
 	c.lookups.Add(1)
+	c.metaStale.Store(false) // what went wrong before this lookup, it sees
 	m, err := c.kc.metadata(ctx, topics)
 	if err != nil {
 		c.mu.Lock()
@@ -325,6 +373,7 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
+	c.lastMeta, c.lastMetaAt = m, now
 	for tp, cur := range c.cursors {
 		if cur.closed || cur.recreated != nil {
 			continue

@@ -547,3 +547,37 @@ func TestEndOffsetsFromFetchAnswers(t *testing.T) {
 		t.Fatalf("EndOffsets(maxAge 0) = %v, %v after %d ListOffsets; want p0 at 7, asked of the broker", ends, err, lists.Load()-before)
 	}
 }
+
+// Cursors opened soon after a lookup are placed from its answer, without
+// another: 10,000 partitions claimed in waves opened their cursors in a
+// dozen lookups of the whole topic. Once a leader was found wrong, the next
+// cursor opened is looked up again.
+func TestOpenSoonAfterALookupAsksNoMore(t *testing.T) {
+	const parts, perPart = 40, 3
+	k := harness.StartKafka(t, harness.SeedTopics(parts, "waves"))
+	produceNumbered(t, k, "waves", parts, perPart, perPart, "")
+	c := openConsumer(t, testFetchConfig(k))
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	start := time.Now()
+	drainNumbered(t, ctx, openCursor(t, c, "waves", 0, 0), 0, perPart)
+	before := c.Stats().Lookups
+	for p := 1; p < parts-1; p++ {
+		drainNumbered(t, ctx, openCursor(t, c, "waves", p, 0), p, perPart)
+	}
+	if took := time.Since(start); took >= leadersReuse {
+		t.Skipf("the first %d partitions took %v, past the reuse of a lookup (%v): too slow a machine to tell", parts-1, took, leadersReuse)
+	}
+	if n := c.Stats().Lookups - before; n != 0 {
+		t.Errorf("%d lookups for %d cursors opened within %v of one, want none", n, parts-2, leadersReuse)
+	}
+
+	// As between an answer that a leader moved and the lookup it asks
+	// for (which would clear it): the last answer is not to be trusted.
+	c.metaStale.Store(true)
+	before = c.Stats().Lookups
+	drainNumbered(t, ctx, openCursor(t, c, "waves", parts-1, 0), parts-1, perPart)
+	if c.Stats().Lookups == before {
+		t.Error("a cursor opened after a leader was found wrong was placed without a lookup")
+	}
+}
