@@ -135,10 +135,11 @@ func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error
 		p:     p,
 		epoch: res.rev, // the round's revision is the claim key's CreateRevision
 		keys:  k,
-		log:   s.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition)),
 		lost:  make(chan struct{}),
 	}
-	c.log = c.log.With(zap.Int64("epoch", c.epoch))
+	// Lazy: encoded when the claim first logs, not for each of thousands
+	// claimed at once.
+	c.log = s.log.WithLazy(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.epoch))
 	if kvs := res.resps[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		o, err := decodeOffsets(kvs[0].Value, kvs[0].ModRevision)
 		if err != nil {

@@ -167,7 +167,7 @@ func newFetcher(kc *Client, owns bool, topic string, partition int, log *zap.Log
 		cfg:       kc.cfg,
 		topic:     topic,
 		partition: partition,
-		log:       log.With(zap.String("topic", topic), zap.Int("partition", partition)),
+		log:       log.WithLazy(zap.String("topic", topic), zap.Int("partition", partition)), // one per partition: encoded when it logs
 		kc:        kc,
 		ownsKC:    owns,
 		addr:      kc.addr,
