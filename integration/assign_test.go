@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -207,6 +208,36 @@ func TestPartitionsAddedAreConsumed(t *testing.T) {
 	await(t, 20*time.Second, "the 2 new partitions claimed and committed", func() bool {
 		return e.allCommitted(map[int]int64{0: 20, 1: 20, 2: 10, 3: 10})
 	})
+}
+
+// The replica reads its topics' partitions every MetadataInterval over the
+// consumer's connections: a client of its own each time dialled a broker
+// (a TLS handshake and a login where Kafka asks for them) and sent two
+// metadata requests, one of them its transport's. A new connection begins
+// with ApiVersions, so none is to be seen while the partitions are read.
+func TestPartitionsReadOverTheConsumersConnections(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	cl := e.kafka.Cluster()
+	var metadata, versions atomic.Int64
+	count := func(key int16, n *atomic.Int64) {
+		cl.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			cl.KeepControl()
+			n.Add(1)
+			return nil, nil, false
+		})
+	}
+	count(kmsg.Metadata.Int16(), &metadata)
+	count(kmsg.ApiVersions.Int16(), &versions)
+	cfg := e.config("a")
+	cfg.MetadataInterval = 50 * time.Millisecond
+	e.start(cfg, newCountingSink())
+	e.produce(10)
+	await(t, 20*time.Second, "2 partitions committed", func() bool { return e.allCommitted(perPartition(2, 10)) })
+	v0, m0 := versions.Load(), metadata.Load()
+	await(t, 20*time.Second, "the partitions read 10 times more", func() bool { return metadata.Load() >= m0+10 })
+	if n := versions.Load() - v0; n != 0 {
+		t.Errorf("%d connections made while the partitions were read %d times, want none", n, metadata.Load()-m0)
+	}
 }
 
 func TestScaleThousandPartitionsTenReplicas(t *testing.T) {

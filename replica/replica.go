@@ -184,7 +184,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			continue
 		}
 		b.Reset()
-		r.runSession(ctx, s)
+		r.runSession(ctx, s, consumer)
 		if ctx.Err() != nil || r.isKilled() {
 			return nil
 		}

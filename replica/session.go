@@ -19,7 +19,7 @@ import (
 // runSession owns the partitions of one session. It returns when ctx ends
 // (after a graceful stop) or when the session is lost (after stopping every
 // partition at once).
-func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
+func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consumer *kafka.Consumer) {
 	// hard ends the partitions: at once when the session is lost, after
 	// ShutdownTimeout on a graceful stop.
 	hard, cancelHard := context.WithCancelCause(context.Background())
@@ -69,7 +69,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 			cancelHard(errSessionLost)
 			return
 		case <-metadata.C:
-			ps, err := r.partitions(ctx)
+			ps, err := r.partitions(ctx, consumer)
 			if err != nil {
 				r.log.Warn("reading topic metadata failed", zap.Error(err))
 			} else if !slices.Equal(ps, partitions) {
@@ -121,10 +121,14 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session) {
 	}
 }
 
-func (r *Replica) partitions(ctx context.Context) ([]coordinator.Partition, error) {
+// partitions reads the topics' partitions over the consumer's connections:
+// a client of its own each MetadataInterval dialled a broker (a TLS
+// handshake, a login) and sent two metadata requests of the whole topics,
+// one of them its transport's.
+func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]coordinator.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	byTopic, err := kafka.Partitions(mctx, r.kafka, r.cfg.Topics...)
+	byTopic, err := c.Partitions(mctx, r.cfg.Topics...)
 	if err != nil {
 		return nil, err
 	}

@@ -165,6 +165,13 @@ func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition, maxAge 
 	return ends, err
 }
 
+// Partitions returns the partition ids of each topic, sorted, asked of a
+// broker over the consumer's connections; a topic the cluster does not know
+// is an error naming it.
+func (c *Consumer) Partitions(ctx context.Context, topics ...string) (map[string][]int, error) {
+	return c.kc.AllPartitions(ctx, topics...)
+}
+
 // MissingTopics returns the topics the cluster does not know, asking a
 // broker (never creating them).
 func (c *Consumer) MissingTopics(ctx context.Context, topics ...string) ([]string, error) {

@@ -887,21 +887,21 @@ func TestPartitions(t *testing.T) {
 	cfg := testFetchConfig(k)
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	got, err := Partitions(ctx, cfg, "a", "b")
+	got, err := listPartitions(ctx, cfg, "a", "b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(got) != "map[a:[0 1 2] b:[0 1]]" {
 		t.Fatalf("Partitions = %v", got)
 	}
-	_, err = Partitions(ctx, cfg, "a", "nope")
+	_, err = listPartitions(ctx, cfg, "a", "nope")
 	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !errors.Is(err, kafkago.UnknownTopicOrPartition) {
 		t.Fatalf("unknown topic: error %v", err)
 	}
 
 	// A partition added later can be listed and read.
 	k.AddPartitions(t, "b", 1)
-	got, err = Partitions(ctx, cfg, "b")
+	got, err = listPartitions(ctx, cfg, "b")
 	if err != nil || fmt.Sprint(got["b"]) != "[0 1 2]" {
 		t.Fatalf("after adding a partition: %v, %v", got, err)
 	}

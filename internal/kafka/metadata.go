@@ -175,18 +175,6 @@ func (c *Client) request(ctx context.Context, id int32, req kmsg.Request, lo, hi
 	return res.Response, nil
 }
 
-// Partitions returns the partition ids of each topic, sorted, with a client
-// of its own that it closes. A topic the cluster does not know is an error
-// naming it.
-func Partitions(ctx context.Context, cfg Config, topics ...string) (map[string][]int, error) {
-	c, err := NewClient(cfg, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("list partitions: %w", err)
-	}
-	defer c.Close()
-	return c.AllPartitions(ctx, topics...)
-}
-
 // Partitions returns the partition ids of each topic, sorted, and the
 // topics the cluster does not know.
 func (c *Client) Partitions(ctx context.Context, topics ...string) (found map[string][]int, missing []string, err error) {
