@@ -73,11 +73,9 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		claim: c,
 		p:     p,
 		f:     f,
-		// Lazy: a partition's fields are encoded when it first logs, not
-		// for each of 10,000 claimed at once (a tenth of a start's CPU).
-		log:  r.log.WithLazy(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		log:   r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
 	pt.progress.Store(time.Now().UnixNano())
