@@ -248,38 +248,32 @@ type follower struct {
 
 func follow(t *testing.T, ctx context.Context, c *Consumer, topic string, parts int) (*follower, *sync.WaitGroup) {
 	f := &follower{next: map[int]int64{}, moved: map[int]time.Time{}}
-	var wg sync.WaitGroup
-	for p := range parts {
-		cur := openCursor(t, c, topic, p, 0)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				b, err := cur.Fetch(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						f.fail(fmt.Errorf("partition %d: %w", p, err))
-					}
+	wg := eachCursor(t, c, topic, parts, func(p int, cur *Cursor) {
+		for ctx.Err() == nil {
+			b, err := cur.Fetch(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					f.fail(fmt.Errorf("partition %d: %w", p, err))
+				}
+				return
+			}
+			f.mu.Lock()
+			for _, r := range b.Records {
+				if want := f.next[p]; r.Offset != want {
+					f.mu.Unlock()
+					f.fail(fmt.Errorf("partition %d: record at %d, want %d", p, r.Offset, want))
 					return
 				}
-				f.mu.Lock()
-				for _, r := range b.Records {
-					if want := f.next[p]; r.Offset != want {
-						f.mu.Unlock()
-						f.fail(fmt.Errorf("partition %d: record at %d, want %d", p, r.Offset, want))
-						return
-					}
-					f.next[p] = r.Offset + 1
-				}
-				if len(b.Records) > 0 {
-					f.moved[p] = time.Now()
-				}
-				f.mu.Unlock()
-				cur.Free(b.Bytes)
+				f.next[p] = r.Offset + 1
 			}
-		}()
-	}
-	return f, &wg
+			if len(b.Records) > 0 {
+				f.moved[p] = time.Now()
+			}
+			f.mu.Unlock()
+			cur.Free(b.Bytes)
+		}
+	})
+	return f, wg
 }
 
 func (f *follower) fail(err error) {

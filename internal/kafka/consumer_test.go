@@ -461,16 +461,23 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 func drainAllNumbered(t *testing.T, c *Consumer, topic string, parts, perPart int) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	eachCursor(t, c, topic, parts, func(p int, cur *Cursor) { drainNumbered(t, ctx, cur, p, perPart) }).Wait()
+}
+
+// eachCursor opens a cursor at offset 0 on each of parts partitions of
+// topic and runs read with it on a goroutine of its own; the WaitGroup ends
+// when every read returned.
+func eachCursor(t *testing.T, c *Consumer, topic string, parts int, read func(p int, cur *Cursor)) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for p := range parts {
 		cur := openCursor(t, c, topic, p, 0)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			drainNumbered(t, ctx, cur, p, perPart)
+			read(p, cur)
 		}()
 	}
-	wg.Wait()
+	return &wg
 }
 
 // drainNumbered reads perPart records of partition p (produceNumbered's)
