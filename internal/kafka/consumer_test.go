@@ -588,3 +588,32 @@ func TestOpenSoonAfterALookupAsksNoMore(t *testing.T) {
 		t.Error("a cursor opened after a leader was found wrong was placed without a lookup")
 	}
 }
+
+// A cursor placed from a lookup that its partition's leader has moved away
+// from since still reads every record: the old leader refuses the fetch
+// (NOT_LEADER), and the cursor is looked up again.
+func TestOpenPlacedOnAMovedLeaderReadsOn(t *testing.T) {
+	const perPart = 20
+	k := harness.StartKafka(t, harness.NumBrokers(3), harness.SeedTopics(2, "moved"))
+	produceNumbered(t, k, "moved", 2, perPart, perPart, "")
+	c := openConsumer(t, testFetchConfig(k))
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	drainNumbered(t, ctx, openCursor(t, c, "moved", 0, 0), 0, perPart)
+	leader := k.Cluster().LeaderFor("moved", 1)
+	if err := k.Cluster().MoveTopicPartition("moved", 1, (leader+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats().Lookups
+	cur := openCursor(t, c, "moved", 1, 0)
+	c.mu.Lock()
+	placed := cur.leader
+	c.mu.Unlock()
+	if placed != leader {
+		t.Skipf("the cursor was not placed from the earlier lookup (leader %d, placed on %d): too slow a machine to tell", leader, placed)
+	}
+	drainNumbered(t, ctx, cur, 1, perPart)
+	if c.Stats().Lookups == before {
+		t.Error("the cursor read on without a lookup after its leader moved")
+	}
+}
