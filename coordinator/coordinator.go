@@ -76,8 +76,9 @@ func WithMaxTxnOps(n int) Option { return func(c *Coordinator) { c.maxTxnOps = n
 func WithMaxTxnBytes(n int) Option { return func(c *Coordinator) { c.maxTxnBytes = n } }
 
 // WithRoundObserver has f called with the number of writes of each round
-// sent, for a histogram. f runs on a session's round loop: it must be quick
-// and must not block.
+// sent, for a histogram. f runs as each round comes back, on the round's own
+// goroutine, and up to maxRoundsInFlight at once: it must be safe for
+// concurrent use, quick, and must not block.
 func WithRoundObserver(f func(ops int)) Option { return func(c *Coordinator) { c.observeRound = f } }
 
 func (c *Coordinator) validate() error {

@@ -18,16 +18,19 @@ import (
 // what is queued as one etcd Txn with no compares whose Then holds one nested
 // Txn per op, each with exactly the compares, then and else of the contract
 // (DESIGN.md) for that op. Each op's outcome is its own nested response, so a
-// fenced partition fails alone while the others of the round succeed. Only
-// one round is in flight at a time: while it is, the next one gathers. An
-// idle session therefore sends an op at once, and a busy one batches.
+// fenced partition fails alone while the others of the round succeed. While
+// a round is in flight the next one gathers, and goes only once it is full
+// (up to maxRoundsInFlight at once) or the round in flight is back. An idle
+// session therefore sends an op at once, and a busy one batches.
 //
 // A round holds at most one op per partition. etcd refuses a Txn in which two
 // ops put one key or a put overlaps a delete, and it evaluates every nested
 // compare against the state before the whole Txn, so two ops of one
 // partition in one round would not see each other. A later op of a
 // partition waits for the next round; the queue is kept in order, so a
-// partition's ops are applied in the order they were made.
+// partition's ops are applied in the order they were made. Likewise an op
+// whose partition has an op in a round in flight waits for that round's
+// outcome: rounds in flight at once never share a partition.
 //
 // Sizing (etcd server/etcdserver/api/v3rpc/key.go, checkTxnRequest): etcd
 // counts max(len(compares), len(then), len(else)) of the top level, here the
@@ -53,6 +56,11 @@ const (
 	// minTxnBytes is the smallest byte limit accepted: one op of long
 	// keys fits.
 	minTxnBytes = 16 << 10
+	// maxRoundsInFlight bounds the full rounds sent before the first is
+	// back. Claiming 10,000 partitions is 80 rounds; one at a time, each
+	// waited out its 3 ms (etcd's apply and WAL sync) and the claims took
+	// 0.3 s. etcd syncs concurrent proposals together.
+	maxRoundsInFlight = 3
 )
 
 // errNotAlive is an op's outcome when it was not sent because its session
@@ -203,9 +211,11 @@ func (s *Session) await(ctx context.Context, o *op) opResult {
 // the first queued op is due: at once for an op without linger, else when
 // its linger (WithLinger, or Linger on the write) has passed. A round takes
 // every op queued by then, due or not, so ops that linger ride along with
-// one that cannot wait. It exits when the session is closed, abandoned or
-// lost, after the round in flight (bounded by roundTimeout); the ops still
-// queued then fail unsent with errNotAlive.
+// one that cannot wait. While rounds are in flight, another goes only when
+// the queue holds a full one (a backlog of claims or commits); otherwise
+// the next round gathers until one is back. It exits when the session is
+// closed, abandoned or lost, after the rounds in flight (each bounded by
+// roundTimeout); the ops still queued then fail unsent with errNotAlive.
 func (s *Session) runRounds() {
 	defer s.wg.Done()
 	defer s.endRounds()
@@ -215,16 +225,23 @@ func (s *Session) runRounds() {
 	for {
 		select {
 		case <-s.done:
+			s.roundsRun.Wait()
 			return
 		case <-s.wake:
 		case <-timer.C:
 		}
 		for {
-			due, ok := s.firstDue()
+			due, full, ok := s.firstDue()
 			if !ok {
 				break
 			}
-			if wait := time.Until(due); wait > 0 {
+			s.rmu.Lock()
+			flying := s.inFlight
+			s.rmu.Unlock()
+			if flying >= maxRoundsInFlight || (flying > 0 && !full) {
+				break // a round coming back wakes the loop
+			}
+			if wait := time.Until(due); wait > 0 && !full {
 				timer.Reset(wait)
 				break
 			}
@@ -233,6 +250,7 @@ func (s *Session) runRounds() {
 			}
 			select {
 			case <-s.done:
+				s.roundsRun.Wait()
 				return
 			default:
 			}
@@ -240,26 +258,26 @@ func (s *Session) runRounds() {
 	}
 }
 
-// firstDue returns when the next round must be sent: when the earliest
-// queued op is due, or now when the queue holds a full round already (its
-// ops lingered for company, and no more can join them).
-func (s *Session) firstDue() (time.Time, bool) {
+// firstDue returns when the next round must be sent, and whether the queue
+// holds a full round already (its ops lingered for company, and no more can
+// join them: it is due now). Ops of partitions in flight wait, and count
+// for neither.
+func (s *Session) firstDue() (due time.Time, full, ok bool) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	var due time.Time
-	fill := roundFill{c: s.c}
+	fill := roundFill{c: s.c, flying: s.flying}
 	for _, o := range s.queue {
-		if o.state == opCancelled {
+		if o.state == opCancelled || s.flying[o.key] {
 			continue
 		}
 		if due.IsZero() || o.due.Before(due) {
 			due = o.due
 		}
 		if joined, dup := fill.add(o); (!joined && !dup) || fill.full() {
-			return time.Now(), true
+			return time.Now(), true, true
 		}
 	}
-	return due, !due.IsZero()
+	return due, false, !due.IsZero()
 }
 
 // roundFill is a round being filled in queue order: one op per partition,
@@ -268,16 +286,17 @@ func (s *Session) firstDue() (time.Time, bool) {
 // the queue holds, by the same rules.
 type roundFill struct {
 	c        *Coordinator
+	flying   map[string]bool // keys of the rounds in flight
 	keys     map[string]bool
 	n, width int
 	size     int
 }
 
 // add reports whether o joins the round; dup when it cannot because its
-// partition has an op in the round already, else because the round is
-// full.
+// partition has an op in the round already or in one in flight, else
+// because the round is full.
 func (f *roundFill) add(o *op) (joined, dup bool) {
-	if f.keys[o.key] {
+	if f.keys[o.key] || f.flying[o.key] {
 		return false, true
 	}
 	if f.n > 0 && (f.n+1+max(f.width, o.width) > f.c.maxTxnOps || f.size+o.size > f.c.maxTxnBytes) {
@@ -308,8 +327,8 @@ func (s *Session) endRounds() {
 	}
 }
 
-// sendRound takes one round off the queue and sends it. It reports false
-// when nothing was queued.
+// sendRound takes one round off the queue and sends it on a goroutine of
+// its own. It reports false when nothing could be taken.
 func (s *Session) sendRound() bool {
 	select {
 	case <-s.wake: // what it announced is taken now
@@ -319,7 +338,30 @@ func (s *Session) sendRound() bool {
 	if len(batch) == 0 {
 		return false
 	}
-	s.send(batch)
+	s.rmu.Lock()
+	if s.flying == nil {
+		s.flying = map[string]bool{}
+	}
+	for _, o := range batch {
+		s.flying[o.key] = true
+	}
+	s.inFlight++
+	s.rmu.Unlock()
+	s.roundsRun.Add(1)
+	go func() {
+		defer s.roundsRun.Done()
+		s.send(batch)
+		s.rmu.Lock()
+		for _, o := range batch {
+			delete(s.flying, o.key)
+		}
+		s.inFlight--
+		s.rmu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}()
 	return true
 }
 
@@ -330,7 +372,7 @@ func (s *Session) take() []*op {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	var batch []*op
-	fill := roundFill{c: s.c}
+	fill := roundFill{c: s.c, flying: s.flying}
 	full := false
 	rest := s.queue[:0]
 	for _, o := range s.queue {

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
@@ -674,5 +676,142 @@ func TestLingeringWritesThatFillARoundGoAtOnce(t *testing.T) {
 	}
 	if rounds := c.Rounds() - before; rounds != 2 {
 		t.Fatalf("%d rounds, want 2: the full round and the rest", rounds)
+	}
+}
+
+// TestFullRoundsGoSideBySide sends writes through a client whose every Txn
+// takes 20 ms longer: full rounds (1,000 claims, then an intent and a
+// commit of each partition) go up to 3 at once, never two with a key of one
+// partition, and every write lands; writes too few to fill a round go one
+// round at a time.
+func TestFullRoundsGoSideBySide(t *testing.T) {
+	const n = 1000
+	ctx := harness.Context(t, 60*time.Second)
+	etcd := harness.StartEtcd(t, 1)
+	var (
+		mu     sync.Mutex
+		flying = map[string]bool{} // the keys of the rounds in flight
+		now    int                 // rounds in flight
+		most   int
+		shared []string // keys found in two rounds in flight
+	)
+	slow := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		txn, ok := req.(*pb.TxnRequest)
+		if !ok {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		keys := map[string]bool{}
+		for _, op := range txn.Success {
+			nested := op.GetRequestTxn()
+			if nested == nil {
+				continue
+			}
+			for _, c := range nested.Compare {
+				keys[string(c.Key)] = true
+			}
+			for _, o := range append(append([]*pb.RequestOp{}, nested.Success...), nested.Failure...) {
+				switch {
+				case o.GetRequestPut() != nil:
+					keys[string(o.GetRequestPut().Key)] = true
+				case o.GetRequestRange() != nil:
+					keys[string(o.GetRequestRange().Key)] = true
+				case o.GetRequestDeleteRange() != nil:
+					keys[string(o.GetRequestDeleteRange().Key)] = true
+				}
+			}
+		}
+		mu.Lock()
+		now++
+		most = max(most, now)
+		for k := range keys {
+			if flying[k] {
+				shared = append(shared, k)
+			}
+			flying[k] = true
+		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		mu.Lock()
+		now--
+		for k := range keys {
+			delete(flying, k)
+		}
+		mu.Unlock()
+		return err
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), DialOptions: []grpc.DialOption{slow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	c := newCoordinator(t, cli, "side")
+	s := joinWith(t, ctx, c, "a")
+	// peak returns the most rounds in flight at once since the last call,
+	// and fails the test if two of them shared a key.
+	peak := func(what string) int {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(shared) > 0 {
+			t.Fatalf("%s: rounds in flight at once shared keys %v", what, shared[:min(len(shared), 5)])
+		}
+		p := most
+		most = 0
+		return p
+	}
+
+	ps := partitions("t", n)
+	claims := claimAll(t, ctx, s, ps)
+	if p := peak("claims"); p < 2 || p > 3 {
+		t.Fatalf("%d claims (8 full rounds): at most %d rounds in flight at once, want 2 or 3", n, p)
+	}
+
+	// An intent and a commit of every partition, queued together: the
+	// rounds are full, and each partition's commit must wait for its
+	// intent's round to be back.
+	doubled := append(append([]*coordinator.Claim{}, claims...), claims...)
+	errs := all(doubled, func(i int, cl *coordinator.Claim) error {
+		if i < n {
+			return cl.PutIntent(ctx, 0, 7)
+		}
+		return cl.Commit(ctx, 7, 7)
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d of %s: %v", i, doubled[i].Partition(), err)
+		}
+	}
+	if p := peak("intents and commits"); p < 2 || p > 3 {
+		t.Fatalf("%d intents and commits: at most %d rounds in flight at once, want 2 or 3", 2*n, p)
+	}
+	snap, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if got := snap.Offsets[p].Next; got != 7 {
+			t.Fatalf("%s: stored next %d, want 7", p, got)
+		}
+	}
+
+	// A trickle: 20 partitions committing over and over, never a full
+	// round queued.
+	errs = all(claims[:20], func(i int, cl *coordinator.Claim) error {
+		for next := int64(8); next < 13; next++ {
+			if err := cl.Commit(ctx, next, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("commit of %s: %v", ps[i], err)
+		}
+	}
+	if p := peak("a trickle"); p != 1 {
+		t.Fatalf("commits of 20 partitions, never a full round: %d rounds in flight at once, want 1", p)
 	}
 }

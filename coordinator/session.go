@@ -119,6 +119,11 @@ type Session struct {
 	rmu         sync.Mutex
 	queue       []*op
 	roundsEnded bool
+	// The rounds in flight and the keys of their ops: a key in flight
+	// waits for its round's outcome before another op of it is sent.
+	flying    map[string]bool
+	inFlight  int
+	roundsRun sync.WaitGroup
 }
 
 // Join grants a lease, registers m under it and starts renewing it. The
