@@ -64,6 +64,12 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		return
 	}
 	b.attempt = 0
+	// The largest batch of this answer: a partition answered nothing
+	// although it has records likely holds one as large (see below).
+	largest := 0
+	for _, p := range r.parts {
+		largest = max(largest, p.batch.largest)
+	}
 	for _, p := range r.parts {
 		cur := p.cur
 		if cur.flight != r {
@@ -145,9 +151,10 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				// Records there, room in the answer, and none of them:
 				// the next batch is larger than the limit and the broker
 				// sends none of it (kfake; Kafka sends its start, whose
-				// header tells its size). Ask for twice as much, as a
-				// big batch, until it comes.
-				cur.big = min(2*int64(p.limit), int64(c.cfg.MaxRequestBytes))
+				// header tells its size). Ask for twice as much, or for
+				// as much as the answer's largest batch if more, as a big
+				// batch, until it comes.
+				cur.big = min(max(2*int64(p.limit), int64(largest)), int64(c.cfg.MaxRequestBytes))
 			}
 		}
 	}

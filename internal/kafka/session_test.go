@@ -628,3 +628,49 @@ func TestAnswerLeavingAPartitionOut(t *testing.T) {
 		}
 	}
 }
+
+// TestStarvedPartitionAsksForTheAnswersLargestBatch hands a loop an answer
+// in which one partition got a batch of 120,000 bytes and another, with
+// records at its offset, got nothing within its limit (kfake sends no part
+// of a batch beyond the limit; the response does not tell its size). The
+// second asks next for the larger of twice its limit and the answer's
+// largest batch: doubling from a share of 26 KB took three more requests
+// to reach a producer's 120 KB batch, for each of 10,000 partitions.
+func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		largest, limit int
+		want           int64
+	}{
+		{"a larger batch in the answer", 120_000, 26_000, 120_000},
+		{"twice the limit is more", 40_000, 26_000, 52_000},
+		{"no batch in the answer", 0, 26_000, 52_000},
+	} {
+		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
+		c.cfg.MaxRequestBytes = 16 << 20
+		b := newBrokerLoop(c, 1)
+		c.brokers[1] = b
+		open := func(partition int) *Cursor {
+			return &Cursor{c: c, tp: TopicPartition{"t", partition}, loop: b, leader: 1, epoch: -1, fetchAt: 0, hw: -1, lso: -1,
+				signal: make(chan struct{}, 1)}
+		}
+		got, starved := open(0), open(1)
+		r := &fetchRequest{reserve: 1 << 20, sessionEpoch: -1, got: int64(tc.largest)}
+		part := func(cur *Cursor) *fetchPart {
+			p := &fetchPart{cur: cur, seq: cur.seq, from: 0, limit: int32(tc.limit), max: int32(tc.limit), present: true, hw: 1000, lso: 1000}
+			cur.flight = r
+			r.parts = append(r.parts, p)
+			return p
+		}
+		withRecords := part(got)
+		if tc.largest > 0 {
+			withRecords.batch = PolledBatch{From: 0, Next: 1000, largest: tc.largest}
+		}
+		part(starved)
+		c.held.Add(r.reserve)
+		b.handle(r)
+		if !starved.starved || starved.big != tc.want {
+			t.Errorf("%s: starved %v, asks next for %d bytes; want starved, %d", tc.name, starved.starved, starved.big, tc.want)
+		}
+	}
+}
