@@ -36,7 +36,7 @@ const (
 	// share a transaction. A replica of many trickling partitions would
 	// otherwise make two transactions per record; with it, about ten a
 	// second, for 0.2 s more latency at most. Full and larger blocks never
-	// wait, nor do the block that ends a backlog and a partition's first.
+	// wait, nor does the block that ends a backlog.
 	DefaultCommitLinger = 100 * time.Millisecond
 	// DefaultResyncInterval re-plans even without a watch event, to repair
 	// anything a lost event would leave.

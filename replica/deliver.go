@@ -17,18 +17,16 @@ import (
 
 // writeOptions are the block's etcd write options: a lingering round for a
 // small block of a trickling partition (this block and the one before it
-// ended quiet), none for a full block, a large one, the block that ends a
-// backlog, or a partition's first block, whose commits would otherwise hold
-// the end of a catch-up back by the linger, twice (intent and commit). A
-// first block can hold a whole backlog: 10,000 partitions of 1,000 records
-// each ended their catch-up 0.2 s late, their last commits lingering.
+// ended quiet), none for a full block, a large one or the block that ends
+// a backlog, whose commits would otherwise hold the end of a catch-up back
+// by the linger, twice (intent and commit).
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 	cfg := &pt.r.cfg
 	// Small: at most a 64th of a full block (one record at least), as a
 	// trickle's blocks are; a larger one is a backlog's, whose own rows
 	// dwarf its etcd writes.
 	small := len(b.records) <= max(1, cfg.MaxBlockRows/64) && b.raw <= max(1, cfg.MaxBlockBytes/64)
-	if b.full || !small || !pt.lastQuiet || cfg.CommitLinger <= 0 {
+	if b.full || !small || pt.lastFull || cfg.CommitLinger <= 0 {
 		return nil
 	}
 	return []coordinator.WriteOption{coordinator.Linger(cfg.CommitLinger)}
@@ -53,7 +51,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Records:    b.records,
 	}
 	opts := pt.writeOptions(b)
-	pt.lastQuiet = !b.full
+	pt.lastFull = b.full
 	if id := pt.f.TopicID(); !id.IsZero() {
 		pt.claim.SetTopicID(id.String())
 	}

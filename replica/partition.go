@@ -31,10 +31,9 @@ type partition struct {
 	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
-	// lastQuiet: the last block ended quiet, not full (a backlog's); the
-	// partition is taken to trickle once a block ends quiet after it. See
-	// writeOptions.
-	lastQuiet bool
+	// lastFull: the last block ended full (a backlog's); until one
+	// does, the partition is taken to trickle. See writeOptions.
+	lastFull bool
 	// spare is the records slice of the last finished block, for the
 	// next one to fill.
 	spare []sinks.Record
