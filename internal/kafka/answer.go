@@ -151,10 +151,17 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				// Records there, room in the answer, and none of them:
 				// the next batch is larger than the limit and the broker
 				// sends none of it (kfake; Kafka sends its start, whose
-				// header tells its size). Ask for twice as much, or for
-				// as much as the answer's largest batch if more, as a big
-				// batch, until it comes.
-				cur.big = min(max(2*int64(p.limit), int64(largest)), int64(c.cfg.MaxRequestBytes))
+				// header tells its size). Ask for twice as much, as a
+				// big batch, until it comes; a cursor that holds nothing
+				// asks at once for as much as the answer's largest batch
+				// if that is more. Not one that holds some: its limit
+				// keeps what it decodes within its share, and a batch
+				// past that is only for a cursor that holds nothing.
+				want := 2 * int64(p.limit)
+				if cur.held == 0 {
+					want = max(want, int64(largest))
+				}
+				cur.big = min(want, int64(c.cfg.MaxRequestBytes))
 			}
 		}
 	}

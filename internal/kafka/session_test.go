@@ -634,17 +634,22 @@ func TestAnswerLeavingAPartitionOut(t *testing.T) {
 // records at its offset, got nothing within its limit (kfake sends no part
 // of a batch beyond the limit; the response does not tell its size). The
 // second asks next for the larger of twice its limit and the answer's
-// largest batch: doubling from a share of 26 KB took three more requests
-// to reach a producer's 120 KB batch, for each of 10,000 partitions.
+// largest batch when it holds nothing (else for twice its limit): doubling
+// from a share of 26 KB took three more requests to reach a producer's
+// 120 KB batch, for each of 10,000 partitions.
 func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		largest, limit int
+		held           int64 // what the starved cursor holds already
 		want           int64
 	}{
-		{"a larger batch in the answer", 120_000, 26_000, 120_000},
-		{"twice the limit is more", 40_000, 26_000, 52_000},
-		{"no batch in the answer", 0, 26_000, 52_000},
+		{"a larger batch in the answer", 120_000, 26_000, 0, 120_000},
+		{"twice the limit is more", 40_000, 26_000, 0, 52_000},
+		{"no batch in the answer", 0, 26_000, 0, 52_000},
+		// Its limit keeps what it decodes within its share: a batch past
+		// that is only for a cursor that holds nothing.
+		{"a larger batch, the cursor holding some", 120_000, 26_000, 10_000, 52_000},
 	} {
 		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
 		c.cfg.MaxRequestBytes = 16 << 20
@@ -655,6 +660,7 @@ func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
 				signal: make(chan struct{}, 1)}
 		}
 		got, starved := open(0), open(1)
+		starved.held = tc.held
 		r := &fetchRequest{reserve: 1 << 20, sessionEpoch: -1, got: int64(tc.largest)}
 		part := func(cur *Cursor) *fetchPart {
 			p := &fetchPart{cur: cur, seq: cur.seq, from: 0, limit: int32(tc.limit), max: int32(tc.limit), present: true, hw: 1000, lso: 1000}
