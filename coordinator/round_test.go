@@ -62,6 +62,40 @@ func all(claims []*coordinator.Claim, f func(i int, c *coordinator.Claim) error)
 	return errs
 }
 
+// intentAndCommitEach queues an intent and a commit to next of every claim
+// at once, each commit behind its partition's intent, and fails the test if
+// any write fails.
+func intentAndCommitEach(t *testing.T, ctx context.Context, claims []*coordinator.Claim, next int64) {
+	t.Helper()
+	doubled := append(append([]*coordinator.Claim{}, claims...), claims...)
+	errs := all(doubled, func(i int, cl *coordinator.Claim) error {
+		if i < len(claims) {
+			return cl.PutIntent(ctx, 0, next)
+		}
+		return cl.Commit(ctx, next, next)
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d of %s: %v", i, doubled[i].Partition(), err)
+		}
+	}
+}
+
+// storedNextIs fails the test unless etcd stores next for every partition
+// of ps.
+func storedNextIs(t *testing.T, ctx context.Context, c *coordinator.Coordinator, ps []coordinator.Partition, next int64) {
+	t.Helper()
+	snap, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if got := snap.Offsets[p].Next; got != next {
+			t.Fatalf("%s: stored next %d, want %d", p, got, next)
+		}
+	}
+}
+
 // revision is etcd's current revision.
 func revision(t *testing.T, ctx context.Context, cli *clientv3.Client) int64 {
 	t.Helper()
@@ -300,15 +334,7 @@ func TestRoundsRespectEtcdLimits(t *testing.T) {
 					t.Fatalf("%s: %v", ps[i], err)
 				}
 			}
-			snap, err := c.Snapshot(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range ps {
-				if got := snap.Offsets[p].Next; got != 10 {
-					t.Fatalf("%s: stored next %d, want 10", p, got)
-				}
-			}
+			storedNextIs(t, ctx, c, ps, 10)
 			rounds, ops := c.Rounds(), c.RoundOps()
 			t.Logf("%d writes in %d rounds, largest %d", ops, rounds, largest.Load())
 			if ops != 3*n {
@@ -417,30 +443,11 @@ func TestSameKeyOpsNeverShareARound(t *testing.T) {
 	ps := partitions("t", n)
 	claims := claimAll(t, ctx, s, ps)
 	rounds0 := c.Rounds()
-	doubled := append(append([]*coordinator.Claim{}, claims...), claims...)
-	errs := all(doubled, func(i int, cl *coordinator.Claim) error {
-		if i < n {
-			return cl.PutIntent(ctx, 0, 20)
-		}
-		return cl.Commit(ctx, 20, 20)
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("write %d of %s: %v", i, doubled[i].Partition(), err)
-		}
-	}
+	intentAndCommitEach(t, ctx, claims, 20)
 	if rounds := c.Rounds() - rounds0; rounds < 2 {
 		t.Fatalf("%d writes of %d partitions in %d rounds, want the second of each in a later round", 2*n, n, rounds)
 	}
-	snap, err := c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ps {
-		if got := snap.Offsets[p].Next; got != 20 {
-			t.Fatalf("%s: stored next %d, want 20", p, got)
-		}
-	}
+	storedNextIs(t, ctx, c, ps, 20)
 }
 
 // TestWaiterLeavingTheQueueIsNeverSent ends the ctx of writes still queued
@@ -771,34 +778,15 @@ func TestFullRoundsGoSideBySide(t *testing.T) {
 	// An intent and a commit of every partition, queued together: the
 	// rounds are full, and each partition's commit must wait for its
 	// intent's round to be back.
-	doubled := append(append([]*coordinator.Claim{}, claims...), claims...)
-	errs := all(doubled, func(i int, cl *coordinator.Claim) error {
-		if i < n {
-			return cl.PutIntent(ctx, 0, 7)
-		}
-		return cl.Commit(ctx, 7, 7)
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("write %d of %s: %v", i, doubled[i].Partition(), err)
-		}
-	}
+	intentAndCommitEach(t, ctx, claims, 7)
 	if p := peak("intents and commits"); p < 2 || p > 3 {
 		t.Fatalf("%d intents and commits: at most %d rounds in flight at once, want 2 or 3", 2*n, p)
 	}
-	snap, err := c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ps {
-		if got := snap.Offsets[p].Next; got != 7 {
-			t.Fatalf("%s: stored next %d, want 7", p, got)
-		}
-	}
+	storedNextIs(t, ctx, c, ps, 7)
 
 	// A trickle: 20 partitions committing over and over, never a full
 	// round queued.
-	errs = all(claims[:20], func(i int, cl *coordinator.Claim) error {
+	errs := all(claims[:20], func(i int, cl *coordinator.Claim) error {
 		for next := int64(8); next < 13; next++ {
 			if err := cl.Commit(ctx, next, 1); err != nil {
 				return err
