@@ -30,6 +30,9 @@ type block struct {
 	// go at once; a block that ended because the partition went quiet
 	// lets them linger for others to share their round.
 	full bool
+	// afterLogEnd: its first records came after the partition had been
+	// read to its log end (a trickle's), not from a backlog.
+	afterLogEnd bool
 }
 
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
@@ -117,6 +120,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if len(b.records) == 0 && len(batch.Records) > 0 {
 			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
+			b.afterLogEnd = batch.AfterLogEnd
 		}
 		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
 			// The batch's own slice, which is ours, saves a copy: with

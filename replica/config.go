@@ -36,7 +36,8 @@ const (
 	// share a transaction. A replica of many trickling partitions would
 	// otherwise make two transactions per record; with it, about ten a
 	// second, for 0.2 s more latency at most. Full and larger blocks never
-	// wait, nor does the block that ends a backlog.
+	// wait, nor do the block that ends a backlog and a small block whose
+	// records were waiting in Kafka before it.
 	DefaultCommitLinger = 100 * time.Millisecond
 	// DefaultResyncInterval re-plans even without a watch event, to repair
 	// anything a lost event would leave.
@@ -150,7 +151,8 @@ type Config struct {
 	CommitMode CommitMode
 	// CommitLinger is how long the intent and the commit of a trickling
 	// partition's small block (at most a 64th of MaxBlockRows and
-	// MaxBlockBytes; it and the block before it did not end by size) may
+	// MaxBlockBytes; it and the block before it did not end by size; its
+	// records came after the partition was read to its log end) may
 	// wait to share an etcd transaction with other partitions'. Default DefaultCommitLinger, 100ms; negative: never
 	// wait. It is capped at LeaseTTL/16. Longer makes fewer etcd
 	// transactions for many trickling partitions, for that much latency.

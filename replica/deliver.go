@@ -17,16 +17,20 @@ import (
 
 // writeOptions are the block's etcd write options: a lingering round for a
 // small block of a trickling partition (this block and the one before it
-// ended quiet), none for a full block, a large one or the block that ends
-// a backlog, whose commits would otherwise hold the end of a catch-up back
-// by the linger, twice (intent and commit).
+// ended quiet, and its records came after the partition had been read to
+// its log end), none for a full block, a large one, the block that ends a
+// backlog or one whose records were waiting in a backlog, whose commits
+// would otherwise hold the end of a catch-up back by the linger, twice
+// (intent and commit). A partition's backlog can be one small block: 10,000
+// partitions of 1,000 records each ended their catch-up 0.2 s late, their
+// last commits lingering.
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 	cfg := &pt.r.cfg
 	// Small: at most a 64th of a full block (one record at least), as a
 	// trickle's blocks are; a larger one is a backlog's, whose own rows
 	// dwarf its etcd writes.
 	small := len(b.records) <= max(1, cfg.MaxBlockRows/64) && b.raw <= max(1, cfg.MaxBlockBytes/64)
-	if b.full || !small || pt.lastFull || cfg.CommitLinger <= 0 {
+	if b.full || !small || pt.lastFull || !b.afterLogEnd || cfg.CommitLinger <= 0 {
 		return nil
 	}
 	return []coordinator.WriteOption{coordinator.Linger(cfg.CommitLinger)}

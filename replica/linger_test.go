@@ -38,11 +38,13 @@ func (s *writeTimes) at(p int, next int64) (time.Time, bool) {
 }
 
 // A backlog's blocks are committed at once: the block that ends it (the
-// partition's blocks before it ended full), and one that holds a backlog
-// whole (over a 64th of a full block), even first. Waiting out
+// partition's blocks before it ended full), one that holds a backlog whole
+// however small (its records were there before the partition was read to
+// its log end), and one larger than a 64th of a full block. Waiting out
 // --commit-linger there would hold the end of every catch-up back. The
-// small blocks of a partition that trickles (this block and the one
-// before it ended quiet) still linger, for others to share their round.
+// small blocks of a partition that trickles (its records came after it
+// was read to its log end, and this block and the one before it ended
+// quiet) still linger, for others to share their round.
 func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	cli, brokers, stop := startEtcdAndKafka("linger", 0)
 	defer stop()
@@ -65,11 +67,11 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 		}
 	}
 	// One after another, so that no block's writes ride along in a round
-	// with another's: partition 1, one batch of 50 records, its first
-	// block, quiet but not small (a 64th of 640 rows is 10); partition 0,
-	// a batch of 700 records, a full block (of 640 rows or more), then a
-	// batch of 5, a small block after a full one.
-	produce(1, 50)
+	// with another's: partition 1, one batch of 5 records, its first
+	// block, quiet and small (a 64th of 640 rows is 10), but a backlog's;
+	// partition 0, a batch of 700 records, a full block (of 640 rows or
+	// more), then a batch of 5, a small block after a full one.
+	produce(1, 5)
 
 	// The longest linger a lease of 32 s allows (a sixteenth of it).
 	const linger = 2 * time.Second
@@ -117,8 +119,8 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 			}
 		}
 	}
-	if d := committedAfter(1, 50); d >= linger/2 {
-		t.Fatalf("a backlog's one block, larger than a trickle's, was committed %s after its write, want well within the %s linger", d, linger)
+	if d := committedAfter(1, 5); d >= linger/2 {
+		t.Fatalf("a backlog's one block of 5 records, waiting before the partition started, was committed %s after its write, want well within the %s linger", d, linger)
 	}
 	produce(0, 700) // one batch: read as it is, not as it comes
 	if d := committedAfter(0, 700); d >= linger/2 {
@@ -131,10 +133,15 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	// A trickle: one record each, after the backlogs' quiet ends.
 	produce(0, 1)
 	produce(1, 1)
-	for p, next := range map[int]int64{0: 706, 1: 51} {
+	for p, next := range map[int]int64{0: 706, 1: 6} {
 		if d := committedAfter(p, next); d < linger*3/4 {
 			t.Fatalf("partition %d: a trickling partition's block was committed %s after its write, want after about the %s linger", p, d, linger)
 		}
+	}
+	// A block larger than a trickle's, after the trickle.
+	produce(1, 50)
+	if d := committedAfter(1, 56); d >= linger/2 {
+		t.Fatalf("a block of 50 records after a trickle, larger than a trickle's, was committed %s after its write, want well within the %s linger", d, linger)
 	}
 	if err := stopRun(); err != nil {
 		t.Fatal(err)

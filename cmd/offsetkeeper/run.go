@@ -120,7 +120,7 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row (at least 1)")
 	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")
-	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a trickling partition's small block (at most a 64th of the block limits; it and the block before it ended because the partition went quiet) may wait to share a transaction with other partitions' (0: never); full and larger blocks and the block that ends a backlog never wait")
+	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a trickling partition's small block (at most a 64th of the block limits; it and the block before it ended because the partition went quiet, and its records came after the partition was read to its log end) may wait to share a transaction with other partitions' (0: never); full and larger blocks, the block that ends a backlog and small blocks of records that waited in Kafka never wait")
 	fs.Var(enumVar(&o.commitMode),
 		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.Var(enumVar(&o.startFrom),

@@ -108,6 +108,7 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				end = p.lso
 			}
 			cur.attempt, cur.oorStreak = 0, 0
+			p.batch.AfterLogEnd = cur.quiet
 			cur.quiet = p.present && end >= 0 && p.batch.Next >= end
 			cur.queued(p.batch)
 			cur.fetchAt = p.batch.Next

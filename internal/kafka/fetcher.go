@@ -81,6 +81,11 @@ type PolledBatch struct {
 	HighWatermark int64
 	LastStable    int64
 
+	// AfterLogEnd is set by a Cursor when the partition had been read to
+	// its log end before this batch came: its records were produced since
+	// (a trickle's), not waiting in a backlog.
+	AfterLogEnd bool
+
 	// Reset is set when the offset was out of range and was moved by the
 	// start policy. Such a batch holds no records and From == Next ==
 	// Reset.To; the next Fetch continues from there.

@@ -680,3 +680,41 @@ func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchAfterTheLogEndIsMarked: a batch is marked AfterLogEnd when its
+// cursor's last answer had found it at the log end (its records came since:
+// a trickle's), and not when the cursor had never been answered or was
+// behind (a backlog's), so a replica lets only the former's commit wait
+// for company.
+func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		quiet bool // the cursor's last answer found it at the log end
+	}{
+		{"after the log end", true},
+		{"from a backlog", false},
+	} {
+		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
+		c.cfg.MaxRequestBytes = 16 << 20
+		b := newBrokerLoop(c, 1)
+		c.brokers[1] = b
+		cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, loop: b, leader: 1, epoch: -1, fetchAt: 100, hw: 100, lso: 100,
+			quiet: tc.quiet, signal: make(chan struct{}, 1)}
+		r := &fetchRequest{reserve: 1 << 20, sessionEpoch: -1}
+		p := &fetchPart{cur: cur, seq: cur.seq, from: 100, limit: 1 << 20, max: 1 << 20, present: true, hw: 101, lso: 101,
+			batch: PolledBatch{From: 100, Next: 101, HighWatermark: 101, LastStable: 101}}
+		r.parts = []*fetchPart{p}
+		cur.flight = r
+		c.held.Add(r.reserve)
+		b.handle(r)
+		if len(cur.queue) != 1 {
+			t.Fatalf("%s: %d batches queued, want 1", tc.name, len(cur.queue))
+		}
+		if got := cur.queue[0].AfterLogEnd; got != tc.quiet {
+			t.Errorf("%s: AfterLogEnd %v, want %v", tc.name, got, tc.quiet)
+		}
+		if !cur.quiet {
+			t.Errorf("%s: the cursor read to the log end is not quiet", tc.name)
+		}
+	}
+}
