@@ -253,7 +253,11 @@ func TestStartPolicyForNewPartitions(t *testing.T) {
 			await(t, 10*time.Second, "every partition started where the policy says", func() bool {
 				lags := rn.r.Lag()
 				for _, l := range lags {
-					if l.Committed != start {
+					// Started at the log start, a partition may have
+					// committed its 5 records already: a backlog's block
+					// does not linger. The sink's count below tells
+					// where it started.
+					if l.Committed != start && (tc.policy != replica.StartEarliest || l.Committed != 5) {
 						return false
 					}
 				}
