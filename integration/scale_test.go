@@ -273,6 +273,34 @@ func TestStartPolicyForNewPartitions(t *testing.T) {
 	}
 }
 
+// A committed offset outranks the start policy: a replica started with
+// start policy latest on partitions the group committed 5 of 8 records of
+// writes the 3 it has not, not nothing from the log end. (The start offsets
+// a replica reads while it claims are for partitions etcd holds no offsets
+// of; a claim's own offsets decide.)
+func TestCommittedOffsetsOutrankTheStartPolicy(t *testing.T) {
+	e := newEnv(t, "outrank", 3)
+	e.produce(5)
+	first := e.start(e.config("r1"), newCountingSink())
+	ends := e.logEnds()
+	await(t, 10*time.Second, "the first 5 records of each partition committed", func() bool { return e.allCommitted(ends) })
+	first.stop()
+
+	e.produce(3)
+	sink := newCountingSink()
+	cfg := e.config("r2")
+	cfg.Kafka.StartPolicy = replica.StartLatest
+	e.start(cfg, sink)
+	ends = e.logEnds()
+	await(t, 10*time.Second, "the 3 records of each partition produced while no replica ran, written", func() bool {
+		return sink.total.Load() >= 9
+	})
+	await(t, 10*time.Second, "every partition committed to its log end", func() bool { return e.allCommitted(ends) })
+	if got := sink.total.Load(); got != 9 {
+		t.Fatalf("%d records written after the restart, want 9 (3 a partition, from the committed offsets)", got)
+	}
+}
+
 // Eight partitions' commits go to etcd in shared rounds. One partition's
 // claim is taken over while its block is in the sink: in the round that
 // commits them, that partition alone is fenced and stops; the other seven
