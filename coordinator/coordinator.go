@@ -8,8 +8,9 @@
 // A session sends the writes of all its claims in write rounds (group
 // commit): one etcd Txn holding one nested Txn per write, each with the
 // contract's own compares, so that each partition is fenced, and fails,
-// alone. One round is in flight at a time and the next gathers meanwhile, so
-// an idle session adds no latency and a busy one sends few transactions:
+// alone. While a round is in flight the next gathers, and goes beside it
+// only once full (up to 3 at once, never two with one partition), so an
+// idle session adds no latency and a busy one sends few transactions:
 // Session.ClaimAll and ReleaseAll queue hundreds of writes at once, and
 // concurrent Commits share rounds. Rounds are sized to etcd's --max-txn-ops
 // (WithMaxTxnOps) and kept well below its request size limit
