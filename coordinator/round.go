@@ -168,6 +168,9 @@ func (s *Session) enqueue(ops ...*op) bool {
 		return false
 	}
 	s.queue = append(s.queue, ops...)
+	for _, o := range ops {
+		s.queueBytes += o.size
+	}
 	s.rmu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -231,15 +234,15 @@ func (s *Session) runRounds() {
 		case <-timer.C:
 		}
 		for {
-			due, full, ok := s.firstDue()
-			if !ok {
-				break
-			}
 			s.rmu.Lock()
 			flying := s.inFlight
 			s.rmu.Unlock()
-			if flying >= maxRoundsInFlight || (flying > 0 && !full) {
+			if flying >= maxRoundsInFlight {
 				break // a round coming back wakes the loop
+			}
+			due, full, ok := s.firstDue()
+			if !ok || (flying > 0 && !full) {
+				break
 			}
 			if wait := time.Until(due); wait > 0 && !full {
 				timer.Reset(wait)
@@ -265,7 +268,16 @@ func (s *Session) runRounds() {
 func (s *Session) firstDue() (due time.Time, full, ok bool) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	fill := roundFill{c: s.c, flying: s.flying}
+	if !s.mayHoldFull() {
+		// Only when it is due, then: no set of keys to fill.
+		for _, o := range s.queue {
+			if o.state != opCancelled && !s.flying[o.key] && (due.IsZero() || o.due.Before(due)) {
+				due = o.due
+			}
+		}
+		return due, false, !due.IsZero()
+	}
+	fill := s.newFill()
 	for _, o := range s.queue {
 		if o.state == opCancelled || s.flying[o.key] {
 			continue
@@ -280,6 +292,14 @@ func (s *Session) firstDue() (due time.Time, full, ok bool) {
 	return due, false, !due.IsZero()
 }
 
+// mayHoldFull reports whether the queue is long or large enough that a
+// round filled from it could be full: a busy session queues an op or two
+// between rounds, and filling a round on each of those wakes was most of
+// the loop's work. s.rmu is held.
+func (s *Session) mayHoldFull() bool {
+	return len(s.queue)+1+maxOpWidth > s.c.maxTxnOps || s.queueBytes > s.c.maxTxnBytes
+}
+
 // roundFill is a round being filled in queue order: one op per partition,
 // while n + widest <= max-txn-ops and the estimated size fits (see Sizing
 // above). take fills the round it sends with it, and firstDue the round
@@ -292,6 +312,16 @@ type roundFill struct {
 	size     int
 }
 
+// newFill starts a round to fill, with the session's set of keys emptied.
+// s.rmu is held.
+func (s *Session) newFill() roundFill {
+	if s.fillKeys == nil {
+		s.fillKeys = map[string]bool{}
+	}
+	clear(s.fillKeys)
+	return roundFill{c: s.c, flying: s.flying, keys: s.fillKeys}
+}
+
 // add reports whether o joins the round; dup when it cannot because its
 // partition has an op in the round already or in one in flight, else
 // because the round is full.
@@ -301,9 +331,6 @@ func (f *roundFill) add(o *op) (joined, dup bool) {
 	}
 	if f.n > 0 && (f.n+1+max(f.width, o.width) > f.c.maxTxnOps || f.size+o.size > f.c.maxTxnBytes) {
 		return false, false
-	}
-	if f.keys == nil {
-		f.keys = map[string]bool{}
 	}
 	f.keys[o.key] = true
 	f.n, f.width, f.size = f.n+1, max(f.width, o.width), f.size+o.size
@@ -320,7 +347,7 @@ func (s *Session) endRounds() {
 	s.rmu.Lock()
 	s.roundsEnded = true
 	queued := s.queue
-	s.queue = nil
+	s.queue, s.queueBytes = nil, 0
 	s.rmu.Unlock()
 	for _, o := range queued {
 		s.deliver(o, opResult{err: errNotAlive})
@@ -372,11 +399,12 @@ func (s *Session) take() []*op {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	var batch []*op
-	fill := roundFill{c: s.c, flying: s.flying}
+	fill := s.newFill()
 	full := false
 	rest := s.queue[:0]
 	for _, o := range s.queue {
 		if o.state == opCancelled {
+			s.queueBytes -= o.size
 			continue
 		}
 		if !full {
@@ -384,6 +412,7 @@ func (s *Session) take() []*op {
 			if joined {
 				batch = append(batch, o)
 				o.state = opSent
+				s.queueBytes -= o.size
 				continue
 			}
 			full = !dup

@@ -57,8 +57,12 @@ func TestTakeRoundRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Session{c: &Coordinator{maxTxnOps: tc.maxOps, maxTxnBytes: tc.maxBytes}, queue: tc.queue}
+			s := &Session{c: &Coordinator{maxTxnOps: tc.maxOps, maxTxnBytes: tc.maxBytes}, queue: tc.queue, queueBytes: sizeOf(tc.queue)}
 			round := s.take()
+			// The tally firstDue trusts: what is left, cancelled ops gone.
+			if got, want := s.queueBytes, sizeOf(s.queue); got != want {
+				t.Fatalf("queue bytes %d after the round, want %d (the ops left)", got, want)
+			}
 			if got := keysOf(round); !slices.Equal(got, tc.round) {
 				t.Fatalf("round %v, want %v", got, tc.round)
 			}
@@ -77,6 +81,14 @@ func TestTakeRoundRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+func sizeOf(ops []*op) int {
+	n := 0
+	for _, o := range ops {
+		n += o.size
+	}
+	return n
 }
 
 // TestTakeKeepsEachPartitionsOrder drains a queue round by round: every

@@ -802,4 +802,13 @@ func TestFullRoundsGoSideBySide(t *testing.T) {
 	if p := peak("a trickle"); p != 1 {
 		t.Fatalf("commits of 20 partitions, never a full round: %d rounds in flight at once, want 1", p)
 	}
+
+	// Full by bytes: 100 claims, fewer than a round's ops, are three
+	// rounds of a 16 KiB limit (about 40 claims each), so the second goes
+	// beside the first.
+	small := newCoordinatorWith(t, cli, "side-bytes", coordinator.WithMaxTxnBytes(16<<10))
+	claimAll(t, ctx, joinWith(t, ctx, small, "b"), partitions("t", 100))
+	if p := peak("claims full by bytes"); p < 2 {
+		t.Fatalf("100 claims over a 16 KiB round limit: at most %d round in flight at once, want 2 or more", p)
+	}
 }
