@@ -279,13 +279,20 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 	if b.holdSmall(now, n, len(all)) {
 		return nil, b.holdNext, false
 	}
+	if kept, ok := b.halve(all, first != nil, more); ok {
+		all, more = kept, true
+		sum = 0
+		for _, p := range all {
+			sum = min(sum+int64(p.max), limit)
+		}
+	}
 	b.rot = (b.rot + 1) % n
 	reserve := max(1, min(sum, limit))
 	if first != nil {
 		reserve = max(reserve, first.cur.big)
 	}
 	c.held.Add(reserve)
-	r = &fetchRequest{parts: all, reserve: reserve, big: first != nil, beside: second}
+	r = &fetchRequest{parts: all, reserve: reserve, bound: limit, big: first != nil, beside: second}
 	for _, p := range all {
 		p.cur.flight = r
 		p.cur.starved = false
@@ -299,6 +306,30 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 		r.listed, r.sessionEpoch = r.parts, -1
 	}
 	return r, wait, more
+}
+
+// halve keeps the first half of a request's parts when the request would
+// take every fetchable cursor of a backlog and leave the loop's other slot
+// empty: the rest go in a second request at once. With one request in
+// flight the broker and the replica took turns, the broker reading the
+// next answer only once the last was decoded; with two, it reads one
+// while the other is decoded. A long poll (quiet cursors) and a big batch
+// first are not halved. The parts dropped go back to spare.
+func (b *brokerLoop) halve(all []*fetchPart, big, more bool) ([]*fetchPart, bool) {
+	if more || big || len(all) < 2 || len(b.inFlight) > 0 || maxInFlight < 2 {
+		return all, false
+	}
+	for _, p := range all {
+		if p.cur.quiet {
+			return all, false
+		}
+	}
+	keep := (len(all) + 1) / 2
+	for _, p := range all[keep:] {
+		*p = fetchPart{}
+	}
+	b.spare = append(b.spare, all[keep:]...)
+	return all[:keep], true
 }
 
 // part is cur's part of a request, with limit and max as fetchPart says,

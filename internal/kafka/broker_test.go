@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
@@ -341,4 +342,66 @@ func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 			t.Errorf("%s: held", c.name)
 		}
 	}
+}
+
+// TestABacklogIsFetchedTwoRequestsAtATime: eight partitions with records
+// to read and nothing in flight go in two requests of four, the second at
+// once, so that the broker reads one answer while the other is decoded; a
+// long poll of quiet partitions stays one request. A request's MaxBytes is
+// its bound, not the sum of its partitions' limits that the budget
+// reserves.
+func TestABacklogIsFetchedTwoRequestsAtATime(t *testing.T) {
+	setup := func(quiet bool) (*brokerLoop, []*Cursor) {
+		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[TopicPartition]*Cursor{}}
+		c.cfg.MaxBufferBytes, c.cfg.MaxRequestBytes, c.cfg.MaxBytes = 256<<20, 16<<20, 1<<20
+		c.cfg.NoFetchSessions = true
+		b := newBrokerLoop(c, 1)
+		c.brokers[1] = b
+		var curs []*Cursor
+		for p := range 8 {
+			cur := &Cursor{c: c, tp: TopicPartition{"t", p}, loop: b, leader: 1, epoch: -1, hw: -1, lso: -1, quiet: quiet,
+				signal: make(chan struct{}, 1)}
+			c.cursors[cur.tp] = cur
+			b.cursors = append(b.cursors, cur)
+			curs = append(curs, cur)
+		}
+		return b, curs
+	}
+	now := time.Now()
+	b, curs := setup(false)
+	first, _, more := b.pick(now)
+	if first == nil || len(first.parts) != 4 || !more {
+		t.Fatalf("first pick of 8 cursors with nothing in flight: %d parts, more %v; want 4, more", partsOf(first), more)
+	}
+	if first.reserve != 4<<20 || first.bound != 16<<20 {
+		t.Errorf("first request reserves %d and asks at most %d bytes; want 4 MiB (its 4 limits) and 16 MiB (the request's bound)", first.reserve, first.bound)
+	}
+	b.inFlight = append(b.inFlight, first)
+	second, _, more := b.pick(now)
+	if second == nil || len(second.parts) != 4 || more {
+		t.Fatalf("second pick, one request in flight: %d parts, more %v; want the other 4, no more", partsOf(second), more)
+	}
+	seen := map[*Cursor]bool{}
+	for _, p := range append(append([]*fetchPart{}, first.parts...), second.parts...) {
+		if seen[p.cur] {
+			t.Fatalf("%v in both requests", p.cur.tp)
+		}
+		seen[p.cur] = true
+	}
+	if len(seen) != len(curs) {
+		t.Fatalf("the two requests carry %d of %d cursors", len(seen), len(curs))
+	}
+
+	b, _ = setup(true)
+	poll, _, _ := b.pick(now)
+	if partsOf(poll) != 8 {
+		t.Fatalf("a long poll of 8 quiet cursors: %d parts, want all 8 in one", partsOf(poll))
+	}
+}
+
+func partsOf(r *fetchRequest) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.parts)
 }

@@ -617,3 +617,40 @@ func TestOpenPlacedOnAMovedLeaderReadsOn(t *testing.T) {
 		t.Error("the cursor read on without a lookup after its leader moved")
 	}
 }
+
+// A backlog of batches each near a partition's limit (1 MiB): every
+// partition a request carries gets its batch. kfake counts a batch it
+// skips for a partition's limit toward the request's MaxBytes, so with
+// MaxBytes the sum of the limits an answer carried half of them, and the
+// other half were asked again: 16 requests where 8 do.
+func TestAnswersCarryEveryPartitionOfABacklog(t *testing.T) {
+	const parts, batches, perBatch = 8, 4, 800
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "near", parts)
+	pad := strings.Repeat("x", 1100) // about 900 KB a batch
+	produceNumbered(t, k, "near", parts, batches*perBatch, perBatch, pad)
+	cfg := testFetchConfig(k)
+	cfg.MaxBytes, cfg.MaxRequestBytes, cfg.MaxBufferBytes = 1<<20, 16<<20, 256<<20
+	c := openConsumer(t, cfg)
+	var wg sync.WaitGroup
+	for p := range parts {
+		cur := openCursor(t, c, "near", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, _ := drain(t, cur, batches*perBatch)
+			for i, r := range got {
+				if want := numbered(p, i) + pad; string(r.Value) != want {
+					t.Errorf("partition %d record %d: %.20q…, want %.20q…", p, i, r.Value, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// 32 batches, four a request (two requests of half the partitions in
+	// flight at once), and an answer or two at the log end.
+	if n := c.Stats().FetchRequests; n > 12 {
+		t.Errorf("%d fetch requests for %d batches of %d partitions, want at most 12 (8 carry them all)", n, parts*batches, parts)
+	}
+}

@@ -21,10 +21,17 @@ import (
 type fetchRequest struct {
 	parts   []*fetchPart
 	reserve int64 // budget bytes set aside for the answer
-	quiet   bool  // it carries quiet cursors
-	big     bool  // its first part is a batch larger than its limit
-	beside  bool  // it was picked beside a long poll: it carries no quiet cursor
-	sent    time.Time
+	// bound is the request's MaxBytes: the request's byte limit (the
+	// budget left, at most MaxRequestBytes), not reserve. The parts'
+	// own limits already bound the answer to reserve; a broker that
+	// counts a batch it skipped for a partition's limit toward MaxBytes
+	// (kfake counts it whole) cut answers of 8 partitions to 4 when
+	// MaxBytes was their sum.
+	bound  int64
+	quiet  bool // it carries quiet cursors
+	big    bool // its first part is a batch larger than its limit
+	beside bool // it was picked beside a long poll: it carries no quiet cursor
+	sent   time.Time
 
 	// The parts it lists: all of them, but in a fetch session only those
 	// whose fetch the broker's session does not hold; and the partitions
@@ -78,7 +85,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(wait / time.Millisecond),
 		MinBytes:       int32(c.cfg.MinBytes),
-		MaxBytes:       int32(min(r.reserve, 1<<31-1)),
+		MaxBytes:       int32(min(max(r.bound, r.reserve), 1<<31-1)),
 		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
 		SessionID:      r.sessionID,
 		SessionEpoch:   r.sessionEpoch,
