@@ -207,13 +207,16 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		var claimed time.Time
 		p := replicaProcess(b, etcd, k.Kafka, group, "bench", "r")
 		pollUntil(b, 30*time.Minute, 50*time.Millisecond, "every partition claimed, or the replica done", func() bool {
+			if w.total() < w.want {
+				stillRunning(b, "every partition claimed", p)
+			}
 			if harness.EtcdCount(b, cli, groupKeys(group)+"claims/") == int64(parts) {
 				claimed = time.Now()
 				return true
 			}
 			return w.total() >= w.want
 		})
-		done := w.wait(b, 30*time.Minute, "the replica to commit everything")
+		done := w.wait(b, 30*time.Minute, "the replica to commit everything", p)
 		w.stop()
 		rep.cpu += procCPU(b, p)
 		rep.broker += k.brokerCPU(b) - broker0
@@ -449,7 +452,7 @@ func drainBacklog(b *testing.B, etcd *harness.Etcd, cli *clientv3.Client, k *har
 		w := watchCommitted(b, cli, group, int64(total))
 		start := time.Now()
 		p := replicaProcess(b, etcd, k, group, topic, "r", extra...)
-		done := w.wait(b, 60*time.Minute, "the replica to commit the backlog")
+		done := w.wait(b, 60*time.Minute, "the replica to commit the backlog", p)
 		w.stop()
 		took += done.Sub(start)
 		cpu += procCPU(b, p)

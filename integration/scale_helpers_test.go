@@ -258,14 +258,35 @@ func (w *committedWatch) total() int64 { return w.sum.Load() }
 
 // wait waits up to timeout for the sum to reach want and returns when it
 // did.
-func (w *committedWatch) wait(b *testing.B, timeout time.Duration, what string) time.Time {
+//
+// A replica of procs that exits meanwhile fails the benchmark at once, with
+// its output, rather than after timeout.
+func (w *committedWatch) wait(b *testing.B, timeout time.Duration, what string, procs ...*harness.Process) time.Time {
 	b.Helper()
-	select {
-	case <-w.reached:
-		return w.at
-	case <-time.After(timeout):
-		b.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, w.total(), w.want)
-		return time.Time{}
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.reached:
+			return w.at
+		case <-deadline:
+			b.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, w.total(), w.want)
+			return time.Time{}
+		case <-tick.C:
+			stillRunning(b, what, procs...)
+		}
+	}
+}
+
+// stillRunning fails the benchmark if one of procs has exited while it waits
+// for what.
+func stillRunning(b *testing.B, what string, procs ...*harness.Process) {
+	b.Helper()
+	for _, p := range procs {
+		if p.Exited() {
+			b.Fatalf("a replica process exited while waiting for %s:\n%s", what, p.Output())
+		}
 	}
 }
 
