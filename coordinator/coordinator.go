@@ -21,13 +21,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
 // Coordinator is a group's view of etcd. It is safe for concurrent use.
@@ -92,12 +93,10 @@ func (c *Coordinator) validate() error {
 	return nil
 }
 
-var groupName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
-
 // ValidGroup reports whether name can be a group name: 1 to 200 of
 // A-Z a-z 0-9 . _ -, so that it is one etcd path segment.
 func ValidGroup(name string) error {
-	if !groupName.MatchString(name) || name == "." || name == ".." {
+	if !names.Legal(name, 200) || name == "." || name == ".." {
 		return fmt.Errorf("group %q: want 1 to 200 characters of A-Z a-z 0-9 . _ -", name)
 	}
 	return nil

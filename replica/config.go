@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
 // Defaults of Config. Each trades latency against etcd and sink load: a
@@ -209,8 +209,6 @@ type Config struct {
 	Version  string
 }
 
-var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	orDefault(&c.ReplicaID, DefaultID())
@@ -262,7 +260,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("no topics: name at least one"))
 	}
 	for _, t := range c.Topics {
-		if !topicName.MatchString(t) {
+		if !names.Legal(t, 249) {
 			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
 		}
 	}
