@@ -632,22 +632,7 @@ func TestAnswersCarryEveryPartitionOfABacklog(t *testing.T) {
 	cfg := testFetchConfig(k)
 	cfg.MaxBytes, cfg.MaxRequestBytes, cfg.MaxBufferBytes = 1<<20, 16<<20, 256<<20
 	c := openConsumer(t, cfg)
-	var wg sync.WaitGroup
-	for p := range parts {
-		cur := openCursor(t, c, "near", p, 0)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, _ := drain(t, cur, batches*perBatch)
-			for i, r := range got {
-				if want := numbered(p, i) + pad; string(r.Value) != want {
-					t.Errorf("partition %d record %d: %.20q…, want %.20q…", p, i, r.Value, want)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	drainAllNumbered(t, c, "near", parts, batches*perBatch)
 	// 32 batches, four a request (two requests of half the partitions in
 	// flight at once), and an answer or two at the log end.
 	if n := c.Stats().FetchRequests; n > 12 {
