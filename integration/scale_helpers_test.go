@@ -263,20 +263,27 @@ func (w *committedWatch) total() int64 { return w.sum.Load() }
 // its output, rather than after timeout.
 func (w *committedWatch) wait(b *testing.B, timeout time.Duration, what string, procs ...*harness.Process) time.Time {
 	b.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-w.reached:
-			return w.at
-		case <-deadline:
-			b.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, w.total(), w.want)
-			return time.Time{}
-		case <-tick.C:
-			stillRunning(b, what, procs...)
-		}
+	exited := make(chan *harness.Process, len(procs))
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, p := range procs {
+		go func() {
+			select {
+			case <-p.Done():
+				exited <- p
+			case <-stop:
+			}
+		}()
 	}
+	select {
+	case <-w.reached:
+		return w.at
+	case p := <-exited:
+		b.Fatalf("a replica process exited while waiting for %s (%d of %d):\n%s", what, w.total(), w.want, p.Output())
+	case <-time.After(timeout):
+		b.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, w.total(), w.want)
+	}
+	return time.Time{}
 }
 
 // stillRunning fails the benchmark if one of procs has exited while it waits

@@ -108,6 +108,9 @@ func (p *Process) Wait(d time.Duration) int {
 	return 0
 }
 
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
 	select {
