@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
@@ -352,11 +351,9 @@ func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 // reserves.
 func TestABacklogIsFetchedTwoRequestsAtATime(t *testing.T) {
 	setup := func(quiet bool) (*brokerLoop, []*Cursor) {
-		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[TopicPartition]*Cursor{}}
-		c.cfg.MaxBufferBytes, c.cfg.MaxRequestBytes, c.cfg.MaxBytes = 256<<20, 16<<20, 1<<20
+		c, b := loopOfOne()
+		c.cfg.MaxBufferBytes, c.cfg.MaxBytes = 256<<20, 1<<20
 		c.cfg.NoFetchSessions = true
-		b := newBrokerLoop(c, 1)
-		c.brokers[1] = b
 		var curs []*Cursor
 		for p := range 8 {
 			cur := &Cursor{c: c, tp: TopicPartition{"t", p}, loop: b, leader: 1, epoch: -1, hw: -1, lso: -1, quiet: quiet,

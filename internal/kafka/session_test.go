@@ -600,9 +600,7 @@ func TestSessionCursorLeavesAndReturns(t *testing.T) {
 // in flight beside its backlog. A full answer that leaves a partition out
 // says nothing of it.
 func TestAnswerLeavingAPartitionOut(t *testing.T) {
-	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
-	b := newBrokerLoop(c, 1)
-	c.brokers[1] = b
+	c, b := loopOfOne()
 	const at = 100
 	for _, tc := range []struct {
 		name           string
@@ -651,10 +649,7 @@ func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
 		// that is only for a cursor that holds nothing.
 		{"a larger batch, the cursor holding some", 120_000, 26_000, 10_000, 52_000},
 	} {
-		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
-		c.cfg.MaxRequestBytes = 16 << 20
-		b := newBrokerLoop(c, 1)
-		c.brokers[1] = b
+		c, b := loopOfOne()
 		open := func(partition int) *Cursor {
 			return &Cursor{c: c, tp: TopicPartition{"t", partition}, loop: b, leader: 1, epoch: -1, fetchAt: 0, hw: -1, lso: -1,
 				signal: make(chan struct{}, 1)}
@@ -694,10 +689,7 @@ func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
 		{"after the log end", true},
 		{"from a backlog", false},
 	} {
-		c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}}
-		c.cfg.MaxRequestBytes = 16 << 20
-		b := newBrokerLoop(c, 1)
-		c.brokers[1] = b
+		c, b := loopOfOne()
 		cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, loop: b, leader: 1, epoch: -1, fetchAt: 100, hw: 100, lso: 100,
 			quiet: tc.quiet, signal: make(chan struct{}, 1)}
 		r := &fetchRequest{reserve: 1 << 20, sessionEpoch: -1}
@@ -717,4 +709,15 @@ func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
 			t.Errorf("%s: the cursor read to the log end is not quiet", tc.name)
 		}
 	}
+}
+
+// loopOfOne is a consumer with no connection and the loop of its one
+// broker (1), for tests that drive pick and handle by hand: requests of at
+// most 16 MiB.
+func loopOfOne() (*Consumer, *brokerLoop) {
+	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[TopicPartition]*Cursor{}}
+	c.cfg.MaxRequestBytes = 16 << 20
+	b := newBrokerLoop(c, 1)
+	c.brokers[1] = b
+	return c, b
 }
