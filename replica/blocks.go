@@ -43,7 +43,8 @@ func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 
 // poll builds one block by the rules: it ends, between batches, at
 // MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
-// share of the memory budget, when it has caught up with the log end,
+// share of the memory budget, where the records arena of its batches ends
+// (kafka.Cursor.Joins), when it has caught up with the log end,
 // FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
 // row; in EveryBatch mode after each batch. A failed or stopped poll returns
 // what it has so far with the error.

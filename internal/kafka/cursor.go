@@ -383,9 +383,10 @@ func (cur *Cursor) decode(from int64, p *rawFetchPartition, share int64) (Polled
 
 // Joins reports whether a block that ends with the records of s may take
 // the next batch Fetch returns without copying a record: whether that
-// batch lies right after s in their arena (Slab.Join), or nothing is
-// queued yet to tell. A reader ends its block when it does not, rather
-// than copy the block into a slice of its own.
+// batch lies right after s in their arena (Slab.Join), or, when nothing
+// is queued yet to tell, whether the arena had room for another batch
+// like s's last. A reader ends its block when it does not, rather than
+// copy the block into a slice of its own.
 func (cur *Cursor) Joins(s Slab) bool {
 	cur.c.mu.Lock()
 	defer cur.c.mu.Unlock()
@@ -395,5 +396,5 @@ func (cur *Cursor) Joins(s Slab) bool {
 		}
 		return s.joins(b.slab)
 	}
-	return true
+	return !s.closing
 }

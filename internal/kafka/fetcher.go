@@ -433,7 +433,7 @@ func (f *Fetcher) decodeWith(d *decoder, from int64, p *rawFetchPartition) (Poll
 		// next batch is decoded into.
 		end := a.used + len(d.records)
 		a.refs.Add(1)
-		b.slab = Slab{a: a, start: a.used, end: end}
+		b.slab = Slab{a: a, start: a.used, end: end, closing: len(a.recs)-end < len(d.records)}
 		b.Records = a.recs[a.used:end:end]
 		a.used = end
 	}

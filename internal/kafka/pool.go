@@ -192,16 +192,17 @@ func (a *recordArena) release() {
 	case n < 0:
 		panic("kafka: a records arena released more often than held")
 	}
-	all := a.recs[:cap(a.recs)]
 	if poisonBuffers.Load() {
 		// A block still writing these records would show offset -1.
-		for i := range all {
-			all[i] = poisonRecord
+		for i := range a.recs {
+			a.recs[i] = poisonRecord
 		}
 		return
 	}
-	clear(all) // hold no bytes of theirs
-	if c := bits.Len(uint(cap(all) - 1)); cap(all) == 1<<c && c >= minArenaClass && c <= maxArenaClass {
+	// Hold no bytes of theirs. Past len nothing was written: a decode
+	// into the arena has room up to len only.
+	clear(a.recs)
+	if c := bits.Len(uint(cap(a.recs) - 1)); cap(a.recs) == 1<<c && c >= minArenaClass && c <= maxArenaClass {
 		arenaPools[c].Put(a)
 	}
 }
@@ -212,6 +213,10 @@ func (a *recordArena) release() {
 type Slab struct {
 	a          *recordArena
 	start, end int
+	// closing: when its last batch was decoded, the arena had room left
+	// for fewer records than that batch held, so the next most likely
+	// goes into another arena.
+	closing bool
 }
 
 // Slab returns where the batch's records lie (zero when they have a slice
@@ -239,7 +244,7 @@ func (s Slab) Join(next Slab) (recs []sinks.Record, joined Slab, ok bool) {
 		return nil, s, false
 	}
 	next.a.release() // never the last hold: s has one
-	s.end = next.end
+	s.end, s.closing = next.end, next.closing
 	return s.a.recs[s.start:s.end:s.end], s, true
 }
 
