@@ -375,7 +375,11 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 func (cur *Cursor) decode(from int64, p *rawFetchPartition, share int64) (PolledBatch, error) {
 	d := decoder{recs: cur.arena.Swap(nil), share: share, blockRows: cur.c.cfg.BlockRows}
 	b, err := cur.f.decodeWith(&d, from, p)
-	if d.recs != nil && !cur.arena.CompareAndSwap(nil, d.recs) {
+	// An arena about full is let go at once, not when the next answer
+	// needs another: the blocks in it give it back as they finish, rather
+	// than the arena of a partition read to its end staying held (at 512
+	// partitions of 4,000 records, every answer took a new arena).
+	if d.recs != nil && (b.slab.closing || !cur.arena.CompareAndSwap(nil, d.recs)) {
 		d.recs.release()
 	}
 	return b, err
