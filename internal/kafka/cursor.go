@@ -386,12 +386,18 @@ func (cur *Cursor) decode(from int64, p *rawFetchPartition, share int64) (Polled
 }
 
 // Joins reports whether a block that ends with the records of s may take
-// the next batch Fetch returns without copying a record: whether that
-// batch lies right after s in their arena (Slab.Join), or, when nothing
-// is queued yet to tell, whether the arena had room for another batch
-// like s's last. A reader ends its block when it does not, rather than
-// copy the block into a slice of its own.
+// the next batch Fetch returns without copying a record, that is whether
+// that batch lies right after s in their arena (Slab.Join). It guesses
+// from the room the arena had left: no when it had no room for another
+// batch like s's last, yes when nothing is queued yet to tell. A reader
+// ends its block when it says no, rather than copy the block into a slice
+// of its own.
 func (cur *Cursor) Joins(s Slab) bool {
+	if s.closing {
+		// Most likely not, and not worth the consumer's lock to be sure:
+		// with many partitions every arena holds one answer.
+		return false
+	}
 	cur.c.mu.Lock()
 	defer cur.c.mu.Unlock()
 	for _, b := range cur.queue {
@@ -400,5 +406,5 @@ func (cur *Cursor) Joins(s Slab) bool {
 		}
 		return s.joins(b.slab)
 	}
-	return !s.closing
+	return true
 }
