@@ -16,11 +16,9 @@ import (
 // registry's schemas, and garbage waiting for the next cycle.
 const gcHeadroom = 192 << 20
 
-// gcPercent is the collector's GOGC when the environment gives none: the
-// replica's live heap is mostly the records of its blocks, which the budget
-// bounds, so the heap may grow well past it between cycles (fewer cycles,
-// less CPU per record) while the memory limit keeps the total in bounds.
-const gcPercent = 400
+// gcPercent is the collector's GOGC when the environment gives none
+// (replica.GCPercent says why).
+const gcPercent = replica.GCPercent
 
 // perPartitionHeap is what a claimed partition may cost the heap besides
 // its records: its cursor, claim, block state and metrics, about 17 KiB
