@@ -427,7 +427,13 @@ func (f *Fetcher) decodeWith(d *decoder, from int64, p *rawFetchPartition) (Poll
 		putBytes(p.Records) // the records alias what it was decompressed into
 	}
 	b.Records, b.Next = d.records, d.next
-	if a := d.recs; a != nil && len(d.records) > 0 && a.used < len(a.recs) && &d.records[0] == &a.recs[a.used] {
+	if len(d.records) == 0 {
+		// Nothing delivered (aborted or control records): no slice, least
+		// of all the rest of an arena, which a reader giving the batch's
+		// slice back (ReleaseRecords) would pool while answers after this
+		// one are decoded into it.
+		b.Records = nil
+	} else if a := d.recs; a != nil && a.used < len(a.recs) && &d.records[0] == &a.recs[a.used] {
 		// In the arena (not moved out by an append past its room): the
 		// batch holds it, capped so that no append reaches what the
 		// next batch is decoded into.
