@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -637,5 +640,58 @@ func TestAnswersCarryEveryPartitionOfABacklog(t *testing.T) {
 	// flight at once), and an answer or two at the log end.
 	if n := c.Stats().FetchRequests; n > 12 {
 		t.Errorf("%d fetch requests for %d batches of %d partitions, want at most 12 (8 carry them all)", n, parts*batches, parts)
+	}
+}
+
+// A cursor that failed (an error the broker loop does not retry) is
+// skipped by its loop until its reader has the error; then it is fetchable
+// again, and its loop must fetch it. The loop had gone idle meanwhile, with
+// nothing else to fetch: before the reader's Fetch woke it, the reader's
+// next Next waited for ever (a dev --chaos run under load stalled so, with
+// a partition whose every record was left unread).
+func TestCursorFetchedAgainAfterItsError(t *testing.T) {
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "failing", 1)
+	k.ProduceValues(t, "failing", 0, "a", "b", "c")
+	var injected atomic.Bool
+	k.Cluster().ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if !injected.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		req := r.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code // not retried
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	c := openConsumer(t, Config{Brokers: k.Brokers()})
+	cur := openCursor(t, c, "failing", 0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cur.Next(ctx); !errors.Is(err, kafkago.TopicAuthorizationFailed) {
+		t.Fatalf("first Next: %v, want the injected TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	var got []string
+	for len(got) < 3 {
+		b, err := cur.Next(ctx)
+		if err != nil {
+			t.Fatalf("after the error, with %q read: %v (the loop never fetched the cursor again)", got, err)
+		}
+		for _, r := range b.Records {
+			got = append(got, string(r.Value))
+		}
+		cur.Free(b.Bytes + b.Reserved)
+	}
+	if strings.Join(got, "") != "abc" {
+		t.Fatalf("read %q after the error, want a, b, c", got)
 	}
 }

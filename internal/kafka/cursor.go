@@ -319,6 +319,11 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 		}
 		if err := cur.err; err != nil {
 			cur.err = nil
+			if cur.loop != nil {
+				// Fetchable again: the loop skipped it while it held the
+				// error, and may have gone idle since.
+				cur.loop.poke()
+			}
 			c.mu.Unlock()
 			return PolledBatch{}, f.errorf(f.offset, err)
 		}
