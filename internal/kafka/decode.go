@@ -209,15 +209,16 @@ func (d *decoder) take(n, wire int) []sinks.Record {
 	return a.recs[a.used:a.used:len(a.recs)]
 }
 
-// arenaRows is how many records a cursor's new arena holds: about what a
-// block of the reader holds, as many as half the share of the budget
-// holds, at most blockRows. A reader ends a block where an arena ends
-// (Cursor.Joins), so an arena much smaller than that would cut blocks
-// short; the record headers are counted at their own size at least, so an
-// arena's slice takes no more memory than half the share.
+// arenaRows is how many records a cursor's new arena holds: what a block
+// of the reader holds, as many as half the share of the budget holds (the
+// record headers counted at their own size at least) or blockRows, and
+// then the answer that passes that, n records like this one. A reader ends
+// a block where an arena ends (Cursor.Joins), and its other rules end a
+// block after the batch that reaches their bound: an arena that ended at
+// the bound would end blocks a batch short.
 func arenaRows(n, wire int, share int64, blockRows int) int {
 	per := max(int64(wire/max(n, 1)), int64(recordSize))
-	return max(n, int(min(share/2/per, int64(blockRows))))
+	return int(min(share/2/per, int64(blockRows))) + n
 }
 
 // payload returns the encoded records of b, decompressed within the
