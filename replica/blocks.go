@@ -19,11 +19,7 @@ import (
 type block struct {
 	from, next int64
 	records    []sinks.Record
-	// slab is where records lie in the arena their batches were decoded
-	// into (kafka.Slab), holding it; zero when records is a slice of the
-	// partition's own (pt.spare).
-	slab  kafka.Slab
-	bytes int // what its batches (and, once decoded, their JSON) hold of the memory budget
+	bytes      int // what its batches (and, once decoded, their JSON) hold of the memory budget
 	// raw and reserved: of bytes, the batches' fetched bytes and the room
 	// the cursor set aside for their JSON (kafka.PolledBatch.Reserved).
 	raw, reserved int
@@ -43,8 +39,7 @@ func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 
 // poll builds one block by the rules: it ends, between batches, at
 // MaxBlockRows rows or MaxBlockBytes bytes, when the partition holds its
-// share of the memory budget, where the records arena of its batches ends
-// (kafka.Cursor.Joins), when it has caught up with the log end,
+// share of the memory budget, when it has caught up with the log end,
 // FlushInterval after its first row, or after MaxEmptyPolls empty polls in a
 // row; in EveryBatch mode after each batch. A failed or stopped poll returns
 // what it has so far with the error.
@@ -56,8 +51,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	empties := 0
 	throttled := false
 	for {
-		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty()) ||
-			(!b.slab.IsZero() && !pt.f.Joins(b.slab))
+		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
 		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
 			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
 			(cfg.CommitMode == EveryBatch && !b.empty()) {
@@ -128,7 +122,19 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
 			b.afterLogEnd = batch.AfterLogEnd
 		}
-		pt.take(b, batch)
+		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
+			// The batch's own slice, which is ours, saves a copy: with
+			// many partitions a block is often one batch.
+			b.records = batch.Records
+		} else {
+			if need := len(b.records) + len(batch.Records); need > cap(b.records) {
+				// Once, to what the block is likely to hold, rather than
+				// doubling from one batch's size.
+				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-len(b.records))
+			}
+			b.records = append(b.records, batch.Records...)
+			kafka.RecycleRecords(batch.Records)
+		}
 		b.keep(batch)
 		b.bytes += batch.Bytes + batch.Reserved
 		b.raw += batch.Bytes
@@ -138,46 +144,6 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			first = time.Now()
 		}
 	}
-}
-
-// take adds the records of batch to the block: without a copy when the
-// block is empty or the batch lies right after it in their arena, else
-// copied into a slice of the partition's own.
-func (pt *partition) take(b *block, batch kafka.PolledBatch) {
-	if len(batch.Records) == 0 {
-		kafka.ReleaseRecords(batch)
-		return
-	}
-	if len(b.records) == 0 && (!batch.Slab().IsZero() || cap(b.records) < 2*len(batch.Records)) {
-		// The batch's own slice, or its place in its arena, saves a
-		// copy: with many partitions a block is often one batch, with
-		// few its batches lie one after the other in an arena.
-		if cap(b.records) > 0 {
-			pt.spare = b.records[:0]
-		}
-		b.records, b.slab = batch.Records, batch.Slab()
-		return
-	}
-	if recs, joined, ok := b.slab.Join(batch.Slab()); ok {
-		b.records, b.slab = recs, joined
-		return
-	}
-	// Rare: poll ends a block where its arena ends (Cursor.Joins), so
-	// this is a batch that came after it asked, or one of its own slice.
-	need := len(b.records) + len(batch.Records)
-	if !b.slab.IsZero() {
-		own := slices.Grow(pt.spare[:0], max(need, pt.likelyRows(batch)))
-		pt.spare = nil
-		b.records = append(own, b.records...)
-		b.slab.Release()
-		b.slab = kafka.Slab{}
-	} else if need > cap(b.records) {
-		// Once, to what the block is likely to hold, rather than
-		// doubling from one batch's size.
-		b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-len(b.records))
-	}
-	b.records = append(b.records, batch.Records...)
-	kafka.ReleaseRecords(batch)
 }
 
 // likelyRows is how many records a block of batches like this one holds:
@@ -230,21 +196,12 @@ func (pt *partition) finish(b *block) {
 	kafka.Recycle(b.bufs)
 	clear(b.bufs)
 	b.bufs = b.bufs[:0]
-	if !b.slab.IsZero() {
-		// Its records lie in an arena, given back once every block in
-		// it is finished; the partition's own slice stays spare.
-		b.slab.Release()
-		b.slab = kafka.Slab{}
-		b.records = nil
-	}
 	if cap(pt.decodeBuf) > keptDecodeBuf {
 		// Given back with the budget: a buffer kept would be memory the
 		// budget no longer counts.
 		pt.decodeBuf = nil
 	}
-	if b.records == nil {
-		// In an arena (above), or none.
-	} else if cap(b.records)*recordSize <= int(pt.f.Share()/2) {
+	if cap(b.records)*recordSize <= int(pt.f.Share()/2) {
 		clear(b.records) // keep no record's bytes alive
 		pt.spare = b.records[:0]
 	} else {
@@ -279,7 +236,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 				b.records = append(b.records, rec)
 			}
 		}
-		kafka.ReleaseRecords(batch)
+		kafka.RecycleRecords(batch.Records)
 		b.keep(batch)
 		// The range was a block of the previous owner's, which may be
 		// larger than this replica's share of the budget: it is read

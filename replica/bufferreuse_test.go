@@ -113,8 +113,8 @@ func (s *exactSink) state() (pos, seen map[int]int, jumped map[int]bool, err err
 // show another fetch's bytes.
 //
 // Blocks of 37 rows mostly take one answer's records slice; blocks of 400
-// join several answers in their records arena (kafka.Slab), which goes
-// back only when the last block in it is finished.
+// copy several answers' records into a slice of the partition's own, and
+// give the answers' slices back as they go.
 func TestBuffersReusedOnlyAfterTheirBlock(t *testing.T) {
 	for _, rows := range []int{37, 400} {
 		for _, poison := range []bool{true, false} {

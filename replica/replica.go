@@ -117,9 +117,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if name == "" {
 		name = fmt.Sprintf("%T", sink)
 	}
-	kc := cfg.Kafka.config()
-	kc.BlockRows = cfg.MaxBlockRows
-	return &Replica{cfg: cfg, sinkName: name, kafka: kc, coord: coord, sink: sink, codec: c, log: log,
+	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log,
 		owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 

@@ -292,7 +292,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 		reserve = max(reserve, first.cur.big)
 	}
 	c.held.Add(reserve)
-	r = &fetchRequest{parts: all, reserve: reserve, bound: limit, share: share, big: first != nil, beside: second}
+	r = &fetchRequest{parts: all, reserve: reserve, bound: limit, big: first != nil, beside: second}
 	for _, p := range all {
 		p.cur.flight = r
 		p.cur.starved = false

@@ -30,10 +30,6 @@ const (
 	// yet freed by the readers. It is what a replica's memory follows,
 	// whatever the backlog and the record size.
 	DefaultMaxBufferBytes = 256 << 20
-
-	// DefaultBlockRows is how many records a block holds at most, the
-	// replica's default.
-	DefaultBlockRows = 65536
 )
 
 // StartPolicy says where a partition is read from when it has no stored
@@ -118,11 +114,6 @@ type Config struct {
 	// smaller budget means smaller blocks and more round trips, a larger
 	// one more memory.
 	MaxBufferBytes int
-	// BlockRows is how many records the reader puts in one block at most
-	// (default DefaultBlockRows): a cursor decodes up to that many of its
-	// batches' records into one slice, which the reader's block can take
-	// whole (Slab.Join).
-	BlockRows int
 	// MaxWait is how long a fetch waits on the broker for MinBytes
 	// (default DefaultFetchMaxWait).
 	MaxWait time.Duration
@@ -158,7 +149,6 @@ func (c Config) WithDefaults() Config {
 	positiveOr(&c.MaxWait, DefaultFetchMaxWait)
 	positiveOr(&c.MaxRequestBytes, DefaultMaxRequestBytes)
 	positiveOr(&c.MaxBufferBytes, DefaultMaxBufferBytes)
-	positiveOr(&c.BlockRows, DefaultBlockRows)
 	positiveOr(&c.RequestTimeout, DefaultFetchRequestTimeout)
 	positiveOr(&c.BackoffMin, DefaultFetchBackoffMin)
 	positiveOr(&c.BackoffMax, DefaultFetchBackoffMax)

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -47,10 +46,6 @@ type Cursor struct {
 	// when out of range, gaps left by compaction, bounds. Its offset is
 	// the reader's position.
 	f *Fetcher
-	// arena is what its answers are decoded into next (pool.go); a
-	// decode takes it and puts it back, so that two at once (an answer
-	// to drop, after a leader move) never share one.
-	arena atomic.Pointer[recordArena]
 
 	// Guarded by c.mu.
 	loop         *brokerLoop // nil while the leader is unknown
@@ -373,43 +368,4 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			return PolledBatch{}, ctx.Err()
 		}
 	}
-}
-
-// decode decodes the cursor's part of a fetch response sent at from into
-// its arena; share is its share of the budget, which sizes a new arena.
-func (cur *Cursor) decode(from int64, p *rawFetchPartition, share int64) (PolledBatch, error) {
-	d := decoder{recs: cur.arena.Swap(nil), share: share, blockRows: cur.c.cfg.BlockRows}
-	b, err := cur.f.decodeWith(&d, from, p)
-	// An arena about full is let go at once, not when the next answer
-	// needs another: the blocks in it give it back as they finish, rather
-	// than the arena of a partition read to its end staying held (at 512
-	// partitions of 4,000 records, every answer took a new arena).
-	if d.recs != nil && (b.slab.closing || !cur.arena.CompareAndSwap(nil, d.recs)) {
-		d.recs.release()
-	}
-	return b, err
-}
-
-// Joins reports whether a block that ends with the records of s may take
-// the next batch Fetch returns without copying a record, that is whether
-// that batch lies right after s in their arena (Slab.Join). It guesses
-// from the room the arena had left: no when it had no room for another
-// batch like s's last, yes when nothing is queued yet to tell. A reader
-// ends its block when it says no, rather than copy the block into a slice
-// of its own.
-func (cur *Cursor) Joins(s Slab) bool {
-	if s.closing {
-		// Most likely not, and not worth the consumer's lock to be sure:
-		// with many partitions every arena holds one answer.
-		return false
-	}
-	cur.c.mu.Lock()
-	defer cur.c.mu.Unlock()
-	for _, b := range cur.queue {
-		if len(b.Records) == 0 {
-			continue // an empty answer: the next one tells
-		}
-		return s.joins(b.slab)
-	}
-	return true
 }

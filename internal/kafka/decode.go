@@ -102,13 +102,6 @@ type decoder struct {
 
 	records []sinks.Record
 	next    int64
-	// recs is the arena records go into when it has room (pool.go), and
-	// share the cursor's share of the budget, which sizes a new one; nil
-	// and 0 for a fetch of no cursor: records then get a slice of their
-	// own.
-	recs      *recordArena
-	share     int64
-	blockRows int
 	// abortedPIDs are producers whose current transaction is aborted.
 	abortedPIDs map[int64]struct{}
 	// headerKeys interns header keys, which repeat from record to record.
@@ -130,7 +123,7 @@ func (d *decoder) decode(raw []byte) error {
 		d.sortAborted()
 	}
 	if n := scanBatches(raw); n > 0 {
-		d.records = d.take(n, len(raw))
+		d.records = getRecords(n)
 	}
 	for {
 		if n := legacyEntry(raw); n > 0 {
@@ -189,36 +182,6 @@ func (d *decoder) batchStart(base int64) {
 	if base > d.next {
 		d.next = base
 	}
-}
-
-// take returns an empty records slice with room for n records, which
-// take wire bytes as fetched: the rest of the decoder's arena when it has
-// the room, else a new arena (or, for a fetch of no cursor, a slice of
-// their own).
-func (d *decoder) take(n, wire int) []sinks.Record {
-	if d.share <= 0 {
-		return getRecords(n)
-	}
-	if d.recs == nil || d.recs.room() < n {
-		if d.recs != nil {
-			d.recs.release() // the cursor moves on: its batches hold the rest
-		}
-		d.recs = newArena(arenaRows(n, wire, d.share, d.blockRows))
-	}
-	a := d.recs
-	return a.recs[a.used:a.used:len(a.recs)]
-}
-
-// arenaRows is how many records a cursor's new arena holds: what a block
-// of the reader holds, as many as half the share of the budget holds (the
-// record headers counted at their own size at least) or blockRows, and
-// then the answer that passes that, n records like this one. A reader ends
-// a block where an arena ends (Cursor.Joins), and its other rules end a
-// block after the batch that reaches their bound: an arena that ended at
-// the bound would end blocks a batch short.
-func arenaRows(n, wire int, share int64, blockRows int) int {
-	per := max(int64(wire/max(n, 1)), int64(recordSize))
-	return int(min(share/2/per, int64(blockRows))) + n
 }
 
 // payload returns the encoded records of b, decompressed within the

@@ -106,9 +106,6 @@ type PolledBatch struct {
 	// while that block is written.
 	Throttled bool
 
-	// slab is where Records lie in its cursor's arena (pool.go).
-	slab Slab
-
 	// largest is the size of the largest whole batch the response held,
 	// truncated that of a batch it held only the start of (0: none).
 	largest, truncated int
@@ -403,21 +400,14 @@ func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Durati
 // decodePartition decodes the partition's part of a fetch response sent at
 // from.
 func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch, error) {
-	d := decoder{}
-	return f.decodeWith(&d, from, p)
-}
-
-// decodeWith decodes the partition's part of a fetch response sent at from
-// with d, which may hold an arena to decode the records into.
-func (f *Fetcher) decodeWith(d *decoder, from int64, p *rawFetchPartition) (PolledBatch, error) {
 	b := PolledBatch{From: from, Next: from, HighWatermark: p.HighWatermark, LastStable: p.LastStableOffset}
 	if p.LastStableOffset < 0 {
 		b.LastStable = p.HighWatermark // before fetch v4
 	}
 	// Decompressed bytes count against the budget: a batch that would
 	// inflate past all of it fails, rather than the replica's memory.
-	d.from, d.committed, d.aborted = from, f.cfg.IsolationLevel == ReadCommitted, p.AbortedTransactions
-	d.maxBytes = f.cfg.MaxBufferBytes
+	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions,
+		maxBytes: f.cfg.MaxBufferBytes}
 	if err := d.decode(p.Records); err != nil {
 		return PolledBatch{}, err
 	}
@@ -427,22 +417,6 @@ func (f *Fetcher) decodeWith(d *decoder, from int64, p *rawFetchPartition) (Poll
 		putBytes(p.Records) // the records alias what it was decompressed into
 	}
 	b.Records, b.Next = d.records, d.next
-	if len(d.records) == 0 {
-		// Nothing delivered (aborted or control records): no slice, least
-		// of all the rest of an arena, which a reader giving the batch's
-		// slice back (ReleaseRecords) would pool while answers after this
-		// one are decoded into it.
-		b.Records = nil
-	} else if a := d.recs; a != nil && a.used < len(a.recs) && &d.records[0] == &a.recs[a.used] {
-		// In the arena (not moved out by an append past its room): the
-		// batch holds it, capped so that no append reaches what the
-		// next batch is decoded into.
-		end := a.used + len(d.records)
-		a.refs.Add(1)
-		b.slab = Slab{a: a, start: a.used, end: end, closing: len(a.recs)-end < len(d.records)}
-		b.Records = a.recs[a.used:end:end]
-		a.used = end
-	}
 	b.Bytes = len(p.Records) + d.inflated
 	b.wire = len(p.Records)
 	b.largest, b.truncated, b.wasted = d.largest, d.truncated, d.partial

@@ -28,10 +28,9 @@ type fetchRequest struct {
 	// (kfake counts it whole) cut answers of 8 partitions to 4 when
 	// MaxBytes was their sum.
 	bound  int64
-	share  int64 // a cursor's share of the budget when it was picked
-	quiet  bool  // it carries quiet cursors
-	big    bool  // its first part is a batch larger than its limit
-	beside bool  // it was picked beside a long poll: it carries no quiet cursor
+	quiet  bool // it carries quiet cursors
+	big    bool // its first part is a batch larger than its limit
+	beside bool // it was picked beside a long poll: it carries no quiet cursor
 	sent   time.Time
 
 	// The parts it lists: all of them, but in a fetch session only those
@@ -190,7 +189,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			for i := next.Add(1) - 1; i < int64(len(work)); i = next.Add(1) - 1 {
 				part := work[i]
 				c.fetched.Add(int64(len(part.raw.Records)))
-				part.batch, part.err = part.cur.decode(part.from, part.raw, r.share)
+				part.batch, part.err = part.cur.f.decodePartition(part.from, part.raw)
 				c.wasted.Add(int64(part.batch.wasted))
 				part.raw = nil
 			}
