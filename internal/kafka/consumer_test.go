@@ -384,11 +384,12 @@ func TestConsumerManyPartitionsOfLargeBatches(t *testing.T) {
 	const parts, perPart, size = 400, 300, 100
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "large", parts)
-	produceNumbered(t, k, "large", parts, perPart, perPart, strings.Repeat("x", size)) // a batch of some 35 KB each
+	pad := strings.Repeat("x", size)
+	produceNumbered(t, k, "large", parts, perPart, perPart, pad) // a batch of some 35 KB each
 	cfg := testFetchConfig(k)
 	cfg.MaxBufferBytes = parts * 8 << 10 // a share of 8 KiB
 	c := openConsumer(t, cfg)
-	drainAllNumbered(t, c, "large", parts, perPart)
+	drainAllNumbered(t, c, "large", parts, perPart, pad)
 	st := c.Stats()
 	t.Logf("%d partitions of one large batch each: %d fetch requests, %d bytes of requests", parts, st.FetchRequests, st.FetchRequestBytes)
 	if st.FetchRequests > parts/4 {
@@ -406,13 +407,14 @@ func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
 	const parts, perPart = 64, 500
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "backlog", parts)
-	produceNumbered(t, k, "backlog", parts, perPart, perPart, strings.Repeat("x", 100)) // some 60 KB a partition
+	pad := strings.Repeat("x", 100)
+	produceNumbered(t, k, "backlog", parts, perPart, perPart, pad) // some 60 KB a partition
 	cfg := testFetchConfig(k)
 	cfg.MaxWait = 5 * time.Second
 	cfg.MaxBytes, cfg.MaxRequestBytes = 128<<10, 1<<20 // each partition whole in an answer, 8 a request
 	c := openConsumer(t, cfg)
 	start := time.Now()
-	drainAllNumbered(t, c, "backlog", parts, perPart)
+	drainAllNumbered(t, c, "backlog", parts, perPart, pad)
 	if took := time.Since(start); took >= cfg.MaxWait/2 {
 		t.Fatalf("the backlog of %d partitions took %v, want well within one long poll (%v): partitions with records waited on long polls",
 			parts, took.Round(time.Millisecond), cfg.MaxWait)
@@ -461,10 +463,10 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 // drainAllNumbered opens a cursor at offset 0 on each of parts partitions
 // of topic and drains them side by side (drainNumbered), within
 // drainTimeout.
-func drainAllNumbered(t *testing.T, c *Consumer, topic string, parts, perPart int) {
+func drainAllNumbered(t *testing.T, c *Consumer, topic string, parts, perPart int, pad string) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	eachCursor(t, c, topic, parts, func(p int, cur *Cursor) { drainNumbered(t, ctx, cur, p, perPart) }).Wait()
+	eachCursor(t, c, topic, parts, func(p int, cur *Cursor) { drainNumbered(t, ctx, cur, p, perPart, pad) }).Wait()
 }
 
 // eachCursor opens a cursor at offset 0 on each of parts partitions of
@@ -483,10 +485,11 @@ func eachCursor(t *testing.T, c *Consumer, topic string, parts int, read func(p 
 	return &wg
 }
 
-// drainNumbered reads perPart records of partition p (produceNumbered's)
-// from cur, each in order and once, freeing each batch as a committed block
-// would; a failure is reported on t.
-func drainNumbered(t *testing.T, ctx context.Context, cur *Cursor, p, perPart int) {
+// drainNumbered reads perPart records of partition p (produceNumbered's,
+// with pad) from cur, each in order, once and with its exact value,
+// freeing each batch as a committed block would; a failure is reported on
+// t.
+func drainNumbered(t *testing.T, ctx context.Context, cur *Cursor, p, perPart int, pad string) {
 	for next := 0; next < perPart; {
 		b, err := cur.Fetch(ctx)
 		if err != nil {
@@ -494,8 +497,8 @@ func drainNumbered(t *testing.T, ctx context.Context, cur *Cursor, p, perPart in
 			return
 		}
 		for _, r := range b.Records {
-			if want := numbered(p, next); !strings.HasPrefix(string(r.Value), want) {
-				t.Errorf("partition %d record %d: %.10q, want %q…", p, next, r.Value, want)
+			if want := numbered(p, next) + pad; string(r.Value) != want {
+				t.Errorf("partition %d record %d: %.20q… (%d bytes), want %.20q… (%d bytes)", p, next, r.Value, len(r.Value), want, len(want))
 				return
 			}
 			next++
@@ -570,10 +573,10 @@ func TestOpenSoonAfterALookupAsksNoMore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	start := time.Now()
-	drainNumbered(t, ctx, openCursor(t, c, "waves", 0, 0), 0, perPart)
+	drainNumbered(t, ctx, openCursor(t, c, "waves", 0, 0), 0, perPart, "")
 	before := c.Stats().Lookups
 	for p := 1; p < parts-1; p++ {
-		drainNumbered(t, ctx, openCursor(t, c, "waves", p, 0), p, perPart)
+		drainNumbered(t, ctx, openCursor(t, c, "waves", p, 0), p, perPart, "")
 	}
 	if took := time.Since(start); took >= leadersReuse {
 		t.Skipf("the first %d partitions took %v, past the reuse of a lookup (%v): too slow a machine to tell", parts-1, took, leadersReuse)
@@ -586,7 +589,7 @@ func TestOpenSoonAfterALookupAsksNoMore(t *testing.T) {
 	// for (which would clear it): the last answer is not to be trusted.
 	c.metaStale.Store(true)
 	before = c.Stats().Lookups
-	drainNumbered(t, ctx, openCursor(t, c, "waves", parts-1, 0), parts-1, perPart)
+	drainNumbered(t, ctx, openCursor(t, c, "waves", parts-1, 0), parts-1, perPart, "")
 	if c.Stats().Lookups == before {
 		t.Error("a cursor opened after a leader was found wrong was placed without a lookup")
 	}
@@ -602,7 +605,7 @@ func TestOpenPlacedOnAMovedLeaderReadsOn(t *testing.T) {
 	c := openConsumer(t, testFetchConfig(k))
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	drainNumbered(t, ctx, openCursor(t, c, "moved", 0, 0), 0, perPart)
+	drainNumbered(t, ctx, openCursor(t, c, "moved", 0, 0), 0, perPart, "")
 	leader := k.Cluster().LeaderFor("moved", 1)
 	if err := k.Cluster().MoveTopicPartition("moved", 1, (leader+1)%3); err != nil {
 		t.Fatal(err)
@@ -615,7 +618,7 @@ func TestOpenPlacedOnAMovedLeaderReadsOn(t *testing.T) {
 	if placed != leader {
 		t.Skipf("the cursor was not placed from the earlier lookup (leader %d, placed on %d): too slow a machine to tell", leader, placed)
 	}
-	drainNumbered(t, ctx, cur, 1, perPart)
+	drainNumbered(t, ctx, cur, 1, perPart, "")
 	if c.Stats().Lookups == before {
 		t.Error("the cursor read on without a lookup after its leader moved")
 	}
@@ -635,7 +638,7 @@ func TestAnswersCarryEveryPartitionOfABacklog(t *testing.T) {
 	cfg := testFetchConfig(k)
 	cfg.MaxBytes, cfg.MaxRequestBytes, cfg.MaxBufferBytes = 1<<20, 16<<20, 256<<20
 	c := openConsumer(t, cfg)
-	drainAllNumbered(t, c, "near", parts, batches*perBatch)
+	drainAllNumbered(t, c, "near", parts, batches*perBatch, pad)
 	// 32 batches, four a request (two requests of half the partitions in
 	// flight at once), and an answer or two at the log end.
 	if n := c.Stats().FetchRequests; n > 12 {
