@@ -661,20 +661,8 @@ func TestCursorFetchedAgainAfterItsError(t *testing.T) {
 		if !injected.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
-		req := r.(*kmsg.FetchRequest)
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewFetchResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code // not retried
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		// TOPIC_AUTHORIZATION_FAILED: not retried.
+		return partitionErrorAnswer(r.(*kmsg.FetchRequest), kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	c := openConsumer(t, Config{Brokers: k.Brokers()})
 	cur := openCursor(t, c, "failing", 0, 0)

@@ -714,20 +714,7 @@ func TestFetchRetriesBrokerErrors(t *testing.T) {
 		}
 		k.Cluster().KeepControl()
 		injected.Add(1)
-		req := r.(*kmsg.FetchRequest)
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewFetchResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = codes[n]
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return partitionErrorAnswer(r.(*kmsg.FetchRequest), codes[n]), nil, true
 	})
 	f := openFetcher(t, testFetchConfig(k), "e", 0)
 	f.SeekTo(0)
@@ -735,6 +722,23 @@ func TestFetchRetriesBrokerErrors(t *testing.T) {
 	if int(injected.Load()) != len(codes) || strings.Join(values(got), "") != "ab" {
 		t.Fatalf("after %d injected errors read %v", injected.Load(), values(got))
 	}
+}
+
+// partitionErrorAnswer answers req with code for every partition it asks.
+func partitionErrorAnswer(req *kmsg.FetchRequest, code int16) *kmsg.FetchResponse {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // The partition moves to another broker in the middle of the drain.
