@@ -13,16 +13,16 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
+// GCPercent is the GOGC a replica's process runs with, as offsetkeeper run
+// sets it unless GOGC is given: the replica's live heap is mostly the
+// records of its blocks, which the budget bounds, so the heap may grow well
+// past it between cycles (fewer cycles, less CPU per record) while a memory
+// limit keeps the total in bounds. Not a Config field: it is the process's.
+const GCPercent = 400
+
 // Defaults of Config. Each trades latency against etcd and sink load: a
 // block costs one intent, one sink write and one commit.
 const (
-	// GCPercent is the GOGC a replica's process runs with, as
-	// offsetkeeper run sets it unless GOGC is given: the replica's live
-	// heap is mostly the records of its blocks, which the budget bounds,
-	// so the heap may grow well past it between cycles (fewer cycles,
-	// less CPU per record) while a memory limit keeps the total in bounds.
-	GCPercent = 400
-
 	// DefaultMaxBlockRows ends a block at this many rows.
 	DefaultMaxBlockRows = 65536
 	// DefaultMaxBlockBytes ends a block at this many bytes of records, so
