@@ -1,11 +1,10 @@
 package replica
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
 // kafkaGroupOffsets reads the offsets Kafka holds for group on topic with
@@ -188,5 +188,81 @@ func TestMirrorFailureIsCountedAndLoggedOnce(t *testing.T) {
 	}
 	if n := logs.FilterLevelExact(zapcore.DebugLevel).Len(); n != 2 {
 		t.Errorf("%d debug lines for the repeated failures, want 2", n)
+	}
+}
+
+// silentBroker accepts connections and reads them, never answering: a
+// request to it stays in flight until its context ends.
+func silentBroker(t *testing.T) (addr string, accepted <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), got
+}
+
+// A pass cut short because its run stopped is not a failure; one that ran
+// out of time is. Alerts read the failures counter, so a clean shutdown
+// must leave it at 0.
+func TestMirrorPassStoppedByItsRunIsNotAFailure(t *testing.T) {
+	addr, accepted := silentBroker(t)
+	lags := &fakeLags{}
+	lags.set(map[int]int64{0: 10})
+	m := newMirror("orders", "r1", kafka.Config{Brokers: []string{addr}, BackoffMax: 10 * time.Millisecond},
+		[]string{"t"}, lags.get, noOffsets, zap.NewNop(), WithMirrorInterval(10*time.Millisecond))
+	defer m.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	select {
+	case <-accepted: // a pass is in flight, waiting on the broker
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mirror never connected to the broker")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	if m.Failures() != 0 || m.Commits() != 0 {
+		t.Errorf("after a stop in flight: failures %d commits %d, want 0 and 0", m.Failures(), m.Commits())
+	}
+
+	tctx, tcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer tcancel()
+	if err := m.Sync(tctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("sync to a silent broker: %v, want the deadline", err)
+	}
+	if m.Failures() != 1 {
+		t.Errorf("a pass out of time counted %d failures, want 1", m.Failures())
 	}
 }
