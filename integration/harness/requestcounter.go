@@ -19,6 +19,8 @@ type RequestCounter struct {
 
 	mu       sync.Mutex
 	dials    map[string]int64
+	closes   map[string]int64
+	open     map[string]int64
 	requests map[string]map[int16]int64
 	read     map[string]int64
 }
@@ -29,7 +31,7 @@ func NewRequestCounter(dial func(ctx context.Context, network, address string) (
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	return &RequestCounter{dial: dial, dials: map[string]int64{}, requests: map[string]map[int16]int64{}, read: map[string]int64{}}
+	return &RequestCounter{dial: dial, dials: map[string]int64{}, closes: map[string]int64{}, open: map[string]int64{}, requests: map[string]map[int16]int64{}, read: map[string]int64{}}
 }
 
 // Dial dials address and counts what goes through the connection.
@@ -41,14 +43,32 @@ func (c *RequestCounter) Dial(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.open[address]++
+	c.mu.Unlock()
 	return &countedConn{Conn: conn, c: c, addr: address, left: -1}, nil
 }
 
-// Dials returns the connections dialled to address.
+// Dials returns the connections dialled to address, those that failed
+// included.
 func (c *RequestCounter) Dials(address string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dials[address]
+}
+
+// Open returns the connections to address dialled and not closed.
+func (c *RequestCounter) Open(address string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open[address]
+}
+
+// Closes returns the connections to address the client closed.
+func (c *RequestCounter) Closes(address string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closes[address]
 }
 
 // Requests returns the requests of API key (a kmsg key) sent to address.
@@ -87,6 +107,8 @@ type countedConn struct {
 	c    *RequestCounter
 	addr string
 
+	closed sync.Once
+
 	wmu  sync.Mutex
 	head []byte // the start of a request, until its key is known
 	left int64  // bytes left of the request being written, -1 between requests
@@ -100,6 +122,16 @@ func (cc *countedConn) Read(b []byte) (int, error) {
 		cc.c.mu.Unlock()
 	}
 	return n, err
+}
+
+func (cc *countedConn) Close() error {
+	cc.closed.Do(func() {
+		cc.c.mu.Lock()
+		cc.c.closes[cc.addr]++
+		cc.c.open[cc.addr]--
+		cc.c.mu.Unlock()
+	})
+	return cc.Conn.Close()
 }
 
 func (cc *countedConn) Write(b []byte) (int, error) {
