@@ -118,22 +118,39 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if b.empty() && b.next != batch.From {
 			b.from = batch.From
 		}
-		if len(b.records) == 0 && len(batch.Records) > 0 {
-			pt.pending.CompareAndSwap(0, batch.Records[0].Time.UnixNano())
-			b.afterLogEnd = batch.AfterLogEnd
-		}
-		if len(b.records) == 0 && cap(b.records) < 2*len(batch.Records) {
+		had := len(b.records)
+		switch {
+		case batch.Undecoded():
+			// Decoded straight into the block: no copy, nothing to clear.
+			if need := had + batch.Len(); need > cap(b.records) {
+				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-had)
+			}
+			recs, err := batch.AppendRecords(b.records)
+			if err != nil {
+				// Not the block's: its memory goes back, and it is read
+				// again after the block, the error said meanwhile.
+				pt.f.Free(batch.Bytes + batch.Reserved)
+				kafka.Recycle([]kafka.Buffer{batch.Buffer()})
+				pt.f.SeekTo(b.next)
+				return b, fmt.Errorf("decode %s [%d, %d): %w", pt.p, batch.From, batch.Next, err)
+			}
+			b.records = recs
+		case had == 0 && cap(b.records) < 2*len(batch.Records):
 			// The batch's own slice, which is ours, saves a copy: with
 			// many partitions a block is often one batch.
 			b.records = batch.Records
-		} else {
-			if need := len(b.records) + len(batch.Records); need > cap(b.records) {
+		default:
+			if need := had + len(batch.Records); need > cap(b.records) {
 				// Once, to what the block is likely to hold, rather than
 				// doubling from one batch's size.
-				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-len(b.records))
+				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-had)
 			}
 			b.records = append(b.records, batch.Records...)
 			kafka.RecycleRecords(batch.Records)
+		}
+		if had == 0 && len(b.records) > 0 {
+			pt.pending.CompareAndSwap(0, b.records[0].Time.UnixNano())
+			b.afterLogEnd = batch.AfterLogEnd
 		}
 		b.keep(batch)
 		b.bytes += batch.Bytes + batch.Reserved
@@ -152,7 +169,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 func (pt *partition) likelyRows(batch kafka.PolledBatch) int {
 	cfg := &pt.r.cfg
 	bytes := min(pt.f.Share()/2, int64(cfg.MaxBlockBytes))
-	per := max(int64(batch.Bytes+batch.Reserved)/int64(max(len(batch.Records), 1)), 1)
+	per := max(int64(batch.Bytes+batch.Reserved)/int64(max(batch.Len(), 1)), 1)
 	return int(min(bytes/per, int64(cfg.MaxBlockRows)))
 }
 
@@ -231,11 +248,20 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 			pt.reset(batch.Reset)
 			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
 		}
-		for _, rec := range batch.Records {
-			if rec.Offset < next {
-				b.records = append(b.records, rec)
-			}
+		had := len(b.records)
+		recs, err := batch.AppendRecords(b.records)
+		if err != nil {
+			pt.f.Free(batch.Bytes + batch.Reserved)
+			kafka.Recycle([]kafka.Buffer{batch.Buffer()})
+			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
 		}
+		// Offsets rise: the records from next on are cut off.
+		cut := had
+		for cut < len(recs) && recs[cut].Offset < next {
+			cut++
+		}
+		clear(recs[cut:])
+		b.records = recs[:cut]
 		kafka.RecycleRecords(batch.Records)
 		b.keep(batch)
 		// The range was a block of the previous owner's, which may be

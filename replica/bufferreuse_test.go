@@ -112,9 +112,9 @@ func (s *exactSink) state() (pos, seen map[int]int, jumped map[int]bool, err err
 // record that still aliases it shows garbage at once; reused, it would
 // show another fetch's bytes.
 //
-// Blocks of 37 rows mostly take one answer's records slice; blocks of 400
-// copy several answers' records into a slice of the partition's own, and
-// give the answers' slices back as they go.
+// The replica decodes each answer's records straight into its block's
+// slice, which is kept for the next block: blocks of 37 rows mostly hold one
+// answer, blocks of 400 several.
 func TestBuffersReusedOnlyAfterTheirBlock(t *testing.T) {
 	for _, rows := range []int{37, 400} {
 		for _, poison := range []bool{true, false} {

@@ -102,6 +102,13 @@ type decoder struct {
 
 	records []sinks.Record
 	next    int64
+	// lazy: the records of v2 batches are not decoded here but listed in
+	// parts, in order with the records of older formats (decoded here),
+	// for the reader to decode into its own storage (PolledBatch.AppendRecords).
+	// count is how many records the parts hold at most.
+	lazy  bool
+	parts []lazyPart
+	count int
 	// abortedPIDs are producers whose current transaction is aborted.
 	abortedPIDs map[int64]struct{}
 	// headerKeys interns header keys, which repeat from record to record.
@@ -122,13 +129,18 @@ func (d *decoder) decode(raw []byte) error {
 	if d.committed && len(d.aborted) > 0 {
 		d.sortAborted()
 	}
-	if n := scanBatches(raw); n > 0 {
+	if n := scanBatches(raw); n > 0 && !d.lazy {
 		d.records = getRecords(n)
 	}
 	for {
 		if n := legacyEntry(raw); n > 0 {
+			start := len(d.records)
 			if err := d.decodeLegacy(raw[:n]); err != nil {
 				return err
+			}
+			if end := len(d.records); d.lazy && end > start {
+				d.parts = append(d.parts, lazyPart{recs: d.records[start:end:end]})
+				d.count += end - start
 			}
 			raw = raw[n:]
 			continue
@@ -164,7 +176,13 @@ func (d *decoder) decode(raw []byte) error {
 				_, isAborted := d.abortedPIDs[b.producerID]
 				deliver = !isAborted
 			}
-			err = d.readRecords(&b, data, deliver)
+			switch {
+			case !d.lazy:
+				err = d.readRecords(&b, data, deliver)
+			case deliver:
+				d.parts = append(d.parts, lazyPart{batch: b, data: data, skip: d.next})
+				d.count += int(b.numRecords)
+			}
 		}
 		if err != nil {
 			return err
@@ -199,7 +217,7 @@ func (d *decoder) payload(b *recordBatch) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.attributes&attrControl == 0 {
+	if b.attributes&attrControl == 0 && !d.lazy {
 		// The records this batch can hold, now that its bytes are known
 		// (scanBatches counted at most a byte each).
 		d.records = slices.Grow(d.records, min(int(b.numRecords), len(out)/minRecordLength))

@@ -150,6 +150,11 @@ func (d *decoder) readRecords(b *recordBatch, data []byte, deliver bool) error {
 		if !ok {
 			return err
 		}
+		if r.offset > b.lastOffset() {
+			// Past where the batch says it ends, and where the next
+			// fetch starts: delivered, it would lie outside its block.
+			return rr.corrupt("offset delta")
+		}
 		if r.offset < d.next {
 			// Before from (next starts there), or out of order,
 			// which no broker sends.

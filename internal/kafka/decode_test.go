@@ -280,6 +280,24 @@ func TestDecodeCorruptRecords(t *testing.T) {
 	if err := d.decode(bad); err == nil || !strings.Contains(err.Error(), "corrupt record 0: invalid key") {
 		t.Fatalf("error %v", err)
 	}
+	// Decoded on read, the batch passes its checks where it comes in and
+	// the record fails where it is read, leaving what was in hand as it was.
+	lazy := decoder{lazy: true}
+	if err := lazy.decode(bad); err != nil {
+		t.Fatalf("checks of a batch decoded on read: %v", err)
+	}
+	hand := make([]sinks.Record, 1, 8)
+	got, err := PolledBatch{parts: lazy.parts, count: lazy.count}.AppendRecords(hand)
+	if err == nil || !strings.Contains(err.Error(), "corrupt record 0: invalid key") || len(got) != 1 || got[:2][1].Value != nil {
+		t.Fatalf("decoded on read: %d records, error %v", len(got), err)
+	}
+	// A record past the batch's last offset would lie outside its block.
+	past := slices.Clone(good)
+	binary.BigEndian.PutUint32(past[23:], 0) // last offset delta: 0, of records 0 and 1
+	binary.BigEndian.PutUint32(past[batchCRCOffset:], crc32.Checksum(past[batchAttrOffset:], castagnoli))
+	if err := (&decoder{}).decode(past); err == nil || !strings.Contains(err.Error(), "corrupt record 1: invalid offset delta") {
+		t.Fatalf("a record past its batch's end: error %v", err)
+	}
 	short := slices.Clone(good[:batchHeaderLength-1])
 	binary.BigEndian.PutUint32(short[8:], uint32(len(short)-batchLengthEnd))
 	if err := (&decoder{}).decode(short); err == nil || !strings.Contains(err.Error(), "shorter than its header") {
@@ -604,7 +622,11 @@ func FuzzDecodeRecordBatches(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, from int64, committed bool) {
 		// Let the fuzzer's batches and messages pass their checksum.
 		fixChecksums(raw)
-		d := decoder{from: from, committed: committed, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 3}}, maxBytes: fuzzMaxBytes}
+		newDecoder := func(lazy bool) decoder {
+			return decoder{from: from, committed: committed, aborted: []fetchapi.ResponseTransaction{{ProducerID: 7, FirstOffset: 3}},
+				maxBytes: fuzzMaxBytes, lazy: lazy}
+		}
+		d := newDecoder(false)
 		before := heapAllocs()
 		err := d.decode(raw)
 		if n, bound := heapAllocs()-before, decodeAllocBound(raw, d.inflated, fuzzMaxBytes); n > bound {
@@ -626,7 +648,46 @@ func FuzzDecodeRecordBatches(f *testing.F) {
 			}
 			prev = r.Offset
 		}
+		checkDecodeOnRead(t, raw, d, newDecoder(true))
 	})
+}
+
+// checkDecodeOnRead decodes raw again with lazy, a decoder like eager's
+// that leaves the records to its reader (then AppendRecords after a record
+// already in hand), and checks that it gets what eager, which succeeded,
+// got: the same records, field for field, and the same next.
+func checkDecodeOnRead(t *testing.T, raw []byte, eager, lazy decoder) {
+	t.Helper()
+	if err := lazy.decode(raw); err != nil {
+		t.Fatalf("decoded on read: %v; decoded at once: no error", err)
+	}
+	if lazy.next != eager.next || lazy.inflated != eager.inflated {
+		t.Fatalf("decoded on read: next %d, inflated %d; at once: %d, %d", lazy.next, lazy.inflated, eager.next, eager.inflated)
+	}
+	b := PolledBatch{parts: lazy.parts, count: lazy.count}
+	if lazy.parts == nil {
+		b = PolledBatch{Records: lazy.records}
+	}
+	if b.Len() < len(eager.records) {
+		t.Fatalf("decoded on read: Len %d, below the %d records decoded at once", b.Len(), len(eager.records))
+	}
+	head := sinks.Record{Offset: -7, Value: []byte("in hand")}
+	got, err := b.AppendRecords([]sinks.Record{head})
+	if err != nil {
+		t.Fatalf("decoded on read: %v; decoded at once: no error", err)
+	}
+	if len(got) != 1+len(eager.records) || got[0].Offset != head.Offset || !bytes.Equal(got[0].Value, head.Value) {
+		t.Fatalf("decoded on read: %d records after the one in hand (%+v), want %d", len(got)-1, got[0], len(eager.records))
+	}
+	for i, w := range eager.records {
+		r := got[1+i]
+		if r.Offset != w.Offset || !r.Time.Equal(w.Time) || !bytes.Equal(r.Key, w.Key) || (r.Key == nil) != (w.Key == nil) ||
+			!bytes.Equal(r.Value, w.Value) || (r.Value == nil) != (w.Value == nil) || !slices.EqualFunc(r.Headers, w.Headers, func(a, b sinks.Header) bool {
+			return a.Key == b.Key && bytes.Equal(a.Value, b.Value) && (a.Value == nil) == (b.Value == nil)
+		}) {
+			t.Fatalf("record %d decoded on read %+v, at once %+v", i, r, w)
+		}
+	}
 }
 
 // decodeWithKafkaGo is how the fetcher decoded record sets before it parsed

@@ -116,6 +116,10 @@ type PolledBatch struct {
 	wire int
 	// buf is the buffer the records alias, nil when none (pool.go).
 	buf []byte
+	// parts are the records still to decode when the reader decodes them
+	// (Cursor.DecodeOnRead); Records is nil then. count: at most how many.
+	parts []lazyPart
+	count int
 }
 
 // Fetcher reads one topic-partition with kafka-go's Transport, following
@@ -133,6 +137,9 @@ type Fetcher struct {
 	transport *kafkago.Transport
 	client    *kafkago.Client
 	closed    atomic.Bool
+	// decodeOnRead: answers are checked and decompressed where they come
+	// in, and their records decoded by the reader (Cursor.DecodeOnRead).
+	decodeOnRead atomic.Bool
 
 	offset int64 // next offset to fetch, or unset
 	// leader and epoch are where Fetch sends its requests, from the
@@ -407,7 +414,7 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 	// Decompressed bytes count against the budget: a batch that would
 	// inflate past all of it fails, rather than the replica's memory.
 	d := decoder{from: from, committed: f.cfg.IsolationLevel == ReadCommitted, aborted: p.AbortedTransactions,
-		maxBytes: f.cfg.MaxBufferBytes}
+		maxBytes: f.cfg.MaxBufferBytes, lazy: f.decodeOnRead.Load()}
 	if err := d.decode(p.Records); err != nil {
 		return PolledBatch{}, err
 	}
@@ -417,6 +424,9 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 		putBytes(p.Records) // the records alias what it was decompressed into
 	}
 	b.Records, b.Next = d.records, d.next
+	if d.lazy {
+		b.Records, b.parts, b.count = nil, d.parts, d.count
+	}
 	b.Bytes = len(p.Records) + d.inflated
 	b.wire = len(p.Records)
 	b.largest, b.truncated, b.wasted = d.largest, d.truncated, d.partial
