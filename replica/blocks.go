@@ -123,7 +123,15 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		case batch.Undecoded():
 			// Decoded straight into the block: no copy, nothing to clear.
 			if need := had + batch.Len(); need > cap(b.records) {
-				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-had)
+				// Room for what the block is likely to hold, unless this
+				// batch reached the log end and ends it: a trickle's
+				// blocks stay as small as their batches (10,000 trickling
+				// partitions would each keep a slice sized to their share).
+				want := need
+				if !caughtUp(batch) {
+					want = max(need, pt.likelyRows(batch))
+				}
+				b.records = slices.Grow(b.records, want-had)
 			}
 			recs, err := batch.AppendRecords(b.records)
 			if err != nil {
@@ -249,7 +257,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
 		}
 		had := len(b.records)
-		recs, err := batch.AppendRecords(b.records)
+		recs, err := batch.AppendRecords(slices.Grow(b.records, batch.Len()))
 		if err != nil {
 			pt.f.Free(batch.Bytes + batch.Reserved)
 			kafka.Recycle([]kafka.Buffer{batch.Buffer()})

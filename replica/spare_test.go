@@ -1,9 +1,12 @@
 package replica
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -56,5 +59,51 @@ func TestSpareRecordsWithinTheShare(t *testing.T) {
 	}
 	if spare := finish(100); cap(spare) != 100 {
 		t.Fatalf("one of %d: a block of 100 records not kept (spare cap %d)", parts, cap(spare))
+	}
+}
+
+// A block that one batch ends, for it reached the log end (a trickle's), is
+// decoded into a slice of that batch's size, not of what a block of the
+// partition's share holds: 10,000 trickling partitions would each keep one.
+// A partition alone with a budget of 64 MiB would size a block's slice for
+// 65,536 records.
+func TestTrickleBlockSizedToItsBatch(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}, &kgo.Record{Value: []byte("c")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: 64 << 20}, nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cur, err := c.Open("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.DecodeOnRead()
+	cur.SeekTo(0)
+	pt := &partition{r: &Replica{cfg: Config{}.withDefaults()}, f: cur}
+	pt.logEnd.Store(-1)
+	b, err := pt.poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.records) != 3 || string(b.records[2].Value) != "c" {
+		t.Fatalf("block of %d records, want a, b, c", len(b.records))
+	}
+	if cap(b.records) > 8 {
+		t.Errorf("a trickle's block of 3 records has room for %d", cap(b.records))
 	}
 }
