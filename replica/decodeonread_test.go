@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"strings"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,10 +22,10 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// corruptBatch encodes a v2 record batch of n records at offsets 0 to n-1,
-// whose record bad claims a value longer than the record: well framed, its
-// CRC valid, its content not.
-func corruptBatch(n, bad int) []byte {
+// corruptBatch encodes a v2 record batch of n records at offsets base to
+// base+n-1, whose record bad claims a value longer than the record: well
+// framed, its CRC valid, its content not.
+func corruptBatch(base int64, n, bad int) []byte {
 	var recs []byte
 	for i := range n {
 		var body []byte
@@ -33,7 +33,7 @@ func corruptBatch(n, bad int) []byte {
 		body = binary.AppendVarint(body, 0)        // timestamp delta
 		body = binary.AppendVarint(body, int64(i)) // offset delta
 		body = binary.AppendVarint(body, -1)       // no key
-		value := fmt.Appendf(nil, "v%d", i)
+		value := fmt.Appendf(nil, "v%d", base+int64(i))
 		vlen := int64(len(value))
 		if i == bad {
 			vlen = 60
@@ -45,6 +45,7 @@ func corruptBatch(n, bad int) []byte {
 		recs = append(recs, body...)
 	}
 	b := make([]byte, 61, 61+len(recs))
+	binary.BigEndian.PutUint64(b, uint64(base))
 	binary.BigEndian.PutUint32(b[8:], uint32(61-12+len(recs))) // batch length
 	b[16] = 2                                                  // magic
 	binary.BigEndian.PutUint32(b[23:], uint32(n-1))            // last offset delta
@@ -88,11 +89,12 @@ func (s *offsetSink) complete(n int64) bool {
 	return true
 }
 
-// A record the broker sends corrupt is found where the replica decodes it,
-// into its block: the poll fails and says why, the batch is given back and
-// read again from where the block stood, and every record reaches the sink
-// once, with its value. Without the seek back, the replica went on after
-// the corrupt answer and offsets 0 to 4 never came.
+// A record the broker sends corrupt fails its partition's poll, whether it
+// is decoded where the answer comes in (the first block) or by the poll
+// itself (once a block took several answers: kafka.Cursor.DecodeOnRead).
+// Either way the poll says why, the batch is given back and read again from
+// where the block stood, and every record reaches the sink once, with its
+// value. Without the poll's seek back, offsets 10 to 14 never came.
 func TestCorruptRecordReadAgain(t *testing.T) {
 	cli, _, stop := startEtcdAndKafka("unused", 0)
 	defer stop()
@@ -103,36 +105,42 @@ func TestCorruptRecordReadAgain(t *testing.T) {
 	defer cluster.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	values := make([]string, 10)
-	for i := range values {
-		values[i] = fmt.Sprintf("v%d", i)
-	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("bad"),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	for _, v := range values {
-		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatal(err)
+	produce := func(from, to int) {
+		for i := from; i < to; i++ { // a batch each
+			if err := prod.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	produce(0, 10)
 
-	var served atomic.Bool
+	// Once armed at lo, the first fetch at an offset from lo to lo+5 gets a
+	// batch of 5 from there whose third record is corrupt.
+	var armed atomic.Int64 // lo+1; 0: not armed
+	armed.Store(1)
 	cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
 		fr := req.(*kmsg.FetchRequest)
-		if served.Load() || len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 || fr.Topics[0].Partitions[0].FetchOffset != 0 {
+		lo := armed.Load() - 1
+		if lo < 0 || len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 {
 			return nil, nil, false
 		}
-		served.Store(true)
+		at := fr.Topics[0].Partitions[0].FetchOffset
+		if at < lo || at > lo+5 || !armed.CompareAndSwap(lo+1, 0) {
+			return nil, nil, false
+		}
 		resp := fr.ResponseKind().(*kmsg.FetchResponse)
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = fr.Topics[0].Topic, fr.Topics[0].TopicID
 		sp := kmsg.NewFetchResponseTopicPartition()
-		sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = 10, 10, 0
-		sp.RecordBatches = corruptBatch(5, 2)
+		sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = lo+10, lo+10, 0
+		sp.RecordBatches = corruptBatch(at, 5, 2)
 		st.Partitions = append(st.Partitions, sp)
 		resp.Topics = append(resp.Topics, st)
 		return resp, nil, true
@@ -141,9 +149,14 @@ func TestCorruptRecordReadAgain(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	sink := &offsetSink{values: map[int64][]string{}}
 	r, err := replica.New(replica.Config{
-		Group:          "bad",
-		Topics:         []string{"bad"},
-		Kafka:          replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
+		Group:  "bad",
+		Topics: []string{"bad"},
+		// An answer of one batch: the block after the first corrupt
+		// answer takes ten, and the partition decodes on read from then.
+		// Full fetches, each listing the partition at its offset, for
+		// the armed answer to recognise.
+		Kafka: replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 1,
+			NoFetchSessions: true},
 		LeaseTTL:       2 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,
 	}, cli, sink, zap.New(core))
@@ -152,31 +165,45 @@ func TestCorruptRecordReadAgain(t *testing.T) {
 	}
 	defer r.Close()
 	stopRun := runReplica(ctx, r)
-	for !sink.complete(10) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for offsets 0 to 9: the sink holds %v", sink.values)
-		case <-time.After(5 * time.Millisecond):
+	awaitSink := func(n int64) {
+		t.Helper()
+		for !sink.complete(n) || r.Stats().Records < n {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waiting for offsets 0 to %d: the sink holds %v", n-1, sink.values)
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
+	awaitSink(10)
+	if armed.Load() != 0 {
+		t.Fatal("the corrupt answer at 0 was never asked for: the test shows nothing")
+	}
+	armed.Store(11)
+	produce(10, 20)
+	awaitSink(20)
 	if err := stopRun(); err != nil {
 		t.Fatal(err)
 	}
-	if !served.Load() {
-		t.Fatal("the corrupt answer was never asked for: the test shows nothing")
+	if armed.Load() != 0 {
+		t.Fatal("the corrupt answer from 10 was never asked for: the test shows nothing")
 	}
-	for o, v := range values {
-		if got := sink.values[int64(o)]; len(got) != 1 || got[0] != v {
-			t.Errorf("offset %d written %q, want %q once", o, got, v)
+	for o := range int64(20) {
+		if got, want := sink.values[o], fmt.Sprintf("v%d", o); len(got) != 1 || got[0] != want {
+			t.Errorf("offset %d written %q, want %q once", o, got, want)
 		}
 	}
-	said := false
-	for _, e := range logs.All() {
-		if strings.Contains(fmt.Sprint(e.ContextMap()["error"]), "corrupt record 2: invalid value") {
-			said = true
+	// Where each was found: by the cursor's decoder, then by the poll.
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`^fetch bad/0 at 0: record batch at 0: corrupt record 2: invalid value`),
+		regexp.MustCompile(`^decode bad/0 \[1[0-5], 1[5-9]\): record batch at 1[0-5]: corrupt record 2: invalid value`),
+	} {
+		said := false
+		for _, e := range logs.All() {
+			said = said || want.MatchString(fmt.Sprint(e.ContextMap()["error"]))
 		}
-	}
-	if !said {
-		t.Errorf("no warning named the corrupt record: %v", logs.All())
+		if !said {
+			t.Errorf("no warning matched %s: %v", want, logs.All())
+		}
 	}
 }

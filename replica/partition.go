@@ -79,7 +79,6 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 	}
 	pt.logEnd.Store(-1)
 	pt.progress.Store(time.Now().UnixNano())
-	f.DecodeOnRead() // into the block's own slice: poll
 	if r.codec != nil {
 		f.ExpectDecoding()
 	}

@@ -92,7 +92,7 @@ func TestTrickleBlockSizedToItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur.DecodeOnRead()
+	cur.DecodeOnRead(true)
 	cur.SeekTo(0)
 	pt := &partition{r: &Replica{cfg: Config{}.withDefaults()}, f: cur}
 	pt.logEnd.Store(-1)

@@ -3,14 +3,14 @@ package kafka
 import "github.com/offsetkeeper/offsetkeeper/sinks"
 
 // Decoding on read. The records of an answer are values of 112 bytes; made
-// where the answer comes in, each was written there, copied into its
-// reader's block and cleared twice (the answer's slice given back, the
-// block's finished): a fifth of a replica's CPU at 8 partitions. A reader
-// that builds blocks asks for the records undecoded instead: the answer is
-// still checked (CRC), decompressed, filtered (aborted transactions,
-// control batches) and counted against the budget where it comes in, and
-// only the records themselves are written, once, where the reader keeps
-// them.
+// where the answer comes in, each is written there and, in a block of
+// several answers, copied into the block and cleared twice (the answer's
+// slice given back, the block's finished): a fifth of a replica's CPU at 8
+// partitions. A reader can ask for the records undecoded instead: the
+// answer is still checked (CRC), decompressed, filtered (aborted
+// transactions, control batches) and counted against the budget where it
+// comes in, and only the records themselves are written, once, where the
+// reader keeps them.
 
 // lazyPart is a run of an answer's records, in offset order: a v2 batch to
 // decode (data, its payload, decompressed; records below skip were already
@@ -22,10 +22,17 @@ type lazyPart struct {
 	recs  []sinks.Record
 }
 
-// DecodeOnRead makes the cursor leave the records of its batches to its
-// reader: their Records are nil and AppendRecords decodes them. Call it
-// before the first Fetch.
-func (cur *Cursor) DecodeOnRead() { cur.f.decodeOnRead.Store(true) }
+// DecodeOnRead makes the cursor leave the records of the batches it
+// fetches from now on to its reader (on), their Records nil and
+// AppendRecords decoding them, or decode them where they come in (off, as
+// at first). Batches already fetched stay as they are.
+//
+// Decoded where they come in, the records are written while the answer's
+// bytes are still in the cache, into a slice of the answer's size: best
+// when a block is one answer. Decoded on read, they are written once, into
+// the block, where a block of several answers would copy each: best for a
+// backlog's large blocks.
+func (cur *Cursor) DecodeOnRead(on bool) { cur.f.decodeOnRead.Store(on) }
 
 // Len is how many records the batch holds; for a batch its reader decodes
 // (DecodeOnRead), at most how many, those AppendRecords will skip included.
