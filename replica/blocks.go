@@ -167,6 +167,12 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if batch.Len() > 0 {
 			b.batches++
+			if b.batches == 2 {
+				// A block of several answers: the rest of this one is
+				// decoded into directly too, as fetched from now on
+				// (see finish).
+				pt.f.DecodeOnRead(true)
+			}
 		}
 		b.keep(batch)
 		b.bytes += batch.Bytes + batch.Reserved
