@@ -62,8 +62,8 @@ func TestSpareRecordsWithinTheShare(t *testing.T) {
 	}
 }
 
-// A block that one batch ends, for it reached the log end (a trickle's), is
-// decoded into a slice of that batch's size, not of what a block of the
+// A block's slice is sized to its first batch, here a trickle's that
+// reached the log end and ends the block, not to what a block of the
 // partition's share holds: 10,000 trickling partitions would each keep one.
 // A partition alone with a budget of 64 MiB would size a block's slice for
 // 65,536 records.
