@@ -12,6 +12,22 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
+// openCursor opens partition 0 of topic t with a consumer of budget bytes,
+// closed with the test.
+func openCursor(t *testing.T, brokers []string, budget int) (*kafka.Consumer, *kafka.Cursor) {
+	t.Helper()
+	c, err := kafka.NewConsumer(kafka.Config{Brokers: brokers, MaxBufferBytes: budget}, nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cur, err := c.Open("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cur
+}
+
 // A finished block's records slice is kept for the partition's next block
 // only while it is within half the partition's share of the budget (what
 // a block of that share holds): as partitions join, shares shrink, and
@@ -25,15 +41,7 @@ func TestSpareRecordsWithinTheShare(t *testing.T) {
 	}
 	defer cluster.Close()
 	const budget = 1 << 20
-	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: budget}, nil, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cur, err := c.Open("t", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cur := openCursor(t, cluster.ListenAddrs(), budget)
 	pt := &partition{f: cur}
 	finish := func(rows int) []sinks.Record {
 		pt.finish(&block{records: make([]sinks.Record, rows)})
@@ -83,15 +91,7 @@ func TestTrickleBlockSizedToItsBatch(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}, &kgo.Record{Value: []byte("c")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := kafka.NewConsumer(kafka.Config{Brokers: cluster.ListenAddrs(), MaxBufferBytes: 64 << 20}, nil, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cur, err := c.Open("t", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cur := openCursor(t, cluster.ListenAddrs(), 64<<20)
 	cur.DecodeOnRead(true)
 	cur.SeekTo(0)
 	pt := &partition{r: &Replica{cfg: Config{}.withDefaults()}, f: cur}
