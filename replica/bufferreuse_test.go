@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -128,13 +127,7 @@ func TestBuffersReusedOnlyAfterTheirBlock(t *testing.T) {
 }
 
 func testBufferReuse(t *testing.T, blockRows int) {
-	cli, _, stop := startEtcdAndKafka("unused", 0)
-	defer stop()
-	cluster, err := kfake.NewCluster(kfake.SeedTopics(2, "reuse"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cli, cluster := etcdAndKfake(t, "reuse", 2)
 	// kfake leaves out the aborted transactions of the last partition of
 	// a response that reaches the request's MaxBytes (it stops before
 	// listing them), which Kafka does not: with MaxBytes doubled no

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -89,20 +90,29 @@ func (s *offsetSink) complete(n int64) bool {
 	return true
 }
 
+// etcdAndKfake starts an etcd server and a kfake cluster holding topic of
+// parts partitions, both stopped with the test.
+func etcdAndKfake(t *testing.T, topic string, parts int) (*clientv3.Client, *kfake.Cluster) {
+	t.Helper()
+	cli, _, stop := startEtcdAndKafka("unused", 0)
+	t.Cleanup(stop)
+	cluster, err := kfake.NewCluster(kfake.SeedTopics(int32(parts), topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	return cli, cluster
+}
+
 // A record the broker sends corrupt fails its partition's poll, whether it
 // is decoded where the answer comes in (the first block) or by the poll
 // itself (once a block took several answers: kafka.Cursor.DecodeOnRead).
 // Either way the poll says why, the batch is given back and read again from
 // where the block stood, and every record reaches the sink once, with its
-// value. Without the poll's seek back, offsets 10 to 14 never came.
+// value. Without the poll's seek back, the records of the second corrupt
+// answer's range never came.
 func TestCorruptRecordReadAgain(t *testing.T) {
-	cli, _, stop := startEtcdAndKafka("unused", 0)
-	defer stop()
-	cluster, err := kfake.NewCluster(kfake.SeedTopics(1, "bad"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cli, cluster := etcdAndKfake(t, "bad", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("bad"),
