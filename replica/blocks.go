@@ -140,10 +140,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 			}
 			recs, err := batch.AppendRecords(b.records)
 			if err != nil {
-				// Not the block's: its memory goes back, and it is read
-				// again after the block, the error said meanwhile.
-				pt.f.Free(batch.Bytes + batch.Reserved)
-				kafka.Recycle([]kafka.Buffer{batch.Buffer()})
+				// Not the block's: it is read again after the block,
+				// the error said meanwhile.
+				pt.giveBack(batch)
 				pt.f.SeekTo(b.next)
 				return b, fmt.Errorf("decode %s [%d, %d): %w", pt.p, batch.From, batch.Next, err)
 			}
@@ -193,6 +192,13 @@ func (pt *partition) likelyRows(batch kafka.PolledBatch) int {
 	bytes := min(pt.f.Share()/2, int64(cfg.MaxBlockBytes))
 	per := max(int64(batch.Bytes+batch.Reserved)/int64(max(batch.Len(), 1)), 1)
 	return int(min(bytes/per, int64(cfg.MaxBlockRows)))
+}
+
+// giveBack returns the memory of a polled batch that joins no block (its
+// records could not be decoded): its share of the budget and its buffer.
+func (pt *partition) giveBack(batch kafka.PolledBatch) {
+	pt.f.Free(batch.Bytes + batch.Reserved)
+	kafka.Recycle([]kafka.Buffer{batch.Buffer()})
 }
 
 // keep takes the buffer of a batch whose records joined the block.
@@ -281,8 +287,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 		had := len(b.records)
 		recs, err := batch.AppendRecords(slices.Grow(b.records, batch.Len()))
 		if err != nil {
-			pt.f.Free(batch.Bytes + batch.Reserved)
-			kafka.Recycle([]kafka.Buffer{batch.Buffer()})
+			pt.giveBack(batch)
 			return b, fmt.Errorf("replay %s [%d, %d): %w", pt.p, from, next, err)
 		}
 		// Offsets rise: the records from next on are cut off.
