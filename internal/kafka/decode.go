@@ -169,7 +169,7 @@ func (d *decoder) decode(raw []byte) error {
 			return err
 		}
 		if b.attributes&attrControl != 0 {
-			err = d.readControl(&b, data)
+			err = d.readRecords(&b, data, false)
 		} else {
 			deliver := true
 			if d.committed && b.attributes&attrTransactional != 0 {

@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"encoding/binary"
 	"slices"
 
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
@@ -34,23 +33,6 @@ func (d *decoder) activateAborts(offset int64) {
 		}
 		d.abortedPIDs[d.aborted[0].ProducerID] = struct{}{}
 		d.aborted = d.aborted[1:]
-	}
-}
-
-func (d *decoder) readControl(b *recordBatch, data []byte) error {
-	rr := recordReader{b: b, data: data, left: b.numRecords}
-	for {
-		r, ok, err := rr.next()
-		if !ok {
-			return err
-		}
-		if r.offset >= d.next {
-			d.next = r.offset + 1
-		}
-		// The key of a control record is its version and its type.
-		if d.committed && len(r.key) >= 4 && int16(binary.BigEndian.Uint16(r.key[2:])) == controlAbort {
-			delete(d.abortedPIDs, b.producerID)
-		}
 	}
 }
 
