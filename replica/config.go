@@ -13,11 +13,13 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
-// GCPercent is the GOGC a replica's process runs with, as offsetkeeper run
-// sets it unless GOGC is given: the replica's live heap is mostly the
-// records of its blocks, which the budget bounds, so the heap may grow well
-// past it between cycles (fewer cycles, less CPU per record) while a memory
-// limit keeps the total in bounds. Not a Config field: it is the process's.
+// GCPercent is the GOGC a replica's process runs with under GOMEMLIMIT, as
+// offsetkeeper run sets it unless GOGC is given (under its own memory
+// limit, run turns the collector off and lets the limit start each cycle):
+// the replica's live heap is mostly the records of its blocks, which the
+// budget bounds, so the heap may grow well past it between cycles (fewer
+// cycles, less CPU per record) while the memory limit keeps the total in
+// bounds. Not a Config field: it is the process's.
 const GCPercent = 400
 
 // Defaults of Config. Each trades latency against etcd and sink load: a

@@ -8,7 +8,8 @@ import (
 )
 
 // The Go runtime follows the memory budget unless GOMEMLIMIT or GOGC say
-// otherwise.
+// otherwise: under the replica's own limit the collector is off, the limit
+// alone starting a cycle; under GOMEMLIMIT it runs at gcPercent.
 func TestTuneMemory(t *testing.T) {
 	limit0 := debug.SetMemoryLimit(-1)
 	gc0 := debug.SetGCPercent(100)
@@ -32,8 +33,21 @@ func TestTuneMemory(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
 		t.Errorf("memory limit %d holding none again, want %d", got, budget+gcHeadroom)
 	}
+	if got := debug.SetGCPercent(100); got != -1 {
+		t.Errorf("GOGC %d under the replica's own limit, want off (-1)", got)
+	}
+
+	// A container's limit (GOMEMLIMIT): the limit is left alone, and the
+	// collector runs at gcPercent, not only near where the kernel kills.
+	debug.SetMemoryLimit(512 << 20)
+	t.Setenv("GOMEMLIMIT", "512MiB")
+	t.Setenv("GOGC", "")
+	tuneMemory(zap.NewNop(), budget)(10_000)
+	if got := debug.SetMemoryLimit(-1); got != 512<<20 {
+		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
+	}
 	if got := debug.SetGCPercent(100); got != gcPercent {
-		t.Errorf("GOGC %d, want %d", got, gcPercent)
+		t.Errorf("GOGC %d under GOMEMLIMIT, want %d", got, gcPercent)
 	}
 
 	debug.SetMemoryLimit(1 << 40)
