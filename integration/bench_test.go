@@ -141,8 +141,9 @@ func drainTimed(b *testing.B, cli *clientv3.Client, brokers []string, group stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The collector as offsetkeeper run sets it (the memory limit aside:
-	// this process holds kfake's logs and etcd too); the anchors' sides
+	// The collector as offsetkeeper run sets it under GOMEMLIMIT: under
+	// its own limit run turns it off, which here would need a limit on a
+	// process that holds kfake's logs and etcd too. The anchors' sides
 	// keep Go's default, as a program of their own would.
 	defer debug.SetGCPercent(debug.SetGCPercent(replica.GCPercent))
 	ctx, cancel := context.WithCancel(context.Background())
