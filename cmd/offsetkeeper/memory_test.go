@@ -37,27 +37,26 @@ func TestTuneMemory(t *testing.T) {
 		t.Errorf("GOGC %d under the replica's own limit, want off (-1)", got)
 	}
 
-	// A container's limit (GOMEMLIMIT): the limit is left alone, and the
-	// collector runs at gcPercent, not only near where the kernel kills.
-	debug.SetMemoryLimit(512 << 20)
-	t.Setenv("GOMEMLIMIT", "512MiB")
-	t.Setenv("GOGC", "")
-	tuneMemory(zap.NewNop(), budget)(10_000)
-	if got := debug.SetMemoryLimit(-1); got != 512<<20 {
-		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
-	}
-	if got := debug.SetGCPercent(100); got != gcPercent {
-		t.Errorf("GOGC %d under GOMEMLIMIT, want %d", got, gcPercent)
-	}
-
-	debug.SetMemoryLimit(1 << 40)
-	t.Setenv("GOMEMLIMIT", "1TiB")
-	t.Setenv("GOGC", "100")
-	tuneMemory(zap.NewNop(), budget)(10_000)
-	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
-		t.Errorf("memory limit %d with GOMEMLIMIT set, want it left alone", got)
-	}
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("GOGC %d with GOGC set, want it left alone (100)", got)
+	// Under GOMEMLIMIT (a container's limit) the limit is left alone, and
+	// the collector runs at gcPercent, not only near where the kernel
+	// kills; GOGC, when given, is left alone too.
+	for _, c := range []struct {
+		limit            int64
+		gomemlimit, gogc string
+		want             int
+	}{
+		{512 << 20, "512MiB", "", gcPercent},
+		{1 << 40, "1TiB", "100", 100},
+	} {
+		debug.SetMemoryLimit(c.limit)
+		t.Setenv("GOMEMLIMIT", c.gomemlimit)
+		t.Setenv("GOGC", c.gogc)
+		tuneMemory(zap.NewNop(), budget)(10_000)
+		if got := debug.SetMemoryLimit(-1); got != c.limit {
+			t.Errorf("GOMEMLIMIT=%s: memory limit %d, want it left alone", c.gomemlimit, got)
+		}
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("GOMEMLIMIT=%s GOGC=%q: GOGC %d, want %d", c.gomemlimit, c.gogc, got, c.want)
+		}
 	}
 }
