@@ -111,9 +111,10 @@ func (s *exactSink) state() (pos, seen map[int]int, jumped map[int]bool, err err
 // record that still aliases it shows garbage at once; reused, it would
 // show another fetch's bytes.
 //
-// The replica decodes each answer's records straight into its block's
-// slice, which is kept for the next block: blocks of 37 rows mostly hold one
-// answer, blocks of 400 several.
+// Blocks of 37 rows mostly hold one answer and take its records slice;
+// blocks of 400 hold several, and from the second answer on the replica
+// decodes the records straight into the block's slice, kept for the next
+// block (kafka.Cursor.DecodeOnRead).
 func TestBuffersReusedOnlyAfterTheirBlock(t *testing.T) {
 	for _, rows := range []int{37, 400} {
 		for _, poison := range []bool{true, false} {
