@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,6 +27,11 @@ type brokerLoop struct {
 	log  *zap.Logger
 	wake chan struct{}      // cap 1: a cursor may have become fetchable
 	done chan *fetchRequest // cap maxInFlight: a request came back
+	// poked: poke was called since the last pick began its walk. A wake
+	// whose pokes that walk already saw walks nothing again: with many
+	// partitions pokes came while the loop walked, and every other walk
+	// found nothing.
+	poked atomic.Bool
 
 	// Guarded by c.mu.
 	cursors []*Cursor
@@ -39,7 +45,8 @@ type brokerLoop struct {
 	spare    []*fetchPart // parts of requests handled, for the next (part)
 	// quietPolls counts the requests in flight that carry quiet cursors:
 	// while one does, it is the long poll others join when it is back.
-	quietPolls int
+	// Atomic: a cursor's poke reads it (wakeLoop).
+	quietPolls atomic.Int32
 	attempt    int
 	// holdSince: since when a small request beside one in flight has
 	// been held back (holdSmall); zero when none is. holdNext: its next
@@ -61,6 +68,7 @@ func newBrokerLoop(c *Consumer, id int32) *brokerLoop {
 }
 
 func (b *brokerLoop) poke() {
+	b.poked.Store(true)
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -71,7 +79,7 @@ func (b *brokerLoop) poke() {
 func (b *brokerLoop) add(cur *Cursor) {
 	cur.loop, cur.leader = b, b.id
 	b.cursors = append(b.cursors, cur)
-	b.poke()
+	cur.wakeLoop()
 }
 
 // remove takes cur out of the loop, to be looked up again. A request in
@@ -90,8 +98,13 @@ func (b *brokerLoop) remove(cur *Cursor) {
 // fetch session.
 func (b *brokerLoop) run(ctx context.Context) {
 	defer b.c.wg.Done()
+	var at time.Time
+	walk := true
 	for {
-		at := b.launch(ctx)
+		if walk || b.poked.Load() {
+			at = b.launch(ctx)
+		}
+		walk = true
 		if due := b.overdueAt(); !due.IsZero() && (at.IsZero() || due.Before(at)) {
 			at = due
 		}
@@ -107,11 +120,12 @@ func (b *brokerLoop) run(ctx context.Context) {
 			b.closeSession()
 			return
 		case <-b.wake:
+			walk = false // unless poked since the last walk began
 		case r := <-b.done:
 			b.inFlight = slices.DeleteFunc(b.inFlight, func(x *fetchRequest) bool { return x == r })
 			b.holdSince = time.Time{}
 			if r.quiet {
-				b.quietPolls--
+				b.quietPolls.Add(-1)
 			}
 			b.handle(r)
 			b.recycle(r)
@@ -169,7 +183,7 @@ func (b *brokerLoop) launch(ctx context.Context) time.Time {
 		r.sent = now
 		b.inFlight = append(b.inFlight, r)
 		if r.quiet {
-			b.quietPolls++
+			b.quietPolls.Add(1)
 		}
 		go func() { b.done <- b.fetch(ctx, r) }()
 		if !more {
@@ -205,13 +219,15 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 	if left <= 0 || n == 0 {
 		return nil, time.Time{}, false
 	}
+	b.poked.Store(false)
+	c.picks.Add(1)
 	share := c.share()
 	limit := min(int64(c.cfg.MaxRequestBytes), left)
 	// While a long poll carries the quiet cursors (their last answer was
 	// empty), a request beside it is for cursors that may have more now:
 	// the quiet ones wait for the next request of all, so that an idle
 	// replica keeps one long poll per broker, not two.
-	second := b.quietPolls > 0
+	second := b.quietPolls.Load() > 0
 	var first *fetchPart
 	var parts, starved []*fetchPart
 	var sum int64
@@ -375,13 +391,13 @@ const (
 // holding says whether a request held back is still waiting (no pick
 // until its next tick).
 func (b *brokerLoop) holding(now time.Time) bool {
-	return !b.holdSince.IsZero() && len(b.inFlight) > 0 && now.Before(b.holdNext) && b.quietPolls == 0
+	return !b.holdSince.IsZero() && len(b.inFlight) > 0 && now.Before(b.holdNext) && b.quietPolls.Load() == 0
 }
 
 // holdSmall says whether a request of parts of the n cursors waits (see
 // holdCursors), and starts or goes on with its wait.
 func (b *brokerLoop) holdSmall(now time.Time, n, parts int) bool {
-	if n < holdCursors || parts >= n/16 || len(b.inFlight) == 0 || b.quietPolls > 0 {
+	if n < holdCursors || parts >= n/16 || len(b.inFlight) == 0 || b.quietPolls.Load() > 0 {
 		b.holdSince = time.Time{}
 		return false
 	}

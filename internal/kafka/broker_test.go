@@ -329,14 +329,15 @@ func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 		name       string
 		n, parts   int
 		inFlight   int
-		quietPolls int
+		quietPolls int32
 	}{
 		{"few cursors", holdCursors - 1, 1, 1, 0},
 		{"a sixteenth of them", 16_000, 1000, 1, 0},
 		{"nothing in flight", 10_000, 10, 0, 0},
 		{"beside a long poll", 10_000, 10, 1, 1},
 	} {
-		b := &brokerLoop{inFlight: make([]*fetchRequest, c.inFlight), quietPolls: c.quietPolls}
+		b := &brokerLoop{inFlight: make([]*fetchRequest, c.inFlight)}
+		b.quietPolls.Store(c.quietPolls)
 		if b.holdSmall(now, c.n, c.parts) {
 			t.Errorf("%s: held", c.name)
 		}
@@ -401,4 +402,75 @@ func partsOf(r *fetchRequest) int {
 		return 0
 	}
 	return len(r.parts)
+}
+
+// A cursor wakes its loop when what changed made it fetchable, and only
+// then: woken for a batch taken or bytes given back while the cursor is
+// still in flight or over its share, before it has a position, or while
+// it is quiet beside a long poll, the loop walked every cursor for nothing.
+func TestCursorWakesItsLoopOnlyWhenFetchable(t *testing.T) {
+	c, b := loopOfOne()
+	c.cfg.MaxBufferBytes, c.cfg.MaxBytes = 1<<20, 1<<20
+	cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, epoch: -1, hw: -1, lso: -1, fetchAt: unset, expect: unset,
+		signal: make(chan struct{}, 1)}
+	c.cursors[cur.tp] = cur
+	woken := func() bool {
+		select {
+		case <-b.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	hold := func(n int64) {
+		cur.held += n
+		c.held.Add(n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	b.add(cur)
+	if woken() {
+		t.Error("a cursor added without a position woke its loop")
+	}
+	cur.align(5)
+	if !woken() {
+		t.Fatal("a cursor given a position did not wake its loop")
+	}
+
+	cur.flight = &fetchRequest{}
+	hold(100)
+	cur.release(50)
+	if woken() {
+		t.Error("bytes given back by a cursor in flight woke its loop")
+	}
+	cur.flight = nil
+	cur.release(50)
+	if !woken() {
+		t.Error("bytes given back by a cursor not in flight did not wake its loop")
+	}
+
+	hold(c.share() + 100)
+	cur.release(50)
+	if woken() {
+		t.Error("bytes given back by a cursor still over its share woke its loop")
+	}
+	cur.release(cur.held)
+	if !woken() {
+		t.Error("a cursor back under its share did not wake its loop")
+	}
+
+	cur.quiet = true
+	b.quietPolls.Store(1)
+	hold(100)
+	cur.release(100)
+	if woken() {
+		t.Error("a quiet cursor woke its loop while a long poll was out")
+	}
+	b.quietPolls.Store(0)
+	hold(100)
+	cur.release(100)
+	if !woken() {
+		t.Error("a quiet cursor did not wake its loop with no long poll out")
+	}
 }

@@ -58,6 +58,7 @@ type Consumer struct {
 	fetched   atomic.Int64 // record bytes received in fetch responses
 	wasted    atomic.Int64 // of which batches cut short, fetched again
 	lookups   atomic.Int64 // metadata lookups of the leaders
+	picks     atomic.Int64 // walks of a loop's cursors (pick)
 
 	fullFetches        atomic.Int64 // requests listing all they fetch
 	incrementalFetches atomic.Int64 // requests in a fetch session, listing what changed
@@ -199,6 +200,11 @@ type Stats struct {
 	FullFetches        int64
 	IncrementalFetches int64
 	FetchRequestBytes  int64 // bytes of the fetch requests written, all brokers
+
+	// Picks counts the walks of a broker's partitions that gather a
+	// request: about one per request, more when a walk finds nothing to
+	// fetch. Each costs a look at every partition of the broker.
+	Picks int64
 }
 
 // Stats reads the counters.
@@ -209,7 +215,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{FetchRequests: c.requests.Load(), FullFetches: c.fullFetches.Load(), IncrementalFetches: c.incrementalFetches.Load(),
 		FetchRequestBytes: c.requestBytes.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
 		Throttled: time.Duration(c.throttled.Load()), Lookups: c.lookups.Load(),
-		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(),
+		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(), Picks: c.picks.Load(),
 		Logins: c.kc.dialer.logins.Load(), Relogins: c.kc.dialer.relogins.Load()}
 }
 

@@ -686,3 +686,58 @@ func TestCursorFetchedAgainAfterItsError(t *testing.T) {
 		t.Fatalf("read %q after the error, want a, b, c", got)
 	}
 }
+
+// A pick looks at every partition of its broker, so the loop picks when a
+// cursor may be fetched, not at each batch a reader takes or each cursor
+// closed: a backlog of many partitions is gathered in about one pick per
+// request, and closing every cursor picks (almost) nothing.
+func TestPicksFollowFetchableCursors(t *testing.T) {
+	const parts, perPart = 2000, 40
+	k := harness.StartKafka(t)
+	k.CreateTopic(t, "picks", parts)
+	produceNumbered(t, k, "picks", parts, perPart, 10, "")
+	cfg := testFetchConfig(k)
+	cfg.MaxWait = time.Second // no long poll answered while the cursors close
+	c := openConsumer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	curs := make([]*Cursor, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		curs[p] = openCursor(t, c, "picks", p, 0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			drainNumbered(t, ctx, curs[p], p, perPart, "")
+		}()
+	}
+	wg.Wait()
+	st := c.Stats()
+	t.Logf("%d picks for %d fetch requests", st.Picks, st.FetchRequests)
+	// Before the loop picked only for a cursor that may be fetched, 24 to
+	// 63 picks went to 17 or 18 requests here; since, one more than them.
+	if st.Picks > st.FetchRequests+st.FetchRequests/8+2 {
+		t.Errorf("%d picks for %d fetch requests: want about one a request", st.Picks, st.FetchRequests)
+	}
+	// More records, fetched ahead and held when the cursors close.
+	produceNumbered(t, k, "picks", parts, perPart, 10, "")
+	harness.Await(t, 10*time.Second, "records fetched ahead for every partition", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cur := range curs {
+			if len(cur.queue) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	before := c.Stats().Picks
+	for _, cur := range curs {
+		cur.Close()
+	}
+	n := c.Stats().Picks - before
+	t.Logf("closing %d cursors: %d picks", parts, n)
+	if n > 3 {
+		t.Errorf("closing %d cursors made %d picks, want at most the long poll's", parts, n)
+	}
+}

@@ -116,8 +116,30 @@ func (cur *Cursor) fail(err error) {
 // fetchable reports whether the broker loop may fetch for the cursor now.
 // c.mu is held.
 func (cur *Cursor) fetchable(now time.Time, share int64) bool {
+	return cur.ready(share) && !now.Before(cur.retryAt)
+}
+
+// ready is fetchable but for a backoff: the loop's pick waits out a
+// backoff on its own. c.mu is held.
+func (cur *Cursor) ready(share int64) bool {
 	return !cur.closed && cur.flight == nil && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
-		len(cur.queue) < maxQueued && cur.held < share && cur.roomForABatch(share) && !now.Before(cur.retryAt)
+		len(cur.queue) < maxQueued && cur.held < share && cur.roomForABatch(share)
+}
+
+// wakeLoop pokes the cursor's loop when a change (a batch taken, bytes
+// given back, a new position) made the cursor fetchable. Not otherwise: in
+// a backlog of 10,000 partitions each batch taken and each block freed woke
+// the loop, and four picks in five walked every cursor to find none to
+// fetch. The event that makes it fetchable later (bytes given back, a
+// request answered) wakes the loop then. Nor for a quiet cursor while a
+// long poll is out: the pick leaves it for the next long poll, which the
+// answer of this one sends. c.mu is held.
+func (cur *Cursor) wakeLoop() {
+	b := cur.loop
+	if b == nil || !cur.ready(cur.c.share()) || (cur.quiet && b.quietPolls.Load() > 0) {
+		return
+	}
+	b.poke()
 }
 
 // backoff delays the cursor's next fetch after an error that passes. c.mu
@@ -146,9 +168,7 @@ func (cur *Cursor) release(n int64) {
 	cur.c.held.Add(-n)
 	cur.c.budgetFreed()
 	cur.throttled = false
-	if cur.loop != nil {
-		cur.loop.poke()
-	}
+	cur.wakeLoop()
 }
 
 // align makes the queue and the next fetch continue from pos, dropping what
@@ -164,9 +184,7 @@ func (cur *Cursor) align(pos int64) {
 	cur.seq++
 	cur.outOfRange, cur.oorStreak, cur.err, cur.starved, cur.quiet = false, 0, nil, false, false
 	cur.retryAt, cur.attempt = time.Time{}, 0
-	if cur.loop != nil {
-		cur.loop.poke()
-	}
+	cur.wakeLoop()
 }
 
 // SeekTo makes the next Fetch start at offset; a negative offset leaves it
@@ -305,9 +323,7 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			// reader that sees it caught up ends its block, which it must
 			// not do with more batches fetched behind this one.
 			b.HighWatermark, b.LastStable = max(b.HighWatermark, cur.hw), max(b.LastStable, cur.lso)
-			if cur.loop != nil {
-				cur.loop.poke()
-			}
+			cur.wakeLoop()
 			c.mu.Unlock()
 			f.offset = b.Next
 			return b, nil
