@@ -62,16 +62,17 @@ A block ends at --max-block-rows rows or --max-block-bytes bytes,
 
 --max-buffer-bytes bounds what the replica holds of fetched records across
 all its partitions, decompressed and, with --value-format or --key-format
-avro, protobuf or json-schema, decoded into JSON. Each partition may hold an equal share: its block ends
-at half of it, the other half is fetched while the block is written, and
-nothing more until it is committed, so a backlog costs the budget and no
-more. The process's memory follows: the Go runtime's limit is the budget
-plus 192 MiB and 32 KiB a partition, and the collector runs only as the
-process nears it, so resident memory rises towards it even when idle
-(GOMEMLIMIT or GOGC in the environment choose otherwise). Partitions are fetched with one request per broker per round trip,
-whatever their number; their etcd writes go together, one transaction per
-round, sized to --etcd-max-txn-ops, and the small blocks of a partition
-that trickles let them wait --commit-linger for company.
+avro, protobuf or json-schema, decoded into JSON. Each partition may hold
+an equal share: its block ends at half of it, the other half is fetched
+while the block is written, and nothing more until it is committed, so a
+backlog costs the budget and no more. The process's memory follows: the Go
+runtime's limit is the budget plus 192 MiB and 32 KiB a partition, and the
+collector runs only as the process nears it, so resident memory rises
+towards it even when idle (GOMEMLIMIT or GOGC in the environment choose
+otherwise). Partitions are fetched with one request per broker per round
+trip, whatever their number; their etcd writes go together, one
+transaction per round, sized to --etcd-max-txn-ops, and the small blocks of
+a partition that trickles let them wait --commit-linger for company.
 
 --value-format and --key-format say how records are encoded: json (default)
 passes the bytes through; avro, protobuf and json-schema read Confluent's wire
