@@ -36,6 +36,16 @@ func TestTuneMemory(t *testing.T) {
 	if got := debug.SetGCPercent(100); got != -1 {
 		t.Errorf("GOGC %d under the replica's own limit, want off (-1)", got)
 	}
+	// GOGC given: the limit is the replica's, the collector the operator's.
+	t.Setenv("GOGC", "200")
+	debug.SetGCPercent(200)
+	tuneMemory(zap.NewNop(), budget)
+	if got := debug.SetGCPercent(100); got != 200 {
+		t.Errorf("GOGC %d with GOGC=200 set, want it left alone", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
+		t.Errorf("memory limit %d with GOGC set, want the replica's own, %d", got, budget+gcHeadroom)
+	}
 
 	// Under GOMEMLIMIT (a container's limit) the limit is left alone, and
 	// the collector runs at gcPercent, not only near where the kernel
