@@ -107,7 +107,11 @@ type Session struct {
 	aliveUntil atomic.Int64
 
 	lostOnce sync.Once
-	lost     chan struct{}
+	// lost ends when the session is lost. A context, not a channel, so
+	// that each claim's own is a child of it: thousands of claims learn of
+	// the loss without a goroutine each.
+	lost     context.Context
+	loseAll  context.CancelFunc
 	stopped  atomic.Bool // Close or Abandon was called
 	doneOnce sync.Once
 	done     chan struct{} // closed once stopped or lost: the loops' exit
@@ -180,11 +184,11 @@ func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption)
 		lease:  grant.ID,
 		ttl:    cfg.ttl,
 		log:    c.log.With(zap.String("replica", m.ID)),
-		lost:   make(chan struct{}),
 		done:   make(chan struct{}),
 		linger: cfg.linger,
 		wake:   make(chan struct{}, 1),
 	}
+	s.lost, s.loseAll = context.WithCancel(context.Background())
 	s.aliveUntil.Store(sent.Add(cfg.ttl / 2).UnixNano())
 	s.wg.Add(2)
 	go s.keepAlive()
@@ -212,20 +216,18 @@ func (s *Session) Coordinator() *Coordinator { return s.c }
 // computed from the clock at each call, so it turns false on time even if the
 // goroutine that closes Lost is late.
 func (s *Session) Alive() bool {
-	select {
-	case <-s.lost:
+	if s.lost.Err() != nil {
 		return false
-	default:
 	}
 	return time.Now().UnixNano() < s.aliveUntil.Load()
 }
 
 // Lost is closed once the session is not alive any more, or was closed.
-func (s *Session) Lost() <-chan struct{} { return s.lost }
+func (s *Session) Lost() <-chan struct{} { return s.lost.Done() }
 
 func (s *Session) markLost(reason string) {
 	s.lostOnce.Do(func() {
-		close(s.lost)
+		s.loseAll()
 		s.end()
 		if reason != reasonClosed {
 			s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))
