@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,20 +51,31 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// Manual flushing: each produce is one batch. With ProduceSync the
+	// first record went out at once, alone, the rest in a second batch;
+	// read to its log end in between, the partition ended a block there,
+	// and the 700 records were two blocks, neither full.
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("linger"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer producer.Close()
 	produce := func(p int32, n int) {
 		t.Helper()
-		recs := make([]*kgo.Record, n)
-		for i := range recs {
-			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte("v"), 100)}
+		var failed atomic.Pointer[error]
+		for range n {
+			producer.Produce(ctx, &kgo.Record{Partition: p, Value: bytes.Repeat([]byte("v"), 100)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
 		}
-		if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		if err := producer.Flush(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if err := failed.Load(); err != nil {
+			t.Fatal(*err)
 		}
 	}
 	// One after another, so that no block's writes ride along in a round
