@@ -176,7 +176,8 @@ func dropEngine(b *testing.B, ch *harness.ClickHouse, target string) {
 }
 
 // chReplicaProcess starts `offsetkeeper run` on topic into sinkURL, with
-// the command's defaults but quieter logs, a free HTTP port, and extra.
+// the command's defaults but quieter logs, a free HTTP port, and extra: the
+// command as the container image builds it (imageBin).
 func chReplicaProcess(b *testing.B, etcd *harness.Etcd, k *benchKafka, group, topic, id, sinkURL string, extra ...string) *harness.Process {
 	b.Helper()
 	args := []string{"run",
@@ -190,7 +191,7 @@ func chReplicaProcess(b *testing.B, etcd *harness.Etcd, k *benchKafka, group, to
 		"--log-level", "warn",
 		"--http-addr", "127.0.0.1:0",
 	}
-	return harness.StartProcess(b, id, bin, append(args, extra...)...)
+	return harness.StartProcess(b, id, imageBin(b), append(args, extra...)...)
 }
 
 // chReplicaSink is the sink URL of table in ch's database, in columns

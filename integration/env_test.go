@@ -13,8 +13,10 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +38,26 @@ import (
 // as processes.
 var bin string
 
+// The offsetkeeper command as the container image builds it, for the
+// benchmarks' replicas (imageBin): built by TestMain when benchmarks run,
+// before any is timed, and removed by it.
+var (
+	imageOnce    sync.Once
+	imagePath    string
+	imageErr     error
+	imageCleanup = func() {}
+)
+
+// imageBin is harness.BuildImageOffsetkeeper's command, built once.
+func imageBin(tb testing.TB) string {
+	tb.Helper()
+	imageOnce.Do(func() { imagePath, imageCleanup, imageErr = harness.BuildImageOffsetkeeper() })
+	if imageErr != nil {
+		tb.Fatal(imageErr)
+	}
+	return imagePath
+}
+
 func TestMain(m *testing.M) {
 	path, cleanup, err := harness.BuildOffsetkeeper()
 	if err != nil {
@@ -43,6 +65,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = path
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		imageOnce.Do(func() { imagePath, imageCleanup, imageErr = harness.BuildImageOffsetkeeper() })
+	}
 	code := m.Run()
 	// The Apache Kafka the tests shared, if one asked for it, with its
 	// clients: before the leak check.
@@ -54,6 +80,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	cleanup()
+	imageCleanup()
 	os.Exit(code)
 }
 

@@ -62,9 +62,11 @@ import (
 //     in the benchmark's process, as there: its CPU is this process's over
 //     the drain, which on Apache Kafka holds besides it only an idle etcd,
 //     and on kfake the broker too;
-//   - replica: one `offsetkeeper run --sink discard:` process, timed from
-//     its start until etcd holds offsets summing to RECORDS, its CPU read
-//     from /proc/<pid>/stat (utime+stime) at that moment.
+//   - replica: one `offsetkeeper run --sink discard:` process, built as
+//     the container image builds it (imageBin), timed from its start
+//     (exec, the runtime's and the packages' initialisers included) until
+//     etcd holds offsets summing to RECORDS, its CPU read from
+//     /proc/<pid>/stat (utime+stime) at that moment.
 //
 // Before the first round the broker is warmed, untimed: a franz consumer
 // commits once (the first group makes __consumer_offsets) and a raw drain

@@ -420,7 +420,8 @@ func produceBacklog(b *testing.B, k *harness.Kafka, topic string, parts, perPart
 }
 
 // replicaProcess starts `offsetkeeper run` on topic into the discard sink,
-// with the defaults of the command but quieter logs and a free HTTP port.
+// with the defaults of the command but quieter logs and a free HTTP port:
+// the command as the container image builds it (imageBin).
 func replicaProcess(b *testing.B, etcd *harness.Etcd, k *harness.Kafka, group, topic, id string, extra ...string) *harness.Process {
 	b.Helper()
 	args := []string{"run",
@@ -434,7 +435,7 @@ func replicaProcess(b *testing.B, etcd *harness.Etcd, k *harness.Kafka, group, t
 		"--log-level", "warn",
 		"--http-addr", "127.0.0.1:0",
 	}
-	return harness.StartProcess(b, id, bin, append(args, extra...)...)
+	return harness.StartProcess(b, id, imageBin(b), append(args, extra...)...)
 }
 
 // stopProcesses sends SIGTERM to every process and waits for each to exit 0.

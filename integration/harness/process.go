@@ -18,6 +18,20 @@ import (
 // directory, for tests that run replicas as separate processes (to kill them
 // for real). Call it from TestMain and run cleanup after m.Run.
 func BuildOffsetkeeper() (path string, cleanup func(), err error) {
+	return buildOffsetkeeper()
+}
+
+// BuildImageOffsetkeeper builds the offsetkeeper command as the container
+// image does (Dockerfile: no cgo, -tags nodev, -trimpath, -ldflags "-s -w"),
+// for the benchmarks: what production runs. Without the dev command's
+// embedded etcd and kfake it starts in about half the time (18 ms to 35 ms
+// for --version here; most of it the linked packages' initialisers). Its
+// dev command only says it is not there. Run cleanup when done.
+func BuildImageOffsetkeeper() (path string, cleanup func(), err error) {
+	return buildOffsetkeeper("-tags", "nodev", "-trimpath", "-ldflags", "-s -w")
+}
+
+func buildOffsetkeeper(flags ...string) (path string, cleanup func(), err error) {
 	dir, err := os.MkdirTemp("", "offsetkeeper-bin-")
 	if err != nil {
 		return "", nil, err
@@ -26,7 +40,11 @@ func BuildOffsetkeeper() (path string, cleanup func(), err error) {
 	path = filepath.Join(dir, "offsetkeeper")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "github.com/offsetkeeper/offsetkeeper/cmd/offsetkeeper")
+	args := append(append([]string{"build"}, flags...), "-o", path, "github.com/offsetkeeper/offsetkeeper/cmd/offsetkeeper")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	if len(flags) > 0 {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("build offsetkeeper: %w\n%s", err, out)
