@@ -84,7 +84,9 @@ import (
 // benchmark's polling of etcd, and is not told apart from the raw drain's
 // own (no raw-broker figure there). Also replica-claim-s: how much of the
 // replica's time went to claiming every partition (etcd holding a claim
-// for each, polled every 50 ms; the offsets are watched, committedWatch). The full size needs
+// for each, polled every 50 ms; the offsets are watched, committedWatch),
+// and replica-peak-rss-MiB: the highest peak resident memory (VmHWM) of
+// the replica's runs, read once it has committed everything. The full size needs
 // about 1 GiB on kfake, and about 250 MB of disk a replica on Apache Kafka.
 // Without Apache Kafka's jars (KAFKA_LIBS) or java, the java consumer is
 // left out on kfake, and apache1 and apache3 skip. On kfake it is left out
@@ -170,6 +172,7 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 
 	var franz, java, raw, rep consumerRuns
 	var javaStart, repClaim time.Duration
+	var repPeak int64 // the replicas' highest VmHWM
 	round := 0
 	for b.Loop() {
 		round++
@@ -221,6 +224,11 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		done := w.wait(b, 30*time.Minute, "the replica to commit everything", p)
 		w.stop()
 		rep.cpu += procCPU(b, p)
+		if _, hwm, err := harness.ProcMemory(p.PID()); err != nil {
+			b.Fatal(err)
+		} else {
+			repPeak = max(repPeak, hwm)
+		}
 		rep.broker += k.brokerCPU(b) - broker0
 		rep.took += done.Sub(start)
 		if claimed.IsZero() {
@@ -247,6 +255,7 @@ func groupVsFranz(b *testing.B, parts, total, size int) {
 		b.ReportMetric(idleCores, "broker-idle-cores")
 	}
 	b.ReportMetric(repClaim.Seconds()/float64(round), "replica-claim-s")
+	b.ReportMetric(float64(repPeak)/(1<<20), "replica-peak-rss-MiB")
 }
 
 // javaAvailable tells whether Apache Kafka's jars and java are there to
