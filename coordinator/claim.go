@@ -40,10 +40,8 @@ type Claim struct {
 	intent   *Intent // found when claimed
 	released bool
 
-	// lost ends when the claim is lost. It is a child of its session's,
-	// so that the session's loss ends it with no goroutine of its own.
-	lost context.Context
-	lose context.CancelFunc
+	lostOnce sync.Once
+	lost     chan struct{}
 }
 
 type claimKeys struct{ claim, offsets, intent string }
@@ -137,8 +135,8 @@ func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error
 		p:     p,
 		epoch: res.rev, // the round's revision is the claim key's CreateRevision
 		keys:  k,
+		lost:  make(chan struct{}),
 	}
-	c.lost, c.lose = context.WithCancel(s.lost)
 	// Lazy: encoded when the claim first logs, not for each of thousands
 	// claimed at once.
 	c.log = s.log.WithLazy(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.epoch))
@@ -158,6 +156,13 @@ func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error
 			c.intent = &in
 		}
 	}
+	go func() {
+		select {
+		case <-s.lost:
+			c.markLost()
+		case <-c.lost:
+		}
+	}()
 	c.log.Debug("claimed", zap.Int64("next", c.offsets.Next))
 	return c, nil
 }
@@ -197,15 +202,9 @@ func (c *Claim) Intent() (Intent, bool) {
 }
 
 // Lost is closed when the claim is fenced, released, or its session is lost.
-func (c *Claim) Lost() <-chan struct{} { return c.lost.Done() }
+func (c *Claim) Lost() <-chan struct{} { return c.lost }
 
-// AfterLost arranges for f to run in a goroutine of its own once the claim
-// is lost (at once if it is already), as context.AfterFunc does: until
-// then it costs no goroutine. stop undoes it, reporting whether it did so
-// before f was started.
-func (c *Claim) AfterLost(f func()) (stop func() bool) { return context.AfterFunc(c.lost, f) }
-
-func (c *Claim) markLost() { c.lose() }
+func (c *Claim) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
 
 // owned is the Txn condition that the claim is still this one.
 func (c *Claim) owned() []clientv3.Cmp { return c.s.owned(c.keys.claim, c.epoch) }

@@ -107,11 +107,7 @@ type Session struct {
 	aliveUntil atomic.Int64
 
 	lostOnce sync.Once
-	// lost ends when the session is lost. A context, not a channel, so
-	// that each claim's own is a child of it: thousands of claims learn of
-	// the loss without a goroutine each.
-	lost     context.Context
-	loseAll  context.CancelFunc
+	lost     chan struct{}
 	stopped  atomic.Bool // Close or Abandon was called
 	doneOnce sync.Once
 	done     chan struct{} // closed once stopped or lost: the loops' exit
@@ -184,11 +180,11 @@ func (c *Coordinator) Join(ctx context.Context, m Member, opts ...SessionOption)
 		lease:  grant.ID,
 		ttl:    cfg.ttl,
 		log:    c.log.With(zap.String("replica", m.ID)),
+		lost:   make(chan struct{}),
 		done:   make(chan struct{}),
 		linger: cfg.linger,
 		wake:   make(chan struct{}, 1),
 	}
-	s.lost, s.loseAll = context.WithCancel(context.Background())
 	s.aliveUntil.Store(sent.Add(cfg.ttl / 2).UnixNano())
 	s.wg.Add(2)
 	go s.keepAlive()
@@ -216,18 +212,20 @@ func (s *Session) Coordinator() *Coordinator { return s.c }
 // computed from the clock at each call, so it turns false on time even if the
 // goroutine that closes Lost is late.
 func (s *Session) Alive() bool {
-	if s.lost.Err() != nil {
+	select {
+	case <-s.lost:
 		return false
+	default:
 	}
 	return time.Now().UnixNano() < s.aliveUntil.Load()
 }
 
 // Lost is closed once the session is not alive any more, or was closed.
-func (s *Session) Lost() <-chan struct{} { return s.lost.Done() }
+func (s *Session) Lost() <-chan struct{} { return s.lost }
 
 func (s *Session) markLost(reason string) {
 	s.lostOnce.Do(func() {
-		s.loseAll()
+		close(s.lost)
 		s.end()
 		if reason != reasonClosed {
 			s.log.Warn("session lost", zap.String("reason", reason), zap.Int64("lease", int64(s.lease)))

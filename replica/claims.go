@@ -51,7 +51,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	r.mu.Lock()
 	for _, p := range toRelease {
 		if pt, ok := r.owned[p]; ok && !pt.stopping() {
-			pt.stop()
+			close(pt.stop)
 			changed = true
 		}
 	}
@@ -60,7 +60,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	for p, rr := range snap.Releases {
 		if pt, ok := r.owned[p]; ok && pt.claim.Epoch() == rr.Epoch && !pt.stopping() {
 			pt.log.Info("releasing on an operator's request")
-			pt.stop()
+			close(pt.stop)
 			changed = true
 		}
 	}

@@ -61,13 +61,9 @@ type partition struct {
 	// the poll loop reads them again between batches and seeks.
 	resetSeen atomic.Bool
 
-	// stopped ends when the partition is asked to finish its block,
-	// release and return (stop). A context, so that run learns of it
-	// through context.AfterFunc rather than a goroutine of its own.
-	stopped context.Context
-	stop    context.CancelFunc
-	done    chan struct{} // closed when run has returned
-	err     error         // why run returned, when not stopped
+	stop chan struct{} // closed: finish the block, release, return
+	done chan struct{} // closed when run has returned
+	err  error         // why run returned, when not stopped
 }
 
 func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition {
@@ -78,9 +74,9 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		p:     p,
 		f:     f,
 		log:   r.log.With(zap.String("topic", p.Topic), zap.Int("partition", p.Partition), zap.Int64("epoch", c.Epoch())),
+		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	pt.stopped, pt.stop = context.WithCancel(context.Background())
 	pt.logEnd.Store(-1)
 	pt.progress.Store(time.Now().UnixNano())
 	if r.codec != nil {
@@ -112,14 +108,19 @@ func (pt *partition) run(ctx context.Context) {
 	defer pt.f.Close()
 	// fctx ends polls when asked to stop or when the claim is lost; writes
 	// use wctx, which ends only with the claim, so a stop finishes its block.
-	// Registrations, not goroutines: at 10,000 partitions two watchers
-	// each were 20,000 goroutines.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	fctx, fcancel := context.WithCancel(wctx)
 	defer fcancel()
-	defer pt.claim.AfterLost(wcancel)()
-	defer context.AfterFunc(pt.stopped, fcancel)()
+	go func() {
+		select {
+		case <-pt.claim.Lost():
+			wcancel()
+		case <-pt.stop:
+			fcancel()
+		case <-wctx.Done():
+		}
+	}()
 
 	pt.err = pt.consume(fctx, wctx)
 	if ctx.Err() != nil && !pt.stopping() {
@@ -139,7 +140,7 @@ func (pt *partition) run(ctx context.Context) {
 	pt.log.Debug("released", zap.NamedError("cause", pt.err))
 }
 
-func (pt *partition) stopping() bool { return pt.stopped.Err() != nil }
+func (pt *partition) stopping() bool { return isClosed(pt.stop) }
 
 // isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {

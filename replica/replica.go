@@ -341,7 +341,7 @@ func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelCause
 		r.mu.Lock()
 		for _, pt := range r.owned {
 			if !pt.stopping() {
-				pt.stop()
+				close(pt.stop)
 			}
 		}
 		r.mu.Unlock()
