@@ -80,9 +80,10 @@ func (r *Replica) Kill() { r.killOnce.Do(func() { close(r.killed) }) }
 
 // Close releases what New opened: the Schema Registry client and its
 // connections. Call it once Run has returned; Run's own resources (the
-// Kafka connections, the session) are released when Run returns. The sink
-// and the etcd client are the caller's, and stay open. Close again is a
-// no-op.
+// Kafka connections, the session) are released when Run returns, but for a
+// connection with a fetch in flight, which closes once the broker answers
+// it, within Kafka.FetchMaxWait. The sink and the etcd client are the
+// caller's, and stay open. Close again is a no-op.
 func (r *Replica) Close() error {
 	if r.codec != nil && r.codec.registry != nil {
 		return r.codec.registry.Close()
