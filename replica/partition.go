@@ -211,8 +211,43 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		retry.Reset()
 	}
 
+	// again is the range of the last block, when its write failed: the
+	// next block is exactly that range. The write may have reached the
+	// sink all the same (an answer lost, a check after the insert that
+	// failed), and a sink that deduplicates a block by its range
+	// (ClickHouse's tokens) drops only one of the same range: a larger
+	// block from the same offset would write the first one's records twice.
+	var again *block
 	for {
-		b, perr := pt.poll(fctx)
+		var b *block
+		var perr error
+		if again != nil && pt.resetSeen.Load() {
+			again = nil // an operator's reset moves the partition anyway: poll reads it
+		}
+		if again != nil {
+			b, perr = pt.pollRange(fctx, again.from, again.next)
+			if perr != nil {
+				// Nothing of a part of the range is written: read it
+				// whole again, unless the partition moved.
+				pt.finish(b)
+				switch {
+				case errors.Is(perr, errRangeGone):
+					pt.log.Warn("the range of a block whose write failed is gone from kafka; going on where the start policy put the partition", zap.Error(perr))
+					again = nil
+				case fctx.Err() != nil:
+					return errStopped
+				default:
+					pt.f.SeekTo(again.from)
+					pt.log.Warn("reading a failed block's range again failed; retrying", zap.Error(perr))
+					if err := retry.Wait(fctx); err != nil {
+						return errStopped
+					}
+				}
+				continue
+			}
+		} else {
+			b, perr = pt.poll(fctx)
+		}
 		var derr error
 		if !b.empty() {
 			derr = pt.deliver(wctx, b)
@@ -239,6 +274,12 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		pt.finish(b)
 		if err := pt.handle(wctx, derr); err != nil {
 			return err
+		}
+		again = nil
+		if derr != nil && pt.r.cfg.CommitMode != EveryBatch && !errors.Is(derr, coordinator.ErrOffsetsChanged) &&
+			!errors.As(derr, new(*decodeStop)) {
+			// Rolled back to b.from (the guard): the same range next.
+			again = &block{from: b.from, next: b.next}
 		}
 		if derr != nil {
 			if err := retry.Wait(fctx); err != nil {
