@@ -275,7 +275,8 @@ func (pt *partition) finish(b *block) {
 const recordSize = int(unsafe.Sizeof(sinks.Record{}))
 
 // pollRange reads exactly [from, next), cutting the last batch at next and
-// seeking there, for the replay of an intent.
+// seeking there: for the replay of an intent, and for the retry of a block
+// whose write failed (consume's again).
 func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, error) {
 	b := &block{from: from, next: from}
 	for b.next < next {
@@ -302,8 +303,9 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 		b.records = recs[:cut]
 		kafka.RecycleRecords(batch.Records)
 		b.keep(batch)
-		// The range was a block of the previous owner's, which may be
-		// larger than this replica's share of the budget: it is read
+		// The range was a block of the previous owner's (or this one's,
+		// taken when the share was larger), which may be larger than this
+		// replica's share of the budget now: it is read
 		// whole all the same, off the budget, so that the replay cannot
 		// wait on memory only its own commit frees.
 		pt.f.Free(batch.Bytes + batch.Reserved)
