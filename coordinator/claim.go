@@ -270,12 +270,40 @@ func (c *Claim) PutIntent(ctx context.Context, from, next int64, opts ...WriteOp
 //     An attempt that ctx or its TTL/8 timeout ends while it still waits in
 //     the queue was never sent, and is tried again without a read-back.
 func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOption) error {
-	what := fmt.Sprintf("commit %s at %d", c.p, next)
+	return c.CommitEpoch(ctx, next, -1, rows, opts...)
+}
+
+// CommitEpoch is Commit storing leaderEpoch, the Kafka leader epoch of the
+// record before next (Offsets.LeaderEpoch; negative: unknown).
+func (c *Claim) CommitEpoch(ctx context.Context, next int64, leaderEpoch int32, rows int64, opts ...WriteOption) error {
+	c.mu.Lock()
+	seen := c.offsets
+	c.mu.Unlock()
+	return c.commit(ctx, fmt.Sprintf("commit %s at %d", c.p, next), seen, next, leaderEpoch, rows, seen.Generation, seen.Truncated, opts)
+}
+
+// CommitTruncation starts a new generation at next, after Kafka truncated
+// the partition's log below what this replica had read (t says where): one
+// Txn fenced as a commit's, storing next, the generation after the one seen,
+// t and leaderEpoch, and deleting the intent, without a sink write. A sink
+// then takes records at offsets it holds from an older generation as new
+// ones (sinks.Block.Truncated). Errors are Commit's.
+func (c *Claim) CommitTruncation(ctx context.Context, next int64, leaderEpoch int32, t Truncation) error {
+	c.mu.Lock()
+	seen := c.offsets
+	c.mu.Unlock()
+	what := fmt.Sprintf("commit %s at %d after the log was truncated at %d", c.p, next, t.At)
+	return c.commit(ctx, what, seen, next, leaderEpoch, 0, seen.Generation+1, &t, nil)
+}
+
+// commit writes want's offsets over seen's, as Commit documents.
+func (c *Claim) commit(ctx context.Context, what string, seen Offsets, next int64, leaderEpoch int32, rows, gen int64,
+	truncated *Truncation, opts []WriteOption) error {
 	if err := c.usable(what); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	seen, topicID := c.offsets, c.topicID
+	topicID := c.topicID
 	c.mu.Unlock()
 	if topicID == "" {
 		topicID = seen.TopicID
@@ -286,8 +314,12 @@ func (c *Claim) Commit(ctx context.Context, next, rows int64, opts ...WriteOptio
 		Replica:    c.s.member.ID,
 		At:         time.Now().UTC(),
 		Rows:       rows,
-		Generation: seen.Generation,
+		Generation: gen,
 		TopicID:    topicID,
+		Truncated:  truncated,
+	}
+	if leaderEpoch >= 0 {
+		want.LeaderEpoch = &leaderEpoch
 	}
 	value, _ := json.Marshal(want)
 	cmps := append(c.owned(), clientv3.Compare(clientv3.ModRevision(c.keys.offsets), "=", seen.ModRevision))

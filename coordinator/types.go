@@ -61,11 +61,39 @@ type Offsets struct {
 	// the same name has another, and its offsets start anew. Empty when
 	// unknown, and after an operator's reset.
 	TopicID string `json:"topic_id,omitempty"`
+	// LeaderEpoch is the Kafka leader epoch of the record before Next, as
+	// its batch carried it: a new owner asks the partition's leader
+	// whether its log still holds that record (KIP-320), and a log
+	// truncated below Next is read again from where it diverges. Nil when
+	// unknown (offsets committed before it was stored, an operator's
+	// reset, records of an old format).
+	LeaderEpoch *int32 `json:"leader_epoch,omitempty"`
+	// Truncated is set when this generation began because Kafka truncated
+	// the partition's log below what had been read (an unclean leader
+	// election): the sink's records of older generations from Truncated.At
+	// on are not Kafka's any more. Kept by the generation's commits; nil
+	// otherwise.
+	Truncated *Truncation `json:"truncated,omitempty"`
 
 	// ModRevision is the key's ModRevision, the condition of the next
 	// fenced commit. Zero when the key does not exist. Not stored.
 	ModRevision int64 `json:"-"`
 }
+
+// Truncation records where Kafka's log of a partition diverged from what a
+// replica had read: At is the first offset of the new log read again, Was
+// past the highest offset read before, Committed the offset that had been
+// committed. Records in [At, Committed) had been committed and are gone
+// from Kafka; they stay in the sink, apart from the new generation's.
+type Truncation struct {
+	At        int64     `json:"at"`
+	Was       int64     `json:"was"`
+	Committed int64     `json:"committed"`
+	When      time.Time `json:"when"`
+}
+
+// Lost is how many committed offsets Kafka no longer holds.
+func (t *Truncation) Lost() int64 { return max(0, t.Committed-t.At) }
 
 // Intent is the value of P/intents/<topic>/<partition>: the block being
 // written now, [From, Next), by the owner of Epoch.

@@ -35,6 +35,29 @@ type block struct {
 	afterLogEnd bool
 	// batches counts the polled batches with records it took.
 	batches int
+	// epoch is the Kafka leader epoch of the record before next, -1
+	// unknown: committed with next (coordinator.Offsets.LeaderEpoch).
+	epoch int32
+}
+
+// take notes that the block now reaches batch.Next, and the leader epoch
+// the batch was written in.
+func (b *block) take(batch kafka.PolledBatch) {
+	if e, ok := batch.LeaderEpoch(); ok {
+		b.epoch = e
+	} else if batch.Next > b.next {
+		b.epoch = -1
+	}
+	b.next = batch.Next
+}
+
+// epochAt is the leader epoch of the record before offset, when the
+// partition knows it: offset is where its last commit left it.
+func (pt *partition) epochAt(offset int64) int32 {
+	if offset == pt.next.Load() {
+		return pt.epoch
+	}
+	return -1
 }
 
 func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
@@ -47,7 +70,7 @@ func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 // what it has so far with the error.
 func (pt *partition) poll(ctx context.Context) (*block, error) {
 	cfg := &pt.r.cfg
-	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare}
+	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare, epoch: pt.epochAt(pt.f.Offset())}
 	pt.spare = nil
 	var first time.Time
 	empties := 0
@@ -70,7 +93,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 				// over where the operator said.
 				pt.seekReset(o)
 				pt.finish(b)
-				*b = block{from: o.Next, next: o.Next, records: pt.spare}
+				*b = block{from: o.Next, next: o.Next, records: pt.spare, epoch: -1}
 				pt.spare = nil
 				first, empties, throttled = time.Time{}, 0, false
 				continue
@@ -96,9 +119,16 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if batch.Reset != nil {
 			pt.reset(batch.Reset)
 			if b.empty() {
-				b.from, b.next = batch.Next, batch.Next
+				b.from, b.next, b.epoch = batch.Next, batch.Next, -1
 			}
 			continue
+		}
+		if batch.Truncation != nil {
+			// What the block holds may not be Kafka's any more: dropped,
+			// not written; the partition goes on in a new generation.
+			pt.finish(b)
+			*b = block{from: batch.Next, next: batch.Next, epoch: -1}
+			return b, &truncationError{batch.Truncation}
 		}
 		if end := batch.LastStable; end >= 0 {
 			pt.seeLogEnd(end)
@@ -177,7 +207,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		b.bytes += batch.Bytes + batch.Reserved
 		b.raw += batch.Bytes
 		b.reserved += batch.Reserved
-		b.next = batch.Next
+		b.take(batch)
 		if first.IsZero() {
 			first = time.Now()
 		}
@@ -278,7 +308,7 @@ const recordSize = int(unsafe.Sizeof(sinks.Record{}))
 // seeking there: for the replay of an intent, and for the retry of a block
 // whose write failed (consume's again).
 func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, error) {
-	b := &block{from: from, next: from}
+	b := &block{from: from, next: from, epoch: pt.epochAt(from)}
 	for b.next < next {
 		batch, err := pt.f.Fetch(ctx)
 		if err != nil {
@@ -287,6 +317,9 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 		if batch.Reset != nil {
 			pt.reset(batch.Reset)
 			return b, fmt.Errorf("replay %s [%d, %d): offsets out of range, reset to %d: %w", pt.p, from, next, batch.Reset.To, errRangeGone)
+		}
+		if batch.Truncation != nil {
+			return b, &truncationError{batch.Truncation}
 		}
 		had := len(b.records)
 		recs, err := batch.AppendRecords(slices.Grow(b.records, batch.Len()))
@@ -309,6 +342,7 @@ func (pt *partition) pollRange(ctx context.Context, from, next int64) (*block, e
 		// whole all the same, off the budget, so that the replay cannot
 		// wait on memory only its own commit frees.
 		pt.f.Free(batch.Bytes + batch.Reserved)
+		b.take(batch)
 		b.next = min(batch.Next, next)
 	}
 	pt.f.SeekTo(next)

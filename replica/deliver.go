@@ -53,6 +53,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		From:       b.from,
 		Next:       b.next,
 		Records:    b.records,
+		Truncated:  pt.truncated != nil,
 	}
 	opts := pt.writeOptions(b)
 	pt.lastFull = b.full
@@ -133,6 +134,8 @@ func (pt *partition) write(ctx context.Context, blk *sinks.Block) error {
 }
 
 func (pt *partition) committed(b *block) {
+	pt.epoch = b.epoch
+	pt.f.Committed(b.next, b.epoch)
 	pt.next.Store(b.next)
 	pt.pending.Store(0)
 	pt.progress.Store(time.Now().UnixNano())
@@ -157,7 +160,7 @@ type committer struct {
 }
 
 func (c committer) Commit(ctx context.Context, next int64) error {
-	return c.claim.Commit(ctx, next, int64(len(c.b.records)), c.opts...)
+	return c.claim.CommitEpoch(ctx, next, c.b.epoch, int64(len(c.b.records)), c.opts...)
 }
 
 // needsIntent reports whether the replica writes an intent before each of

@@ -31,6 +31,13 @@ type partition struct {
 	policyStart *startBounds
 	// etcdBehind: the resume point came from the sink, ahead of etcd.
 	etcdBehind bool
+	// epoch is the Kafka leader epoch of the record before next, -1
+	// unknown: stored with each commit, for a later owner to tell whether
+	// Kafka's log still holds what was read.
+	epoch int32
+	// truncated is set while the generation is one that began at a
+	// truncation of Kafka's log (Offsets.Truncated).
+	truncated *coordinator.Truncation
 	// lastFull: the last block ended full (a backlog's); until one
 	// does, the partition is taken to trickle. See writeOptions.
 	lastFull bool
@@ -170,14 +177,24 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			pt.f.ExpectTopicID(tid)
 		}
 	}
-	pt.f.SeekTo(start)
+	pt.truncated = pt.claim.Offsets().Truncated
+	if o := pt.claim.Offsets(); !pt.etcdBehind && o.LeaderEpoch != nil && start == o.Next {
+		// The cursor asks the leader whether its log still holds the
+		// record before start before it reads on: a truncation below it
+		// comes back as a poll's error.
+		pt.epoch = *o.LeaderEpoch
+		pt.f.SeekEpoch(start, pt.epoch)
+	} else {
+		pt.epoch = -1
+		pt.f.SeekTo(start)
+	}
 	pt.log.Info("partition started", zap.Int64("next", start), zap.Int64("generation", pt.gen))
 	pt.next.Store(start)
 	if pt.etcdBehind {
 		// The sink holds more than etcd: commit its offset now, without a
 		// write, so lag and the intent are right before any new record.
 		from := pt.claim.Offsets().Next
-		if err := pt.handle(wctx, pt.deliver(wctx, &block{from: min(from, start), next: start})); err != nil {
+		if err := pt.handle(wctx, pt.deliver(wctx, &block{from: min(from, start), next: start, epoch: -1})); err != nil {
 			return err
 		}
 	}
@@ -195,6 +212,14 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 				err = pt.deliver(wctx, b)
 			}
 			pt.finish(b)
+			if te := (*truncationError)(nil); errors.As(err, &te) {
+				// Kafka's log no longer holds what the range was read
+				// from: what comes next is read in a new generation.
+				if err := pt.onTruncation(fctx, wctx, te.t); err != nil {
+					return err
+				}
+				break
+			}
 			if herr := pt.handle(wctx, err); herr != nil {
 				return herr
 			}
@@ -230,7 +255,13 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 				// Nothing of a part of the range is written: read it
 				// whole again, unless the partition moved.
 				pt.finish(b)
+				te := (*truncationError)(nil)
 				switch {
+				case errors.As(perr, &te):
+					if err := pt.onTruncation(fctx, wctx, te.t); err != nil {
+						return err
+					}
+					again = nil
 				case errors.Is(perr, errRangeGone):
 					pt.log.Warn("the range of a block whose write failed is gone from kafka; going on where the start policy put the partition", zap.Error(perr))
 					again = nil
@@ -279,7 +310,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		if derr != nil && pt.r.cfg.CommitMode != EveryBatch && !errors.Is(derr, coordinator.ErrOffsetsChanged) &&
 			!errors.As(derr, new(*decodeStop)) {
 			// Rolled back to b.from (the guard): the same range next.
-			again = &block{from: b.from, next: b.next}
+			again = &block{from: b.from, next: b.next, epoch: -1}
 		}
 		if derr != nil {
 			if err := retry.Wait(fctx); err != nil {
@@ -287,11 +318,16 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 			}
 			continue
 		}
+		var truncErr *truncationError
 		switch {
 		case perr == nil:
 			retry.Reset()
 		case errors.Is(perr, errStopped) || fctx.Err() != nil:
 			return errStopped
+		case errors.As(perr, &truncErr):
+			if err := pt.onTruncation(fctx, wctx, truncErr.t); err != nil {
+				return err
+			}
 		default:
 			var recreated *kafka.TopicRecreatedError
 			if errors.As(perr, &recreated) {
@@ -373,7 +409,9 @@ const failuresBeforeError = 3
 func (pt *partition) seekReset(o coordinator.Offsets) {
 	pt.r.stats.offsetsChanged.Add(1)
 	pt.gen = o.Generation
+	pt.truncated = o.Truncated
 	pt.next.Store(o.Next)
+	pt.epoch = -1
 	pt.pending.Store(0)
 	pt.f.SeekTo(o.Next)
 	// A topic that was re-created is read from the operator's offset on.

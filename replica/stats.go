@@ -21,6 +21,13 @@ type Stats struct {
 	// first kind never read: records gone from Kafka before they were
 	// delivered.
 	OffsetResets, OffsetsSkipped int64
+	// LogTruncations counts the times Kafka's log of a partition was found
+	// to diverge below what the replica had read (an unclean leader
+	// election, or a leader that lost acknowledged records), by the leader
+	// epochs stored with the offsets: each started a new generation at the
+	// divergence point. OffsetsTruncated counts the committed offsets
+	// Kafka no longer held: records in the sink that Kafka lost.
+	LogTruncations, OffsetsTruncated int64
 	// TopicsRecreated counts partitions held because their topic was
 	// deleted and created again: they wait for an operator's reset.
 	TopicsRecreated int64
@@ -90,6 +97,7 @@ type Stats struct {
 type counters struct {
 	records, blocks, commits, rollbacks, fenced  atomic.Int64
 	offsetsChanged, offsetResets, offsetsSkipped atomic.Int64
+	logTruncations, offsetsTruncated             atomic.Int64
 	topicsRecreated                              atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
 	writeTimeouts, abandoned                     atomic.Int64
@@ -108,6 +116,8 @@ func (c *counters) snapshot() Stats {
 		OffsetsChanged:    c.offsetsChanged.Load(),
 		OffsetResets:      c.offsetResets.Load(),
 		OffsetsSkipped:    c.offsetsSkipped.Load(),
+		LogTruncations:    c.logTruncations.Load(),
+		OffsetsTruncated:  c.offsetsTruncated.Load(),
 		TopicsRecreated:   c.topicsRecreated.Load(),
 		SinkErrors:        c.sinkErrors.Load(),
 		WriteTimeouts:     c.writeTimeouts.Load(),

@@ -87,6 +87,14 @@ type Block struct {
 	From       int64
 	Next       int64
 	Records    []Record
+	// Truncated says the block's generation began where Kafka truncated
+	// the partition's log below what had been read (an unclean leader
+	// election): records the sink holds of an older generation at offsets
+	// from the generation's first block's From on are not Kafka's any
+	// more, and this generation's records at those offsets are new ones.
+	// A sink that keys rows by offset keeps the old ones apart rather
+	// than drop the new (see the postgres sink's raw mode).
+	Truncated bool
 }
 
 // Sink stores blocks. Write must be durable when it returns nil: the offset
@@ -98,7 +106,8 @@ type Block struct {
 //   - A block may be written again after a crash (same topic, partition,
 //     From and Next); sinks that key by that range overwrite instead of
 //     duplicating. After an operator reset, offsets already stored may come
-//     again in blocks of other bounds.
+//     again in blocks of other bounds; after Kafka truncated the log
+//     (Truncated), they come again with other records.
 //   - Write is called concurrently for different partitions, never for one
 //     partition; it must not keep or change the block's slices once it
 //     returns.

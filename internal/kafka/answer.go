@@ -112,6 +112,11 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 			cur.quiet = p.present && end >= 0 && p.batch.Next >= end
 			cur.queued(p.batch)
 			cur.fetchAt = p.batch.Next
+			if e, ok := p.batch.LeaderEpoch(); ok {
+				cur.fetchEpoch = e
+			} else {
+				cur.fetchEpoch = -1
+			}
 			// A batch larger than the limit came whole because it was
 			// first: its successors are likely as large.
 			cur.big = 0

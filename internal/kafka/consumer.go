@@ -44,6 +44,12 @@ type Consumer struct {
 
 	refresh chan struct{} // cap 1: some cursor needs its leader looked up
 
+	// toValidate are the cursors whose position waits for validation
+	// against their leader's log (truncation.go); validateWake (cap 1)
+	// wakes the loop that sends them. Guarded by mu.
+	toValidate   []*Cursor
+	validateWake chan struct{}
+
 	// The last lookup's answer and when it came, for placing the cursors
 	// opened soon after (placeKnown). metaStale: a cursor's leader was
 	// found wrong since that lookup was sent. Guarded by mu (metaStale
@@ -59,6 +65,7 @@ type Consumer struct {
 	wasted    atomic.Int64 // of which batches cut short, fetched again
 	lookups   atomic.Int64 // metadata lookups of the leaders
 	picks     atomic.Int64 // walks of a loop's cursors (pick)
+	validated atomic.Int64 // positions asked of a leader (OffsetForLeaderEpoch)
 
 	fullFetches        atomic.Int64 // requests listing all they fetch
 	incrementalFetches atomic.Int64 // requests in a fetch session, listing what changed
@@ -101,9 +108,12 @@ func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, erro
 		cursors:   map[TopicPartition]*Cursor{},
 		brokers:   map[int32]*brokerLoop{},
 		refresh:   make(chan struct{}, 1),
+
+		validateWake: make(chan struct{}, 1),
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.leaders()
+	go c.validations()
 	return c, nil
 }
 
@@ -201,6 +211,11 @@ type Stats struct {
 	IncrementalFetches int64
 	FetchRequestBytes  int64 // bytes of the fetch requests written, all brokers
 
+	// Validations counts the positions checked against their leader's
+	// log (OffsetForLeaderEpoch): after a seek to a committed offset, a
+	// leader change, an offset out of range.
+	Validations int64
+
 	// Picks counts the walks of a broker's partitions that gather a
 	// request: about one per request, more when a walk finds nothing to
 	// fetch. Each costs a look at every partition of the broker.
@@ -215,7 +230,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{FetchRequests: c.requests.Load(), FullFetches: c.fullFetches.Load(), IncrementalFetches: c.incrementalFetches.Load(),
 		FetchRequestBytes: c.requestBytes.Load(), BytesHeld: c.held.Load(), BudgetBytes: int64(c.cfg.MaxBufferBytes), Partitions: n,
 		Throttled: time.Duration(c.throttled.Load()), Lookups: c.lookups.Load(),
-		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(), Picks: c.picks.Load(),
+		BytesFetched: c.fetched.Load(), BytesWasted: c.wasted.Load(), Picks: c.picks.Load(), Validations: c.validated.Load(),
 		Logins: c.kc.dialer.logins.Load(), Relogins: c.kc.dialer.relogins.Load()}
 }
 
@@ -264,14 +279,13 @@ func (c *Consumer) placeKnown(cur *Cursor) bool {
 		return false
 	}
 	pm, ok := m.partition(cur.tp)
-	if !ok || pm.leader < 0 {
+	if !ok || pm.leader < 0 || (pm.epoch >= 0 && cur.epoch > pm.epoch) {
 		return false
 	}
 	if id := m.topics[cur.tp.Topic].id; !id.IsZero() {
 		cur.topicID = id
 	}
-	cur.epoch = pm.epoch
-	c.loop(pm.leader).add(cur)
+	cur.moveTo(c.loop(pm.leader), pm.epoch)
 	return true
 }
 
@@ -429,14 +443,18 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 		if cur.leader == pm.leader && cur.epoch == pm.epoch {
 			continue
 		}
-		if cur.leader >= 0 && pm.epoch >= 0 && cur.epoch > pm.epoch {
-			continue // an answer older than what the cursor knows
+		if pm.epoch >= 0 && cur.epoch > pm.epoch {
+			// An answer older than what the cursor knows, from a broker
+			// behind the others, even while the cursor has no leader (a
+			// leader error took it out of its loop): it would send the
+			// cursor back to the old leader. The next lookup settles it.
+			pending = pending || cur.leader < 0
+			continue
 		}
 		if cur.loop != nil {
 			cur.loop.remove(cur)
 		}
-		cur.epoch = pm.epoch
-		c.loop(pm.leader).add(cur)
+		cur.moveTo(c.loop(pm.leader), pm.epoch)
 	}
 	return pending, nil
 }

@@ -2,7 +2,10 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
 )
 
 // maxQueued is how many fetched batches a cursor keeps ahead of its reader:
@@ -39,6 +42,7 @@ type Cursor struct {
 	seq        uint64  // bumped when the position moves: older results are dropped
 	epoch      int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
 	leader     int32
+	validate   bool    // the position waits for validation against the leader's log (truncation.go)
 
 	c  *Consumer
 	tp TopicPartition
@@ -57,6 +61,21 @@ type Cursor struct {
 	endAt        time.Time // when a fetch answer last told hw and lso (EndOffsets)
 	oorStreak    int       // answers out of range in a row, with no progress between
 	attempt      int
+
+	// Leader epochs (truncation.go). fetchEpoch is the epoch of the
+	// record before fetchAt, -1 unknown. The reader's marks: where its
+	// last commit and its last batch left it, with their epochs, so that
+	// a seek back to either (a rollback) knows its epoch. readHigh is
+	// past the highest offset given to the reader since its last commit.
+	fetchEpoch     int32
+	committedAt    int64
+	committedEpoch int32
+	readAt         int64
+	readEpoch      int32
+	readHigh       int64
+	validating     bool        // a validation request is in flight
+	validateCause  string      // why the position is validated
+	truncation     *Truncation // the leader's log diverges below fetchAt: for the reader
 
 	// sess is the fetch session of its loop that holds its partition, as
 	// sessPart (session.go); nil when none does.
@@ -123,6 +142,7 @@ func (cur *Cursor) fetchable(now time.Time, share int64) bool {
 // backoff on its own. c.mu is held.
 func (cur *Cursor) ready(share int64) bool {
 	return !cur.closed && cur.flight == nil && cur.fetchAt != unset && cur.err == nil && !cur.outOfRange &&
+		!cur.validate && cur.truncation == nil &&
 		len(cur.queue) < maxQueued && cur.held < share && cur.roomForABatch(share)
 }
 
@@ -180,11 +200,75 @@ func (cur *Cursor) align(pos int64) {
 	dropped := cur.queuedBytes()
 	cur.queue = nil
 	cur.release(dropped)
+	cur.fetchEpoch = cur.epochAt(pos)
 	cur.fetchAt, cur.expect = pos, pos
 	cur.seq++
+	if cur.validate {
+		cur.askValidate() // it waited for a position
+	}
 	cur.outOfRange, cur.oorStreak, cur.err, cur.starved, cur.quiet = false, 0, nil, false, false
 	cur.retryAt, cur.attempt = time.Time{}, 0
 	cur.wakeLoop()
+}
+
+// epochAt is the leader epoch of the record before pos, when the cursor
+// knows it: pos is where it fetches, or one of its reader's marks. c.mu is
+// held.
+func (cur *Cursor) epochAt(pos int64) int32 {
+	switch {
+	case pos == unset:
+		return -1
+	case pos == cur.fetchAt:
+		return cur.fetchEpoch
+	case pos == cur.readAt:
+		return cur.readEpoch
+	case pos == cur.committedAt:
+		return cur.committedEpoch
+	}
+	return -1
+}
+
+// moveTo puts the cursor in loop b, whose broker leads its partition in
+// epoch. A new epoch has the position validated before anything more is
+// fetched: the new leader's log may not hold what the old one gave. c.mu
+// is held.
+func (cur *Cursor) moveTo(b *brokerLoop, epoch int32) {
+	changed := epoch != cur.epoch
+	cur.epoch = epoch
+	b.add(cur)
+	if changed {
+		cur.validateCause = "leader changed"
+		cur.askValidate()
+	}
+}
+
+// SeekEpoch is SeekTo(offset) for an offset whose record before it was
+// written in leader epoch epoch (a committed offset and the epoch stored
+// with it): before anything is fetched from there, the leader is asked
+// whether its log still holds that record, and a log truncated below
+// offset is reported by Fetch (PolledBatch.Truncation). A negative epoch
+// is unknown: nothing is checked.
+func (cur *Cursor) SeekEpoch(offset int64, epoch int32) {
+	cur.c.mu.Lock()
+	cur.committedAt, cur.committedEpoch = offset, epoch
+	cur.readAt, cur.readEpoch, cur.readHigh = offset, epoch, offset
+	if epoch >= 0 && offset >= 0 {
+		cur.validateCause = "seek"
+		cur.askValidate()
+	}
+	cur.c.mu.Unlock()
+	cur.SeekTo(offset)
+}
+
+// Committed tells the cursor that its reader committed next, the record
+// before it of leader epoch epoch (-1 unknown): a rollback to next knows
+// its epoch, and a truncation is reported only when it reaches what was
+// read since.
+func (cur *Cursor) Committed(next int64, epoch int32) {
+	cur.c.mu.Lock()
+	defer cur.c.mu.Unlock()
+	cur.committedAt, cur.committedEpoch = next, epoch
+	cur.readHigh = max(next, cur.readAt)
 }
 
 // SeekTo makes the next Fetch start at offset; a negative offset leaves it
@@ -319,6 +403,12 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			cur.queue[0] = PolledBatch{}
 			cur.queue = cur.queue[1:]
 			cur.expect = b.Next
+			cur.readAt, cur.readHigh = b.Next, max(cur.readHigh, b.Next)
+			if e, ok := b.LeaderEpoch(); ok {
+				cur.readEpoch = e
+			} else if b.Next > b.From {
+				cur.readEpoch = -1
+			}
 			// The log end as known now, not when the batch was fetched: a
 			// reader that sees it caught up ends its block, which it must
 			// not do with more batches fetched behind this one.
@@ -327,6 +417,13 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 			c.mu.Unlock()
 			f.offset = b.Next
 			return b, nil
+		}
+		if t := cur.truncation; t != nil {
+			cur.truncation = nil
+			if b, ok := cur.truncated(*t); ok {
+				return b, nil
+			}
+			continue
 		}
 		if err := cur.err; err != nil {
 			cur.err = nil
@@ -340,6 +437,35 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 		}
 		if cur.outOfRange {
 			streak := cur.oorStreak
+			if epoch := cur.epochAt(f.offset); epoch >= 0 {
+				// Out of range may be a truncated log: Kafka says which
+				// before the offset is moved by where it lies.
+				c.mu.Unlock()
+				t, err := f.validate(ctx, f.offset, epoch, "out of range")
+				c.mu.Lock()
+				if err == nil && t != nil {
+					cur.outOfRange, cur.oorStreak = false, 0
+					if b, ok := cur.truncated(*t); ok {
+						return b, nil
+					}
+					continue
+				}
+				if err != nil && !errors.Is(err, kafkago.UnsupportedVersion) {
+					var uv *UnsupportedVersionError
+					if !errors.As(err, &uv) {
+						cur.outOfRange = false
+						cur.backoff(time.Now())
+						if cur.loop != nil {
+							cur.loop.poke()
+						}
+						c.mu.Unlock()
+						if ctx.Err() != nil {
+							return PolledBatch{}, ctx.Err()
+						}
+						continue
+					}
+				}
+			}
 			c.mu.Unlock()
 			b, ok, err := f.reset(ctx, f.offset, streak)
 			c.mu.Lock()

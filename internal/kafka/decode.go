@@ -109,6 +109,11 @@ type decoder struct {
 	lazy  bool
 	parts []lazyPart
 	count int
+	// epoch is the leader epoch of the last v2 batch decoded (its header's
+	// partition leader epoch), -1 when none was: the epoch a reader stores
+	// with the offset after it, to tell later whether Kafka's log still
+	// holds what it read (Cursor validation, KIP-320).
+	epoch int32
 	// abortedPIDs are producers whose current transaction is aborted.
 	abortedPIDs map[int64]struct{}
 	// headerKeys interns header keys, which repeat from record to record.
@@ -122,6 +127,7 @@ type decoder struct {
 // holds them.
 func (d *decoder) decode(raw []byte) error {
 	d.next = d.from
+	d.epoch = -1
 	d.inflated, d.largest, d.truncated, d.partial = 0, 0, 0, 0
 	if len(raw) == 0 {
 		return nil
@@ -155,6 +161,7 @@ func (d *decoder) decode(raw []byte) error {
 		}
 		d.largest = max(d.largest, len(raw)-len(rest))
 		raw = rest
+		d.epoch = b.leaderEpoch
 		d.batchStart(b.baseOffset)
 		if d.committed && b.hasProducerID() {
 			// As Kafka's own consumer does: the aborted transactions

@@ -91,6 +91,12 @@ type PolledBatch struct {
 	// Reset.To; the next Fetch continues from there.
 	Reset *OffsetReset
 
+	// Truncation is set when the leader's log no longer holds what was
+	// read: it diverges from it at Truncation.To, below the reader's
+	// position. Such a batch holds no records, From is the position and
+	// Next == Truncation.To, where the next Fetch continues.
+	Truncation *Truncation
+
 	// Bytes is what the batch holds in memory, the fetched bytes and what
 	// decompression added: a Cursor counts it against the consumer's
 	// budget until Free gives it back.
@@ -114,6 +120,10 @@ type PolledBatch struct {
 	wasted int
 	// wire is the bytes of the batch as fetched, before decompression.
 	wire int
+	// epoch is the leader epoch of its last batch, which holds the record
+	// before Next; epochKnown is false when it held no v2 batch.
+	epoch      int32
+	epochKnown bool
 	// buf is the buffer the records alias, nil when none (pool.go).
 	buf []byte
 	// parts are the records still to decode when the reader decodes them
@@ -424,6 +434,7 @@ func (f *Fetcher) decodePartition(from int64, p *rawFetchPartition) (PolledBatch
 		putBytes(p.Records) // the records alias what it was decompressed into
 	}
 	b.Records, b.Next = d.records, d.next
+	b.epoch, b.epochKnown = d.epoch, d.epoch >= 0
 	if d.lazy {
 		b.Records, b.parts, b.count = nil, d.parts, d.count
 	}

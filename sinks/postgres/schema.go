@@ -35,6 +35,25 @@ func createRawTable(t pgx.Identifier) string {
 )`
 }
 
+// truncatedTable is where raw mode keeps the rows Kafka no longer holds
+// after it truncated a partition's log (sinks.Block.Truncated): the raw
+// table's name with _truncated.
+func truncatedTable(t pgx.Identifier) pgx.Identifier {
+	out := append(pgx.Identifier{}, t...)
+	out[len(out)-1] += "_truncated"
+	return out
+}
+
+// createTruncatedTable makes truncatedTable(raw): the raw table's columns,
+// then the generation the rows were written in and when they were moved.
+// No key: an offset may be truncated more than once.
+func createTruncatedTable(raw pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + truncatedTable(raw).Sanitize() + ` (LIKE ` + raw.Sanitize() + `,
+	generation bigint NOT NULL,
+	moved_at timestamptz NOT NULL DEFAULT now()
+)`
+}
+
 func createOffsetsTable(t pgx.Identifier) string {
 	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
 	"group" text NOT NULL,

@@ -304,9 +304,18 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 	var direct, staged []*blockWrite
 	for _, w := range live {
 		w.setAsideUndecodable()
-		if w.redelivery() {
+		switch {
+		case w.redelivery() && w.b.Truncated:
+			// Kafka truncated the log: the rows held from the new
+			// generation's first offset on are records Kafka lost, and
+			// its records at those offsets are new ones.
+			if err := a.moveTruncated(ctx, w); err != nil {
+				return err
+			}
+			direct = append(direct, w)
+		case w.redelivery():
 			staged = append(staged, w)
-		} else {
+		default:
 			direct = append(direct, w)
 		}
 	}
@@ -322,6 +331,14 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 		default:
 			if _, err := a.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT offsetkeeper_copy`); err != nil {
 				return fmt.Errorf("roll back the copy into %s: %w", s.cfg.table.Sanitize(), err)
+			}
+			for _, w := range live {
+				if w.redelivery() && w.b.Truncated {
+					// The rollback undid the move too.
+					if err := a.moveTruncated(ctx, w); err != nil {
+						return err
+					}
+				}
 			}
 			staged = live
 		}
@@ -340,6 +357,29 @@ func (a *attempt) raw(ctx context.Context, live []*blockWrite) error {
 	return a.place(ctx, r, 0, r.len(), func(lo, hi int, noJSON bool) (string, []any) {
 		return s.sql.rawInsert, []any{lo, hi, noJSON}
 	}, true)
+}
+
+// moveTruncated moves the raw rows of w's partition from w's first offset
+// on, written before Kafka truncated the partition's log, to the truncated
+// table with the generation they were written in: the new generation's
+// records take their offsets, and the old ones stay there to be seen.
+func (a *attempt) moveTruncated(ctx context.Context, w *blockWrite) error {
+	s, b := a.s, w.b
+	if _, err := a.tx.Exec(ctx, createTruncatedTable(s.cfg.table)); err != nil {
+		return fmt.Errorf("create %s: %w", truncatedTable(s.cfg.table).Sanitize(), err)
+	}
+	tag, err := a.tx.Exec(ctx, `WITH moved AS (DELETE FROM `+s.cfg.table.Sanitize()+` WHERE topic = $1 AND partition = $2 AND "offset" >= $3 RETURNING *)
+INSERT INTO `+truncatedTable(s.cfg.table).Sanitize()+` SELECT moved.*, $4::bigint FROM moved`, b.Topic, b.Partition, b.From, w.st.generation)
+	if err != nil {
+		return fmt.Errorf("move the rows of %s/%d from %d, truncated by Kafka, to %s: %w", b.Topic, b.Partition, b.From,
+			truncatedTable(s.cfg.table).Sanitize(), err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.cfg.log.Warn("rows of records Kafka no longer holds (its log was truncated) moved aside",
+			zap.String("topic", b.Topic), zap.Int("partition", b.Partition), zap.Int64("from", b.From), zap.Int64("rows", n),
+			zap.Int64("generation", w.st.generation), zap.String("table", truncatedTable(s.cfg.table).Sanitize()))
+	}
+	return nil
 }
 
 // setAsideUndecodable moves the records the replica could not decode to
