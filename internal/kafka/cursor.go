@@ -42,7 +42,7 @@ type Cursor struct {
 	seq        uint64  // bumped when the position moves: older results are dropped
 	epoch      int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
 	leader     int32
-	validate   bool    // the position waits for validation against the leader's log (truncation.go)
+	validate   bool // the position waits for validation against the leader's log (truncation.go)
 
 	c  *Consumer
 	tp TopicPartition
