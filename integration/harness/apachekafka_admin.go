@@ -419,3 +419,92 @@ func (k *Kafka) AwaitHealthy(t testing.TB) {
 		t.Fatalf("kafka: await a healthy cluster: %v\n%s", err, k.real.logs())
 	}
 }
+
+// CreateTopicOn creates topic with one partition whose replicas are the
+// nodes given, in that order (the first is the preferred leader), and waits
+// until every running node knows its leader. Configs are as CreateTopic's.
+func (k *Kafka) CreateTopicOn(t testing.TB, name string, replicas []int32, configs ...string) {
+	t.Helper()
+	k.requireReal(t, "create topic on given replicas")
+	if len(configs)%2 != 0 {
+		t.Fatalf("kafka: create topic %s: configs must be key, value pairs", name)
+	}
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = name
+	rt.NumPartitions, rt.ReplicationFactor = -1, -1
+	ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+	ra.Partition, ra.Replicas = 0, replicas
+	rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	for i := 0; i < len(configs); i += 2 {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = configs[i], kmsg.StringPtr(configs[i+1])
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
+	admin(t, k, fmt.Sprintf("create topic %s on %v", name, replicas), req, func(resp *kmsg.CreateTopicsResponse) []int16 {
+		return errorCodes(resp.Topics, func(rt kmsg.CreateTopicsResponseTopic) int16 { return rt.ErrorCode })
+	})
+	k.awaitLeaders(t, "create topic "+name, name, 1)
+}
+
+// ElectUncleanLeader has the controllers elect a leader of
+// topic/partition among its live replicas whether or not they are in the
+// ISR (ElectLeaders, type unclean): one out of sync takes over with the log
+// it has, and the records it lacks are gone from Kafka. A partition the
+// controllers already elected a leader of (the topic allows unclean
+// elections) is left as it is. It waits until every running node knows
+// the leader, and returns it.
+func (k *Kafka) ElectUncleanLeader(t testing.TB, topic string, partition int) int32 {
+	t.Helper()
+	k.requireReal(t, "elect an unclean leader")
+	req := kmsg.NewPtrElectLeadersRequest()
+	req.ElectionType = 1 // unclean
+	req.TimeoutMillis = int32(kafkaOpTimeout / time.Millisecond)
+	rt := kmsg.NewElectLeadersRequestTopic()
+	rt.Topic = topic
+	rt.Partitions = []int32{int32(partition)}
+	req.Topics = append(req.Topics, rt)
+	what := fmt.Sprintf("elect an unclean leader of %s/%d", topic, partition)
+	// A replica just resumed is fenced until it has caught up with the
+	// cluster's metadata: no leader is eligible until then.
+	ctx, cancel := opCtx()
+	defer cancel()
+	for {
+		resp, err := k.request(ctx, t, req)
+		if err != nil {
+			t.Fatalf("kafka: %s: %v", what, err)
+		}
+		er := resp.(*kmsg.ElectLeadersResponse)
+		failed := kerr.ErrorForCode(er.ErrorCode)
+		for _, rt := range er.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.ErrorCode != 0 && rp.ErrorCode != kerr.ElectionNotNeeded.Code {
+					failed = kerr.ErrorForCode(rp.ErrorCode)
+				}
+			}
+		}
+		if failed == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("kafka: %s: %v", what, failed)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var leader int32 = -1
+	awaitEach(t, k, what, metadataOf(topic), func(resp *kmsg.MetadataResponse) error {
+		ps, err := partitionsOf(resp, topic)
+		if err != nil {
+			return err
+		}
+		mp := ps[int32(partition)]
+		if mp.Leader < 0 {
+			return fmt.Errorf("%s/%d has no leader yet (ISR %v)", topic, partition, mp.ISR)
+		}
+		leader = mp.Leader
+		return nil
+	})
+	return leader
+}
