@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 )
 
 // truncationCase is one topic of TestApacheUncleanElectionTruncatesLog:
@@ -195,6 +197,15 @@ func TestApacheUncleanElectionTruncatesLog(t *testing.T) {
 		}
 		if got := m.value("offsetkeeper_offsets_truncated_total", "group", "g"); got != 500 {
 			t.Errorf("%s: offsetkeeper_offsets_truncated_total %v, want 500", c.e.topic, got)
+		}
+		// The audit: clean, and it names what Kafka dropped.
+		code, out, rep := c.e.auditCLI("g", "--sink", c.url)
+		if code != 0 || rep == nil || !rep.Clean {
+			t.Errorf("%s: audit exit %d, want 0 and clean:\n%s", c.e.topic, code, out)
+		} else if p := rep.partition(t, c.e.topic, 0); p.TruncatedByKafka.Count != 500 ||
+			!slices.Equal(p.TruncatedByKafka.Ranges, []audit.Range{{From: 1000, Next: 1500}}) || p.Held != end {
+			t.Errorf("%s: audit: %d held, truncated by Kafka %d %v; want %d held, 500 [1000, 1500)",
+				c.e.topic, p.Held, p.TruncatedByKafka.Count, p.TruncatedByKafka.Ranges, end)
 		}
 		t.Logf("%s (%d after the election, restart %v): %d records of Kafka's log in the table, each once; 500 of the old log kept apart",
 			c.e.topic, c.after, c.restart, len(held))

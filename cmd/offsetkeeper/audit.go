@@ -277,6 +277,7 @@ func (v *auditView) printFindings(w io.Writer) error {
 		}{
 			{"missing", p.Missing}, {"duplicated", p.Duplicated}, {"mismatched", p.Mismatched}, {"not committed (in flight)", p.InFlight},
 			{"not committed (beyond the commit)", p.BeyondCommit}, {"aborted", p.Aborted}, {"unverifiable", p.Unverifiable},
+			{"truncated by Kafka", p.TruncatedByKafka},
 		} {
 			if f.rs.Count == 0 {
 				continue
@@ -305,7 +306,7 @@ func (v *auditView) printFindings(w io.Writer) error {
 // summary is one line: clean, or the count of each finding, then how
 // many records were compared, or why none were.
 func (v *auditView) summary() string {
-	var missing, dup, copies, mismatched, flight, beyond, aborted, unverifiable int64
+	var missing, dup, copies, mismatched, flight, beyond, aborted, unverifiable, truncated int64
 	for _, p := range v.rep.Partitions {
 		missing += p.Missing.Count
 		dup += p.Duplicated.Count
@@ -315,6 +316,7 @@ func (v *auditView) summary() string {
 		beyond += p.BeyondCommit.Count
 		aborted += p.Aborted.Count
 		unverifiable += p.Unverifiable.Count
+		truncated += p.TruncatedByKafka.Count
 	}
 	notes := []string{v.rep.ComparedNote()}
 	if flight > 0 && v.rep.Clean() {
@@ -322,6 +324,9 @@ func (v *auditView) summary() string {
 	}
 	if unverifiable > 0 {
 		notes = append(notes, fmt.Sprintf("%d offsets below the log start unverifiable", unverifiable))
+	}
+	if truncated > 0 {
+		notes = append(notes, fmt.Sprintf("%d committed offsets truncated by Kafka (records Kafka lost, kept in the sink; not findings)", truncated))
 	}
 	if !v.rep.Capabilities.Missing {
 		notes = append(notes, "missing records not checked (upsert keeps the last record of each key)")

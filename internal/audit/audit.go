@@ -325,7 +325,7 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	// The partition's keys again, now, just before its sink is read: in a
 	// running group, blocks committed since the snapshot would otherwise
 	// read as beyond the commit.
-	off, in, err := partitionState(ctx, cfg.Etcd, cfg.Group, cp, snap)
+	off, in, truncated, err := partitionState(ctx, cfg.Etcd, cfg.Group, cp, snap)
 	if err != nil {
 		_ = cur.Close()
 		return nil, err
@@ -353,19 +353,27 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 		return nil, err
 	}
 	defer held.Close()
-	return Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
+	p, err := Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
+	if err == nil && truncated != nil && truncated.Lost() > 0 {
+		// Records the sink holds that Kafka lost when it truncated the log:
+		// Kafka's doing, not a finding (the new generation's records at
+		// those offsets are audited as any others).
+		p.TruncatedByKafka.add(truncated.At, truncated.Committed)
+	}
+	return p, err
 }
 
-// partitionState reads the committed offset and the intent (nil for none)
-// of p. A key that does not parse is taken as the snapshot had it (the
+// partitionState reads the committed offset, the intent (nil for none) and
+// the truncation of Kafka's log its generation began at (nil for none) of
+// p. A key that does not parse is taken as the snapshot had it (the
 // snapshot lists it as unreadable).
-func partitionState(ctx context.Context, cli *clientv3.Client, group string, p coordinator.Partition, snap *coordinator.Snapshot) (int64, *coordinator.Intent, error) {
+func partitionState(ctx context.Context, cli *clientv3.Client, group string, p coordinator.Partition, snap *coordinator.Snapshot) (int64, *coordinator.Intent, *coordinator.Truncation, error) {
 	keys := coordinator.KeysFor(group)
 	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(keys.Offsets(p)), clientv3.OpGet(keys.Intent(p))).Commit()
 	if err != nil {
-		return 0, nil, fmt.Errorf("audit %s: read its offsets in etcd: %w", p, err)
+		return 0, nil, nil, fmt.Errorf("audit %s: read its offsets in etcd: %w", p, err)
 	}
-	next := snap.Offsets[p].Next
+	next, truncated := snap.Offsets[p].Next, snap.Offsets[p].Truncated
 	var intent *coordinator.Intent
 	if in, ok := snap.Intents[p]; ok {
 		intent = &in
@@ -373,7 +381,7 @@ func partitionState(ctx context.Context, cli *clientv3.Client, group string, p c
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		var o coordinator.Offsets
 		if json.Unmarshal(kvs[0].Value, &o) == nil {
-			next = o.Next
+			next, truncated = o.Next, o.Truncated
 		}
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -385,7 +393,7 @@ func partitionState(ctx context.Context, cli *clientv3.Client, group string, p c
 			intent = &in
 		}
 	}
-	return next, intent, nil
+	return next, intent, truncated, nil
 }
 
 // kafkaContext is ctx bounded by d, if d is positive.

@@ -67,6 +67,11 @@ type Partition struct {
 	// Unverifiable: offsets the sink holds below LogStart, which Kafka no
 	// longer has. Offsets below LogStart are never reported missing.
 	Unverifiable Ranges `json:"unverifiable"`
+	// TruncatedByKafka: committed offsets whose records Kafka lost when it
+	// truncated the partition's log (an unclean leader election), as etcd
+	// recorded it: the sink holds those records (apart from the new log's,
+	// see sinks.Block.Truncated) and Kafka does not. Not a finding.
+	TruncatedByKafka Ranges `json:"truncated_by_kafka"`
 }
 
 // Clean tells that nothing was found. Unverifiable offsets are not
@@ -92,7 +97,8 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 	p := &Partition{Topic: topic, Partition: partition, LogStart: b.LogStart, Committed: b.Committed,
 		MissingChecked: b.CheckMissing,
 		Missing:        newRanges(maxRanges), Duplicated: newRanges(maxRanges), Mismatched: newRanges(maxRanges), InFlight: newRanges(maxRanges),
-		BeyondCommit: newRanges(maxRanges), Aborted: newRanges(maxRanges), Unverifiable: newRanges(maxRanges)}
+		BeyondCommit: newRanges(maxRanges), Aborted: newRanges(maxRanges), Unverifiable: newRanges(maxRanges),
+		TruncatedByKafka: newRanges(maxRanges)}
 	var read, reported int64
 	tick := func() {
 		read++

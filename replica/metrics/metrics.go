@@ -129,7 +129,7 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 			"Offsets never read because the log start moved past them before they were (retention or DeleteRecords): records gone from Kafka, not delivered. Zero in a healthy group.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OffsetsSkipped }),
 		stat("offsetkeeper_log_truncations_total",
-			"Times Kafka's log of a partition was found to diverge below what the replica had read (an unclean leader election, or a leader that lost acknowledged records), by the leader epoch stored with each offset: reading went on from the divergence point in a new generation. Zero in a healthy group.",
+			"Times Kafka's log of a partition was found to diverge below what the replica had read (an unclean leader election, or a leader that lost acknowledged records), found by the leader epoch stored with each offset (reading went on from the divergence point in a new generation), or an offset past the log end without one (reading resumed at the log end). Zero in a healthy group.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.LogTruncations }),
 		stat("offsetkeeper_offsets_truncated_total",
 			"Committed offsets whose records Kafka no longer holds after a log truncation: records the sink holds that Kafka lost. Zero in a healthy group.",
