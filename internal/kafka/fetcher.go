@@ -26,8 +26,9 @@ const (
 	// reading resumes at the log start.
 	ResetLogStart ResetReason = iota
 	// ResetTruncated: the offset is past the log end, which moved back (an
-	// unclean leader election truncated records that had been read):
-	// reading resumes at the log end, where the next records will be.
+	// unclean leader election truncated records that had been read), and no
+	// leader epoch says where the logs diverged: reading resumes at the log
+	// end.
 	ResetTruncated
 )
 
@@ -39,9 +40,11 @@ func (r ResetReason) String() string {
 }
 
 // OffsetReset reports that the offset to fetch was out of range and where
-// reading resumes. The start policy plays no part: records still in Kafka
-// are never skipped, and records already read are not read again from the
-// start of the log.
+// reading resumes. The start policy plays no part: records already read are
+// not read again from the start of the log. A Cursor whose position has a
+// leader epoch first asks whether the log diverged (a Truncation then, not
+// a reset); past the log end without one, the records a truncated log
+// holds from its new end up to the offset are not read.
 type OffsetReset struct {
 	From   int64 // the offset Kafka refused
 	To     int64 // where fetching resumes
