@@ -233,11 +233,13 @@ func (cur *Cursor) epochAt(pos int64) int32 {
 // fetched: the new leader's log may not hold what the old one gave. c.mu
 // is held.
 func (cur *Cursor) moveTo(b *brokerLoop, epoch int32) {
-	changed := epoch != cur.epoch
+	old := cur.epoch
 	cur.epoch = epoch
 	b.add(cur)
-	if changed {
-		cur.validateCause = "leader changed"
+	if epoch != old {
+		if old >= 0 {
+			cur.validateCause = "leader changed"
+		}
 		cur.askValidate()
 	}
 }

@@ -102,6 +102,9 @@ func drain(t testing.TB, f reader, end int64) ([]sinks.Record, PolledBatch) {
 		if b.Reset != nil {
 			t.Fatalf("unexpected reset %+v", *b.Reset)
 		}
+		if b.Truncation != nil {
+			t.Fatalf("unexpected truncation %+v", *b.Truncation)
+		}
 		out = append(out, b.Records...)
 		from, last = b.Next, b
 	}

@@ -1,0 +1,128 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+)
+
+// A leader's answer judged against the position read: an end of the epoch
+// below it is where the logs diverge; at or past it, nothing was lost; an
+// epoch the leader does not know tells nothing (retention took it).
+func TestEpochEndDiverged(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  epochEnd
+		at   int64
+		want *Truncation
+	}{
+		{"the epoch ends below the position", epochEnd{epoch: 3, end: 1000}, 1500, &Truncation{From: 1500, To: 1000, Epoch: 3, Cause: "seek"}},
+		{"an older epoch ends below it", epochEnd{epoch: 1, end: 0}, 20, &Truncation{From: 20, To: 0, Epoch: 1, Cause: "seek"}},
+		{"the epoch ends at the position", epochEnd{epoch: 3, end: 1500}, 1500, nil},
+		{"the epoch goes on past it", epochEnd{epoch: 4, end: 1800}, 1500, nil},
+		{"an epoch the leader does not know", epochEnd{epoch: -1, end: -1}, 1500, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.end.diverged(tt.at, "seek")
+			if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+				t.Errorf("diverged(%d) = %+v, want %+v", tt.at, got, tt.want)
+			}
+		})
+	}
+}
+
+// leaderEpochs makes a topic of one partition whose records 0 to 9 were
+// written in leader epoch 0 and 10 to 19 in epoch 1 (the leader moved
+// between them), on kfake.
+func leaderEpochs(t *testing.T) *harness.Kafka {
+	t.Helper()
+	k := harness.StartKafka(t, harness.NumBrokers(2))
+	k.CreateTopic(t, "epochs", 1)
+	values := func(from int) []string {
+		vals := make([]string, 10)
+		for i := range vals {
+			vals[i] = fmt.Sprintf("v%02d", from+i)
+		}
+		return vals
+	}
+	k.ProduceValues(t, "epochs", 0, values(0)...)
+	leader := k.Cluster().LeaderFor("epochs", 0)
+	if err := k.Cluster().MoveTopicPartition("epochs", 0, (leader+1)%2); err != nil {
+		t.Fatal(err)
+	}
+	k.ProduceValues(t, "epochs", 0, values(10)...)
+	return k
+}
+
+// A position whose record before it the cursor was told is of an epoch
+// that ends below it in the leader's log (what a committed offset looks
+// like after an unclean election): Fetch reports the truncation, with where
+// the logs diverge, before any record, and reads on from there, every
+// record of the leader's log once. The epochs of what it then reads come
+// with the batches.
+func TestCursorReportsTruncation(t *testing.T) {
+	k := leaderEpochs(t)
+	c := openConsumer(t, testFetchConfig(k))
+	cur, err := c.Open("epochs", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.SeekEpoch(15, 0) // 14 was read in epoch 0, which the leader ended at 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := cur.Fetch(ctx)
+	for err == nil && b.Truncation == nil && b.Next == b.From {
+		b, err = cur.Fetch(ctx) // waiting for the validation
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Truncation{From: 15, To: 10, Epoch: 0, Cause: "seek"}
+	if b.Truncation == nil || *b.Truncation != want || b.From != 15 || b.Next != 10 || len(b.Records) != 0 || cur.Offset() != 10 {
+		t.Fatalf("first batch [%d, %d) with %d records, truncation %+v, offset then %d; want [15, 10), none, %+v, 10",
+			b.From, b.Next, len(b.Records), b.Truncation, cur.Offset(), want)
+	}
+	got, last := drain(t, cur, 20)
+	if len(got) != 10 || string(got[0].Value) != "v10" || string(got[9].Value) != "v19" {
+		t.Fatalf("read on: %d records, want v10 to v19", len(got))
+	}
+	if e, ok := last.LeaderEpoch(); !ok || e != 1 {
+		t.Errorf("the last batch's leader epoch %d (%v), want 1", e, ok)
+	}
+	if n := c.Stats().Validations; n < 1 {
+		t.Errorf("%d validations counted, want at least 1", n)
+	}
+}
+
+// Validations that find nothing: a cursor placed and then moved to a new
+// leader (the epoch bumped, with and without records since) asks each time
+// and never reports a truncation; every record comes once.
+func TestCursorValidationWithoutTruncation(t *testing.T) {
+	k := leaderEpochs(t)
+	c := openConsumer(t, testFetchConfig(k))
+	cur, err := c.Open("epochs", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.SeekEpoch(10, 0) // 9 was read in epoch 0: the leader's log agrees
+	got, _ := drain(t, cur, 20)
+	if len(got) != 10 || string(got[0].Value) != "v10" {
+		t.Fatalf("%d records from %s, want v10 to v19", len(got), got[0].Value)
+	}
+	before := c.Stats().Validations
+	leader := k.Cluster().LeaderFor("epochs", 0)
+	if err := k.Cluster().MoveTopicPartition("epochs", 0, (leader+1)%2); err != nil {
+		t.Fatal(err)
+	}
+	k.ProduceValues(t, "epochs", 0, "v20", "v21")
+	got, _ = drain(t, cur, 22)
+	if len(got) != 2 || string(got[0].Value) != "v20" {
+		t.Fatalf("after the move: %d records, want v20 and v21", len(got))
+	}
+	harness.Await(t, 10*time.Second, "the position validated after the leader moved", func() bool {
+		return c.Stats().Validations > before
+	})
+}
