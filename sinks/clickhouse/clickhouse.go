@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,9 @@ type Sink struct {
 
 	cols    []tableColumn // columns mode's
 	resumes bool          // the table has the kafka_* columns Resume reads
+	// dedupSetting: the server knows deduplicate_insert (26.2 and later),
+	// which the inserts set too.
+	dedupSetting bool
 	dedup   dedupInfo
 
 	// life is held shared by writes and Resume and exclusively by Close, so
@@ -171,6 +176,18 @@ func (s *Sink) setup(ctx context.Context) error {
 	if s.dedup.window <= 0 && !s.cfg.atLeastOnce {
 		return s.dedup.refusal(s.cfg.table)
 	}
+	if len(s.cfg.addrs) > 1 && !s.dedup.replicated {
+		// Each server keeps its own copy of the table and its own
+		// deduplication log: a retry, a check or a resume that reaches
+		// another server than the insert did sees nothing of it.
+		return fmt.Errorf("%w: %s is a %s, kept apart by each server: the URL names %d hosts (%s), and an insert retried, "+
+			"checked or resumed on another host than the one it reached would be doubled or lost; name one host, or use a "+
+			"Replicated (or Shared) table, whose replicas share their deduplication", ErrTableShape, s.cfg.table, s.dedup.engine,
+			len(s.cfg.addrs), strings.Join(s.cfg.addrs, ", "))
+	}
+	if err := s.checkDeduplicate(ctx); err != nil {
+		return err
+	}
 	if err := s.conn.Exec(ctx, createDead(s.cfg.deadLetters)); err != nil {
 		return fmt.Errorf("create %s: %w", s.cfg.deadLetters, err)
 	}
@@ -180,12 +197,22 @@ func (s *Sink) setup(ctx context.Context) error {
 	// between them would leave rows below that offset missing. Such a table
 	// resumes from etcd alone, and the intent's replay, with its token,
 	// completes the block instead.
-	s.resumes = s.resumes && !s.dedup.partitioned
+	// Nor does one whose merges may fold or rewrite kafka_offset: a
+	// SummingMergeTree sums it with the other numeric columns outside its
+	// key, a Collapsing one deletes rows.
+	s.resumes = s.resumes && !s.dedup.partitioned && !s.dedup.folds()
 	if err := s.planChecks(ctx); err != nil {
 		return err
 	}
 	log := s.cfg.log.With(zap.String("table", s.cfg.table.String()), zap.String("engine", s.dedup.engine),
 		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes))
+	if s.dedup.window > 0 && !s.dedup.replicated && !s.mainTarget.check {
+		log.Warn("the sink cannot check that a block ClickHouse drops as a duplicate is in the table (merges of this engine fold rows " +
+			"of several offsets, or the table lacks kafka_topic, kafka_partition and kafka_offset): a server killed between " +
+			"recording an insert and committing its part loses that block; ORDER BY (kafka_topic, kafka_partition, kafka_offset, ...) " +
+			"lets the sink check it")
+	}
+	s.warnDurability(ctx, log)
 	if s.dedup.window <= 0 {
 		log.Warn("the table does not deduplicate inserts: at-least-once only (at_least_once=true); a block written again after a crash is duplicated")
 	} else {
@@ -285,6 +312,9 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 	var rows *columns
 	b, dead := undecodable(b)
 	var cols []string
+	// The offsets of the rows, and the rows of some of them, for an
+	// insert's check (ensureLanded).
+	subset := func(offs []int64) insertRows { return rawRows(only(b, offs)) }
 	if s.cfg.mode == Raw {
 		rows, cols = rawRows(b), rawColumns
 	} else {
@@ -295,17 +325,29 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 		for i, c := range s.cols {
 			cols[i] = c.name
 		}
+		subset = func(offs []int64) insertRows {
+			r, _ := s.columnRows(only(b, offs))
+			return r
+		}
 	}
 	token := Token(s.cfg.group, b)
+	deadOffsets := dead.offsets()
+	wanted := make([]int64, 0, len(b.Records))
+	for _, r := range b.Records {
+		if _, isDead := slices.BinarySearch(deadOffsets, r.Offset); !isDead {
+			wanted = append(wanted, r.Offset)
+		}
+	}
 	if len(dead) > 0 {
-		if err := s.insertChecked(ctx, b, s.deadTarget, deadColumns, dead, token+"/dead", suspect); err != nil {
+		if err := s.insertChecked(ctx, b, s.deadTarget, deadColumns, dead, token+"/dead", suspect, deadOffsets,
+			func(offs []int64) insertRows { return dead.only(offs) }); err != nil {
 			return fmt.Errorf("write %s: dead letters to %s: %w", b, s.cfg.deadLetters, err)
 		}
 		s.cfg.log.Warn("records set aside in the dead-letter table", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
 			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("rows", len(dead)), zap.String("table", s.cfg.deadLetters.String()))
 	}
 	if rows.count() > 0 {
-		if err := s.insertChecked(ctx, b, s.mainTarget, cols, rows, token, suspect); err != nil {
+		if err := s.insertChecked(ctx, b, s.mainTarget, cols, rows, token, suspect, wanted, subset); err != nil {
 			return fmt.Errorf("write %s: %w", b, err)
 		}
 		s.observe(rows.count())
@@ -359,13 +401,19 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 const defaultMaxInsertBlockSize = 1 << 20
 
 func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) error {
-	ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{
+	settings := ch.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
 		"async_insert":               0,
 		// One block, so one part: the server splits a larger insert.
 		"max_insert_block_size": max(rows.count(), defaultMaxInsertBlockSize),
-	}))
+	}
+	if s.dedupSetting {
+		// ClickHouse 26.2 and later: it overrides insert_deduplicate, and
+		// a profile may set it to disable.
+		settings["deduplicate_insert"] = "enable"
+	}
+	ctx = ch.Context(ctx, ch.WithSettings(settings))
 	batch, err := s.conn.PrepareBatch(ctx, insertSQL(t, cols))
 	if err != nil {
 		return err
@@ -378,17 +426,26 @@ func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows inse
 }
 
 // transientCodes are ClickHouse's exceptions that a later attempt may not
-// meet: timeouts, lost connections, overload, a read-only replica, Keeper.
+// meet: timeouts, lost connections, overload (252, too many parts: merges
+// catch up), a read-only replica, Keeper.
 var transientCodes = map[int32]bool{
 	3: true, 159: true, 164: true, 202: true, 203: true, 209: true, 210: true, 241: true, 242: true,
 	252: true, 319: true, 425: true, 999: true, 1000: true,
 }
+
+// tooManyPartitions is the message of code 252 when one insert holds rows
+// of more table partitions than max_partitions_per_insert_block: the same
+// block meets it every time.
+const tooManyPartitions = "Too many partitions for single INSERT block"
 
 // transient reports whether err is worth another attempt: a failure of the
 // connection, or an exception in transientCodes; not one about the rows.
 func transient(err error) bool {
 	var ex *proto.Exception
 	if errors.As(err, &ex) {
+		if ex.Code == 252 && strings.Contains(ex.Message, tooManyPartitions) {
+			return false
+		}
 		return transientCodes[ex.Code]
 	}
 	var ce *column.ColumnConverterError
@@ -431,7 +488,7 @@ func (s *Sink) Resume(ctx context.Context, topic string, partition int) (next, g
 		return 0, 0, false, nil
 	}
 	rows, err := s.conn.Query(ctx, `SELECT toInt64(kafka_generation) AS g, toInt64(max(kafka_offset)) FROM `+s.cfg.table.String()+
-		` WHERE kafka_topic = ? AND kafka_partition = ? GROUP BY g ORDER BY g DESC LIMIT 1`, topic, partition)
+		` WHERE kafka_topic = ? AND kafka_partition = ? GROUP BY g ORDER BY g DESC LIMIT 1 SETTINGS use_query_cache = 0`, topic, partition)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("resume %s/%d from %s: %w", topic, partition, s.cfg.table, err)
 	}

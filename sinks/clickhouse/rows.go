@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -34,6 +35,43 @@ func (c *columns) fill(batch driver.Batch) error {
 type rowList [][]any
 
 func (l rowList) count() int { return len(l) }
+
+// deadOffset is where a dead-letter row holds its record's offset
+// (deadColumns).
+const deadOffset = 2
+
+// offsets returns the offsets of the dead-letter rows, rising.
+func (l rowList) offsets() []int64 {
+	out := make([]int64, len(l))
+	for i, r := range l {
+		out[i] = r[deadOffset].(int64)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// only returns the dead-letter rows of the given offsets (rising).
+func (l rowList) only(offs []int64) rowList {
+	var out rowList
+	for _, r := range l {
+		if _, ok := slices.BinarySearch(offs, r[deadOffset].(int64)); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// only returns b with the records of the given offsets (rising) alone.
+func only(b *sinks.Block, offs []int64) *sinks.Block {
+	c := *b
+	c.Records = nil
+	for _, r := range b.Records {
+		if _, ok := slices.BinarySearch(offs, r.Offset); ok {
+			c.Records = append(c.Records, r)
+		}
+	}
+	return &c
+}
 
 func (l rowList) fill(batch driver.Batch) error {
 	for _, r := range l {

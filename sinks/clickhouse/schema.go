@@ -63,6 +63,33 @@ type dedupInfo struct {
 	// partitioned: the table has a partition key, so that an insert of rows
 	// of several table partitions is several parts, not atomic as a whole.
 	partitioned bool
+	// keyedByOffset: the sorting key holds kafka_topic, kafka_partition and
+	// kafka_offset, so that no merge folds the rows of two offsets
+	// together, whatever the engine.
+	keyedByOffset bool
+	// fsyncInsert and fsyncDirectory are the table's fsync_after_insert
+	// and fsync_part_directory (its own, or the server's default).
+	fsyncInsert, fsyncDirectory bool
+}
+
+// folds reports whether merges may fold or rewrite rows: a MergeTree other
+// than the plain one (Replacing, Summing, Aggregating, Collapsing,
+// VersionedCollapsing, Coalescing, Graphite), unless its sorting key keeps
+// every offset's row apart.
+func (d dedupInfo) folds() bool {
+	kind := strings.TrimPrefix(strings.TrimPrefix(d.engine, "Replicated"), "Shared")
+	return kind != "MergeTree" && !d.keyedByOffset
+}
+
+// keyHasOffset reports whether a sorting key (system.tables.sorting_key:
+// expressions separated by commas) names kafka_topic, kafka_partition and
+// kafka_offset as bare columns.
+func keyHasOffset(sortingKey string) bool {
+	have := map[string]bool{}
+	for _, e := range strings.Split(sortingKey, ",") {
+		have[strings.Trim(strings.TrimSpace(e), "`\"")] = true
+	}
+	return have["kafka_topic"] && have["kafka_partition"] && have["kafka_offset"]
 }
 
 var (
@@ -73,16 +100,23 @@ var (
 // checkDedup reads the table's engine and deduplication window.
 func checkDedup(ctx context.Context, conn driver.Conn, t ident) (dedupInfo, error) {
 	var d dedupInfo
-	var create, partitionKey string
-	err := conn.QueryRow(ctx, `SELECT engine, create_table_query, partition_key FROM system.tables WHERE database = ? AND name = ?`,
-		t.db, t.name).Scan(&d.engine, &create, &partitionKey)
+	var create, partitionKey, sortingKey string
+	err := conn.QueryRow(ctx, `SELECT engine, create_table_query, partition_key, sorting_key FROM system.tables WHERE database = ? AND name = ?`,
+		t.db, t.name).Scan(&d.engine, &create, &partitionKey, &sortingKey)
 	if err != nil {
 		return d, fmt.Errorf("read the engine of %s: %w", t, err)
 	}
 	d.replicated = strings.HasPrefix(d.engine, "Replicated") || strings.HasPrefix(d.engine, "Shared")
 	d.partitioned = partitionKey != ""
+	d.keyedByOffset = keyHasOffset(sortingKey)
 	if !strings.HasSuffix(d.engine, "MergeTree") {
 		return d, nil
+	}
+	if d.fsyncInsert, err = treeSetting(ctx, conn, create, "fsync_after_insert"); err != nil {
+		return d, err
+	}
+	if d.fsyncDirectory, err = treeSetting(ctx, conn, create, "fsync_part_directory"); err != nil {
+		return d, err
 	}
 	re, setting := windowSetting, "non_replicated_deduplication_window"
 	if d.replicated {
@@ -99,6 +133,19 @@ func checkDedup(ctx context.Context, conn driver.Conn, t ident) (dedupInfo, erro
 	}
 	d.window, _ = strconv.ParseInt(v, 10, 64)
 	return d, nil
+}
+
+// treeSetting reads a boolean MergeTree setting of a table: as its CREATE
+// statement sets it, else the server's default.
+func treeSetting(ctx context.Context, conn driver.Conn, create, name string) (bool, error) {
+	if m := regexp.MustCompile(`\b` + name + `\s*=\s*'?(\w+)`).FindStringSubmatch(create); m != nil {
+		return m[1] == "1" || strings.EqualFold(m[1], "true"), nil
+	}
+	var v string
+	if err := conn.QueryRow(ctx, `SELECT value FROM system.merge_tree_settings WHERE name = ?`, name).Scan(&v); err != nil {
+		return false, fmt.Errorf("read the server's %s: %w", name, err)
+	}
+	return v == "1" || strings.EqualFold(v, "true"), nil
 }
 
 // refusal is the message for a table that does not deduplicate: what to

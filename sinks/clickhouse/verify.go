@@ -2,7 +2,9 @@ package clickhouse
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -11,10 +13,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// maxReinserts bounds the inserts of one block under new tokens, in one
-// Write, when its rows are still missing after each.
-const maxReinserts = 3
-
 // A target is a table a block's rows go to, and whether the sink can see
 // that an insert there landed.
 //
@@ -22,20 +20,26 @@ const maxReinserts = 3
 // deduplication log before the new part joins the table: a server killed
 // between the two keeps the record without the part, and drops the
 // insert's retry, or a new owner's replay, with the same token as a
-// duplicate, answering success. The sink therefore checks that such an
-// insert's rows are in the table whenever the token may already be known
-// to the server: after an insert that succeeded only on a retry (an
-// earlier attempt may have reached the server), and for a partition's
-// first block after Resume (a new owner's replay of an intent, which the
-// sink cannot tell from a new block) or after a failed Write. A block is
-// one INSERT, sent with max_insert_block_size at least its rows (see
-// insertOnce), so one part in an unpartitioned table: any row of its range
-// and generation proves it landed.
+// duplicate, answering success. An insert into a partitioned table is a
+// part per table partition, each recorded and renamed in turn: a kill
+// between two leaves some of the block's rows in and the others' records
+// without them. The sink therefore checks which of an insert's offsets are
+// in the table whenever the token may already be known to the server:
+// after an insert that succeeded only on a retry (an earlier attempt may
+// have reached the server), and for a partition's first block after
+// Resume (a new owner's replay of an intent, which the sink cannot tell
+// from a new block) or after a failed Write. It inserts the missing ones
+// again, alone, under a token of their own derived from them (every writer
+// of the block finds the same set, and a second such insert is dropped),
+// and checks once more: rows still missing then are an error, not a reason
+// for another copy (a row policy that hides the sink's rows, a server that
+// drops every insert).
 type target struct {
 	table ident
 	// check: the table has the columns to find a block's rows
-	// (kafka_topic, kafka_partition, kafka_offset), merges cannot remove
-	// all of a block's rows, and its deduplication record is not kept
+	// (kafka_topic, kafka_partition, kafka_offset), merges cannot fold the
+	// rows of two offsets together (a plain MergeTree, or a sorting key
+	// holding those three), and its deduplication record is not kept
 	// apart from its parts (not a Replicated or Shared engine, whose
 	// block ids are committed in Keeper with the part, and whose parts
 	// may not yet be on the replica read).
@@ -70,16 +74,16 @@ func (s *Sink) planChecks(ctx context.Context) error {
 		main.check = typ["kafka_topic"] == "String" && integer("kafka_partition") && integer("kafka_offset")
 		main.generation = integer("kafka_generation")
 	}
-	// Only a plain MergeTree: the other kinds may fold rows together.
-	main.check = main.check && s.dedup.engine == "MergeTree"
+	// Not where merges may fold the rows of two offsets together.
+	main.check = main.check && !s.dedup.replicated && !s.dedup.folds()
 	dd, err := checkDedup(ctx, s.conn, s.cfg.deadLetters)
 	if err != nil {
 		return err
 	}
-	// The dead-letter table's key is the record's (topic, partition,
-	// offset): a ReplacingMergeTree keeps a row of each.
+	// The dead-letter table made by the sink is a ReplacingMergeTree keyed
+	// by the record's (topic, partition, offset): a row of each is kept.
 	s.deadTarget = target{table: s.cfg.deadLetters, generation: true, partitioned: dd.partitioned,
-		check: dd.engine == "MergeTree" || dd.engine == "ReplacingMergeTree"}
+		check: !dd.replicated && !dd.folds()}
 	s.mainTarget = main
 	return nil
 }
@@ -114,64 +118,103 @@ func (s *Sink) takeSuspect(topic string, partition int) bool {
 // insertChecked inserts rows with the token and, when the insert's success
 // may have been the server dropping it as a duplicate (it succeeded only on
 // a retry, or suspect), checks that the block's rows are in the table; see
-// target.
-func (s *Sink) insertChecked(ctx context.Context, b *sinks.Block, t target, cols []string, rows insertRows, token string, suspect bool) error {
+// target. wanted are the offsets of rows, in order; subset makes the rows of
+// some of them.
+func (s *Sink) insertChecked(ctx context.Context, b *sinks.Block, t target, cols []string, rows insertRows, token string, suspect bool,
+	wanted []int64, subset func(offsets []int64) insertRows) error {
 	retried, err := s.insert(ctx, b, t.table, cols, rows, token)
 	if err != nil || (!retried && !suspect) || !t.check {
 		return err
 	}
-	return s.ensureLanded(ctx, b, t, cols, rows, token)
+	return s.ensureLanded(ctx, b, t, cols, token, wanted, subset)
 }
 
-// ensureLanded inserts the block again, with new tokens, while none of its
-// rows is in the table: the server dropped its insert as a duplicate of a
-// block it no longer holds. The new tokens are the block's with
-// "/again/N", N from 1: the same in every Write of the block, so that a
-// retry of a re-insert, or the block's next Write after this one failed,
-// is dropped by the server when the re-insert is there (and found here).
-func (s *Sink) ensureLanded(ctx context.Context, b *sinks.Block, t target, cols []string, rows insertRows, token string) error {
-	for round := 1; ; round++ {
-		n, err := s.countBlock(ctx, b, t)
-		if err != nil {
-			return fmt.Errorf("check that %s holds the block: %w", t.table, err)
-		}
-		if n > 0 {
-			if t.partitioned && n < int64(rows.count()) {
-				// Some of its table partitions' parts are missing; an
-				// insert of the block would duplicate the others.
-				s.incomplete.Add(1)
-				s.cfg.log.Error("part of the block is missing from the table and is not inserted again: its other rows would be duplicated",
-					s.blockFields(b, t, zap.Int64("rows", n), zap.Int("want", rows.count()))...)
-			}
-			return nil
-		}
-		if round > maxReinserts {
-			return fmt.Errorf("the block's rows are still missing from %s after %d inserts with new tokens", t.table, maxReinserts)
-		}
-		again := token + "/again/" + strconv.Itoa(round)
-		s.cfg.log.Warn("the server dropped the block's insert as a duplicate, yet none of its rows is in the table "+
-			"(its deduplication record outlived the part, as after a crash of the server); inserting it again with a new token",
-			s.blockFields(b, t, zap.Int("rows", rows.count()), zap.String("token", again))...)
-		if _, err := s.insert(ctx, b, t.table, cols, rows, again); err != nil {
-			return fmt.Errorf("insert again as %s: %w", again, err)
-		}
-		s.reinserts.Add(1)
+// ensureLanded inserts again, alone, the offsets of wanted that the table
+// does not hold: the server dropped an insert of theirs as a duplicate of
+// a part it no longer has (see target). Their token is the block's with
+// "/missing/" and a hash of them: the same for every writer of the block
+// that finds the same rows missing, so that a second such insert is
+// dropped. Rows still missing after it are an error.
+func (s *Sink) ensureLanded(ctx context.Context, b *sinks.Block, t target, cols []string, token string, wanted []int64,
+	subset func(offsets []int64) insertRows) error {
+	missing, err := s.missingOffsets(ctx, b, t, wanted)
+	if err != nil {
+		return fmt.Errorf("check that %s holds the block: %w", t.table, err)
 	}
+	if len(missing) == 0 {
+		return nil
+	}
+	again := token + "/missing/" + offsetsHash(missing)
+	s.cfg.log.Warn("the server dropped the block's insert as a duplicate, yet some of its rows are not in the table "+
+		"(its deduplication record outlived the part, as after a crash of the server); inserting those again under a token of their own",
+		s.blockFields(b, t, zap.Int("missing", len(missing)), zap.Int("rows", len(wanted)), zap.Int64("first_missing", missing[0]), zap.String("token", again))...)
+	if _, err := s.insert(ctx, b, t.table, cols, subset(missing), again); err != nil {
+		return fmt.Errorf("insert the %d missing rows again as %s: %w", len(missing), again, err)
+	}
+	s.reinserts.Add(1)
+	still, err := s.missingOffsets(ctx, b, t, missing)
+	if err != nil {
+		return fmt.Errorf("check that %s holds the rows inserted again: %w", t.table, err)
+	}
+	if len(still) > 0 {
+		s.incomplete.Add(1)
+		return fmt.Errorf("%d of the block's rows (from offset %d) are still not in %s after they were inserted again as %s: "+
+			"the sink's user may not see them (a row policy), or the server drops their inserts; nothing more is inserted, "+
+			"so that no row is doubled", len(still), still[0], t.table, again)
+	}
+	return nil
 }
 
-// countBlock counts the rows of b's range (and generation) in the table.
-func (s *Sink) countBlock(ctx context.Context, b *sinks.Block, t target) (int64, error) {
-	q := `SELECT count() FROM ` + t.table.String() + ` WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset < ?`
-	args := []any{b.Topic, b.Partition, b.From, b.Next}
+// missingOffsets returns the offsets of wanted (rising) that the table
+// does not hold for b's partition (and generation). It reads without the
+// query cache, whatever the user's profile says: a cached answer from
+// before an insert would hide its rows.
+func (s *Sink) missingOffsets(ctx context.Context, b *sinks.Block, t target, wanted []int64) ([]int64, error) {
+	if len(wanted) == 0 {
+		return nil, nil
+	}
+	q := `SELECT DISTINCT toInt64(kafka_offset) FROM ` + t.table.String() +
+		` WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ?`
+	args := []any{b.Topic, b.Partition, wanted[0], wanted[len(wanted)-1]}
 	if t.generation {
 		q += ` AND kafka_generation = ?`
 		args = append(args, b.Generation)
 	}
-	var n uint64
-	if err := s.conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
-		return 0, err
+	q += ` SETTINGS use_query_cache = 0`
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
-	return int64(n), nil
+	defer rows.Close()
+	held := make(map[int64]bool, len(wanted))
+	for rows.Next() {
+		var off int64
+		if err := rows.Scan(&off); err != nil {
+			return nil, err
+		}
+		held[off] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var missing []int64
+	for _, off := range wanted {
+		if !held[off] {
+			missing = append(missing, off)
+		}
+	}
+	return missing, nil
+}
+
+// offsetsHash names a set of offsets: their count and an FNV-1a hash.
+func offsetsHash(offsets []int64) string {
+	h := fnv.New64a()
+	var buf [8]byte
+	for _, o := range offsets {
+		binary.BigEndian.PutUint64(buf[:], uint64(o))
+		h.Write(buf[:])
+	}
+	return strconv.Itoa(len(offsets)) + "-" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 func (s *Sink) blockFields(b *sinks.Block, t target, more ...zap.Field) []zap.Field {
@@ -184,7 +227,7 @@ func (s *Sink) blockFields(b *sinks.Block, t target, more ...zap.Field) []zap.Fi
 // rows was in the table (see target).
 func (s *Sink) Reinserts() int64 { return s.reinserts.Load() }
 
-// Incomplete counts the blocks of a partitioned table found with some of
-// their rows missing after a retry: logged as errors, not inserted again
-// (the rows there would be doubled). Zero unless ClickHouse lost a part.
+// Incomplete counts the inserts whose rows were still missing after they
+// were inserted again (see target): each failed its Write. Zero unless the
+// server hides or drops the sink's rows.
 func (s *Sink) Incomplete() int64 { return s.incomplete.Load() }
