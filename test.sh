@@ -69,6 +69,19 @@ if ! have_promtool; then
 	fi
 fi
 
+# strace puts a SIGKILL of ClickHouse between two of its system calls
+# (sinks/clickhouse: TestCrashBetweenBlockIDAndPartLosesNothing): installed
+# from Debian's package when missing and this script runs as root.
+if ! command -v strace >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing strace (Debian package strace)" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+	else
+		echo "test.sh: strace is missing (apt-get install strace); the crash-window tests will skip" >&2
+	fi
+fi
+
 # The engine's package; integration/harness/clickhouse.go finds the library
 # in CHDB_LIB, else at .cache/chdb/libchdb.so.
 chdb_pkg=@chdb/lib-linux-x64-gnu@26.7.3-stable.1

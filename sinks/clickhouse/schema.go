@@ -72,13 +72,20 @@ type dedupInfo struct {
 	fsyncInsert, fsyncDirectory bool
 }
 
-// folds reports whether merges may fold or rewrite rows: a MergeTree other
-// than the plain one (Replacing, Summing, Aggregating, Collapsing,
-// VersionedCollapsing, Coalescing, Graphite), unless its sorting key keeps
-// every offset's row apart.
+// folds reports whether merges may fold, drop or rewrite rows: a MergeTree
+// other than the plain one (Replacing, Aggregating, Collapsing,
+// VersionedCollapsing, Coalescing) unless its sorting key keeps every
+// offset's row apart; and always a SummingMergeTree, which drops a row
+// whose summed columns are all zero even as it is inserted, and a
+// GraphiteMergeTree, which rolls rows up by time.
 func (d dedupInfo) folds() bool {
-	kind := strings.TrimPrefix(strings.TrimPrefix(d.engine, "Replicated"), "Shared")
-	return kind != "MergeTree" && !d.keyedByOffset
+	switch strings.TrimPrefix(strings.TrimPrefix(d.engine, "Replicated"), "Shared") {
+	case "MergeTree":
+		return false
+	case "SummingMergeTree", "GraphiteMergeTree":
+		return true
+	}
+	return !d.keyedByOffset
 }
 
 // keyHasOffset reports whether a sorting key (system.tables.sorting_key:
