@@ -55,7 +55,7 @@ type Sink struct {
 	// dedupSetting: the server knows deduplicate_insert (26.2 and later),
 	// which the inserts set too.
 	dedupSetting bool
-	dedup   dedupInfo
+	dedup        dedupInfo
 
 	// life is held shared by writes and Resume and exclusively by Close, so
 	// that Close waits for the writes in flight and none starts after it.
