@@ -60,8 +60,23 @@ const chConfig = `<clickhouse>
 </clickhouse>
 `
 
-// chUsers is the users' file: user default with no password, and
-// ClickHouseUser with ClickHousePassword.
+// Users of every engine whose profile or row policy works against a
+// sink, for tests of what the sink does about it; none has a password.
+//   - ClickHouseUserNoDedup's profile turns insert deduplication off
+//     (insert_deduplicate 0, deduplicate_insert 'disable').
+//   - ClickHouseUserCached's has its SELECTs use the query cache, cached at
+//     the first run.
+//   - ClickHouseUserHidden sees no row of ClickHouseHiddenTable (a row
+//     policy whose filter is 0).
+const (
+	ClickHouseUserNoDedup = "nodedup"
+	ClickHouseUserCached  = "cached"
+	ClickHouseUserHidden  = "hidden"
+	ClickHouseHiddenTable = "hidden_rows"
+)
+
+// chUsers is the users' file: user default with no password,
+// ClickHouseUser with ClickHousePassword, and the users above.
 const chUsers = `<clickhouse>
   <!-- written by the offsetkeeper test harness -->
   <users>
@@ -77,8 +92,31 @@ const chUsers = `<clickhouse>
       <profile>default</profile>
       <quota>default</quota>
     </%[1]s>
+    <nodedup>
+      <password></password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>nodedup</profile>
+      <quota>default</quota>
+    </nodedup>
+    <cached>
+      <password></password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>cached</profile>
+      <quota>default</quota>
+    </cached>
+    <hidden>
+      <password></password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+      <databases><offsetkeeper><hidden_rows><filter>0</filter></hidden_rows></offsetkeeper></databases>
+    </hidden>
   </users>
-  <profiles><default/></profiles>
+  <profiles>
+    <default/>
+    <nodedup><insert_deduplicate>0</insert_deduplicate><deduplicate_insert>disable</deduplicate_insert></nodedup>
+    <cached><use_query_cache>1</use_query_cache><query_cache_min_query_runs>0</query_cache_min_query_runs><query_cache_ttl>600</query_cache_ttl></cached>
+  </profiles>
   <quotas><default/></quotas>
 </clickhouse>
 `

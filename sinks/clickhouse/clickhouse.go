@@ -49,6 +49,7 @@ const (
 type Sink struct {
 	cfg  config
 	conn driver.Conn
+	opts *ch.Options // what conn was opened with
 
 	cols    []tableColumn // columns mode's
 	resumes bool          // the table has the kafka_* columns Resume reads
@@ -145,15 +146,36 @@ func connect(url string, opts []Option) (*Sink, error) {
 	case ZSTD:
 		o.Compression = &ch.Compression{Method: ch.CompressionZSTD}
 	}
+	// Every query of the sink reads the tables as they are, whatever the
+	// user's profile says of the query cache: a cached answer from before
+	// an insert would hide its rows (and a profile that caches every query
+	// fails the sink's reads of system tables).
+	o.Settings = ch.Settings{"use_query_cache": 0}
 	conn, err := ch.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse sink: %w", err)
 	}
-	return &Sink{cfg: c, conn: conn, tinyStart: time.Now()}, nil
+	return &Sink{cfg: c, conn: conn, opts: o, tinyStart: time.Now()}, nil
 }
+
+// unknownSetting is ClickHouse's UNKNOWN_SETTING exception code.
+const unknownSetting = 115
 
 func (s *Sink) setup(ctx context.Context) error {
 	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to %s: %w", s.cfg.addrs[0], err)
+	}
+	var ex *proto.Exception
+	if err := s.conn.Exec(ctx, `SELECT 1`); errors.As(err, &ex) && ex.Code == unknownSetting && s.opts.Settings != nil {
+		// A server before 23.1 has no query cache, nor the setting.
+		s.opts.Settings = nil
+		conn, err := ch.Open(s.opts)
+		if err != nil {
+			return fmt.Errorf("clickhouse sink: %w", err)
+		}
+		_ = s.conn.Close()
+		s.conn = conn
+	} else if err != nil {
 		return fmt.Errorf("connect to %s: %w", s.cfg.addrs[0], err)
 	}
 	// The tables that exist are checked before any is made, so that a
@@ -186,6 +208,9 @@ func (s *Sink) setup(ctx context.Context) error {
 			len(s.cfg.addrs), strings.Join(s.cfg.addrs, ", "))
 	}
 	if err := s.checkDeduplicate(ctx); err != nil {
+		return err
+	}
+	if err := s.checkRowPolicies(ctx); err != nil {
 		return err
 	}
 	if err := s.conn.Exec(ctx, createDead(s.cfg.deadLetters)); err != nil {
@@ -379,6 +404,11 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 		case ctx.Err() != nil:
 			return false, fmt.Errorf("%w: %w", ctx.Err(), err)
 		case !transient(err):
+			if strings.Contains(err.Error(), tooManyPartitions) {
+				return false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
+					"(max_partitions_per_insert_block): raise it for the sink's user (0: no limit), or make blocks span fewer "+
+					"(--max-block-rows, --flush-interval); the block is not retried here: %w", t, err)
+			}
 			return false, err
 		}
 		if giveUp.IsZero() {

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"go.uber.org/zap"
@@ -82,4 +83,38 @@ func (s *Sink) warnDurability(ctx context.Context, log *zap.Logger) {
 			"replayed after such a crash may still be doubled), or a Replicated table with insert_quorum = 2",
 			zap.Bool("fsync_after_insert", s.dedup.fsyncInsert), zap.Bool("fsync_part_directory", s.dedup.fsyncDirectory))
 	}
+}
+
+// checkRowPolicies refuses a table that the sink's user reads through a
+// row policy: the sink reads its own rows back, to check an insert the
+// server may have dropped and to resume, and would take rows the policy
+// hides for missing ones, inserting them again. A user that may not read
+// system.row_policies is not refused: nothing can be told.
+func (s *Sink) checkRowPolicies(ctx context.Context) error {
+	rows, err := s.conn.Query(ctx, `SELECT short_name, currentUser() FROM system.row_policies WHERE database = ? AND table = ?
+		AND ((apply_to_all AND NOT has(apply_to_except, currentUser())) OR has(apply_to_list, currentUser()))`,
+		s.cfg.table.db, s.cfg.table.name)
+	if err != nil {
+		s.cfg.log.Debug("could not read the row policies of the table", zap.Error(err))
+		return nil
+	}
+	defer rows.Close()
+	var names []string
+	var user string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name, &user); err != nil {
+			return fmt.Errorf("read the row policies of %s: %w", s.cfg.table, err)
+		}
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the row policies of %s: %w", s.cfg.table, err)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: user %s reads %s through row policy %s: the sink reads its own rows back (to check an insert the "+
+		"server may have dropped as a duplicate, and to resume) and would take the rows the policy hides for missing ones, "+
+		"inserting them again; exempt the sink's user from the policy", ErrTableShape, user, s.cfg.table, strings.Join(names, ", "))
 }
