@@ -72,7 +72,20 @@
 //     the intent's case.
 //     Each insert goes as one block, so one part; a table with a partition
 //     key would make a block spanning its partitions several parts, not
-//     atomic as a whole, so such a table does not resume from its rows.
+//     atomic as a whole, so such a table does not resume from its rows;
+//     nor does one whose merges may fold rows of several offsets together
+//     or rewrite kafka_offset (a SummingMergeTree, or another folding
+//     engine whose sorting key does not hold kafka_topic, kafka_partition
+//     and kafka_offset).
+//   - An insert the server may have dropped as a duplicate of a part it
+//     no longer has (a crash between recording its block id and renaming
+//     the part) is checked: the offsets missing from the table are
+//     inserted again, alone, under a token derived from them, once; rows
+//     still missing then fail the write (see target in verify.go).
+//   - The user's profile cannot undo it: inserts set insert_deduplicate
+//     and deduplicate_insert, queries use_query_cache = 0; a table read
+//     through a row policy, and several hosts for a table each server
+//     keeps apart, are refused (ErrTableShape).
 //   - The table deduplicates: New checks that it is a MergeTree with
 //     non_replicated_deduplication_window > 0, or a Replicated (or Shared)
 //     MergeTree with replicated_deduplication_window > 0, and refuses any

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
@@ -84,6 +85,30 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
 		return err
 	}
+	s.warnDurability(ctx)
 	s.sql = buildStatements(&s.cfg)
 	return s.prepareAll(ctx)
+}
+
+// warnDurability says when PostgreSQL acknowledges a commit before it is
+// on disk (synchronous_commit = off for the sink's user or database): a
+// crash of its host can then lose a block's rows and offsets row, while
+// the etcd commit that follows is durable, and the replica resumes past
+// them. fsync = off loses more.
+func (s *Sink) warnDurability(ctx context.Context) {
+	var syncCommit, fsync string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync); err != nil {
+		s.cfg.log.Debug("could not read synchronous_commit and fsync", zap.Error(err))
+		return
+	}
+	switch {
+	case syncCommit == "off":
+		s.cfg.log.Warn("PostgreSQL acknowledges the sink's commits before they are on disk (synchronous_commit = off): a crash "+
+			"of its host (not of the process) can lose rows whose offsets etcd has committed; ALTER ROLE ... SET synchronous_commit = on",
+			zap.String("synchronous_commit", syncCommit))
+	case fsync == "off":
+		// A server-wide choice (test clusters make it): said, not warned.
+		s.cfg.log.Info("the PostgreSQL server runs with fsync = off: a crash of its host can lose committed rows",
+			zap.String("fsync", fsync))
+	}
 }

@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
@@ -83,5 +86,20 @@ func TestRawTruncatedGenerationReplacesOldRows(t *testing.T) {
 	}
 	if len(recs) != 14 || string(recs[3].Value) != `{"n":3}` || string(recs[6].Value) != `{"new":6}` {
 		t.Errorf("after a reset: %d rows, row 3 %s, row 6 %s; want 14, the rows held kept", len(recs), recs[3].Value, recs[6].Value)
+	}
+}
+
+// A sink whose user commits without waiting for the disk
+// (synchronous_commit = off) says at start what a host crash can lose.
+func TestAsynchronousCommitWarned(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	pg.Exec(t, `CREATE ROLE lazy LOGIN SUPERUSER`)
+	pg.Exec(t, `ALTER ROLE lazy SET synchronous_commit = off`)
+	url, _ := sinkURL(pg, "")
+	url = strings.Replace(url, "postgres://postgres@", "postgres://lazy@", 1)
+	core, logs := observer.New(zap.WarnLevel)
+	open(t, url, postgres.WithLogger(zap.New(core)))
+	if n := logs.FilterMessageSnippet("synchronous_commit = off").Len(); n != 1 {
+		t.Errorf("%d warnings of synchronous_commit = off, want 1: %v", n, logs.All())
 	}
 }
