@@ -132,6 +132,9 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if end := batch.LastStable; end >= 0 {
 			pt.seeLogEnd(end)
+			if pt.r.cfg.Kafka.IsolationLevel == ReadCommitted {
+				pt.seeHighWatermark(batch.HighWatermark)
+			}
 		} else if batch.HighWatermark >= 0 {
 			pt.seeLogEnd(batch.HighWatermark)
 		}
@@ -244,9 +247,24 @@ func (b *block) keep(batch kafka.PolledBatch) {
 // seeLogEnd records the partition's log end; a partition whose committed
 // offset reached it is caught up, not stalled.
 func (pt *partition) seeLogEnd(end int64) {
-	pt.logEnd.Store(end)
+	if old := pt.logEnd.Swap(end); old != end {
+		pt.lsoMoved.Store(time.Now().UnixNano())
+	}
 	if end <= pt.next.Load() {
 		pt.progress.Store(time.Now().UnixNano())
+	}
+}
+
+// seeHighWatermark records the high watermark beside the last stable
+// offset (read_committed): records between them belong to transactions
+// still open. A last stable offset that caught up with it counts as moved.
+func (pt *partition) seeHighWatermark(hw int64) {
+	if hw < 0 {
+		return
+	}
+	pt.hw.Store(hw)
+	if hw <= pt.logEnd.Load() {
+		pt.lsoMoved.Store(time.Now().UnixNano())
 	}
 }
 

@@ -52,6 +52,11 @@ type partition struct {
 	// Progress, read by Lag from other goroutines.
 	next    atomic.Int64 // committed offset
 	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
+	// hw is the high watermark last seen under read_committed (-1
+	// otherwise), and lsoMoved the UnixNano the last stable offset last
+	// moved, or was seen equal to the high watermark.
+	hw       atomic.Int64
+	lsoMoved atomic.Int64
 	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
 	// progress is the UnixNano of the last commit, or of the last moment
 	// the partition was seen caught up: how long it has been behind
@@ -85,6 +90,7 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		done:  make(chan struct{}),
 	}
 	pt.logEnd.Store(-1)
+	pt.hw.Store(-1)
 	pt.progress.Store(time.Now().UnixNano())
 	if r.codec != nil {
 		f.ExpectDecoding()

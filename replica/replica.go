@@ -271,6 +271,18 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 				pts[i].seeLogEnd(end)
 			}
 		}
+		if r.cfg.Kafka.IsolationLevel == ReadCommitted {
+			// Beside the last stable offsets: what open transactions hold.
+			lctx, cancel := context.WithTimeout(ctx, r.cfg.LogEndInterval)
+			hws, err := c.HighWatermarks(lctx, tps, r.cfg.LogEndInterval)
+			cancel()
+			if err != nil {
+				r.log.Debug("reading the high watermarks failed", zap.Error(err))
+			}
+			for i, hw := range hws {
+				pts[i].seeHighWatermark(hw)
+			}
+		}
 		clear(pts) // hold no released partition until the next round
 	}
 }

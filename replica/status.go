@@ -144,6 +144,15 @@ type PartitionLag struct {
 	// WriteSeconds is how long the sink write in flight has been going;
 	// 0 when none.
 	WriteSeconds float64
+	// HighWatermark is the high watermark last seen under read_committed
+	// (-1 otherwise, or unknown). Unstable is HighWatermark - LogEnd: the
+	// records of transactions still open, which Lag does not count; and
+	// LSOStalledSeconds how long the last stable offset has not moved while
+	// such records lay past it (0 when none do): a transaction left open
+	// holds it until its timeout.
+	HighWatermark     int64
+	Unstable          int64
+	LSOStalledSeconds float64
 }
 
 // Lag reports every owned partition, for metrics.
@@ -170,6 +179,13 @@ func (r *Replica) Lag() []PartitionLag {
 		}
 		if ns := pt.writing.Load(); ns > 0 {
 			l.WriteSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+		}
+		l.HighWatermark = pt.hw.Load()
+		if l.HighWatermark >= 0 && l.LogEnd >= 0 && l.HighWatermark > l.LogEnd {
+			l.Unstable = l.HighWatermark - l.LogEnd
+			if ns := pt.lsoMoved.Load(); ns > 0 {
+				l.LSOStalledSeconds = max(0, now.Sub(time.Unix(0, ns)).Seconds())
+			}
 		}
 		out = append(out, l)
 	}

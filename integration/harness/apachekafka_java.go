@@ -314,6 +314,22 @@ func (k *Kafka) RunJava(t testing.TB, mainClass string, args ...string) (stdout 
 	return out.String()
 }
 
+// StartJava starts Java class mainClass with args as RunJava runs it, as a
+// Process of its own that the test can kill (and is killed at its end):
+// e.g. TxnProducer --hang, a producer to SIGKILL in the middle of a
+// transaction.
+func (k *Kafka) StartJava(t testing.TB, name, mainClass string, args ...string) *Process {
+	t.Helper()
+	env := k.javaEnv(t)
+	classes, err := compileJava(env)
+	if err != nil {
+		t.Fatalf("kafka: %v", err)
+	}
+	cmd := javaCommand(context.Background(), env.java, env.libs, env.log4j, env.cds, t.TempDir(), classes, kafkaToolJVMFlags,
+		append([]string{mainClass}, args...)...)
+	return startCommand(t, name, cmd)
+}
+
 // RefRecord is a record as the reference consumer (RefConsumer) delivered
 // it: where it is, and enough of it to compare.
 type RefRecord struct {

@@ -68,11 +68,18 @@ type Process struct {
 // it is still running.
 func StartProcess(t testing.TB, name, bin string, args ...string) *Process {
 	t.Helper()
-	p := &Process{t: t, name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	return startCommand(t, name, cmd)
+}
+
+// startCommand starts cmd as StartProcess does: its stdout and stderr are
+// the Process's output.
+func startCommand(t testing.TB, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p := &Process{t: t, name: name, out: &syncBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
-	p.cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

@@ -147,6 +147,18 @@ func (c *Consumer) Close() error {
 // partitions the ListOffsets every few seconds cost more than the fetches.
 // A partition the brokers did not answer for gets -1.
 func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition, maxAge time.Duration) ([]int64, error) {
+	return c.logEnds(ctx, tps, maxAge, c.cfg.IsolationLevel)
+}
+
+// HighWatermarks is EndOffsets of the high watermarks, whatever the
+// isolation level: beside the last stable offsets of read_committed, they
+// tell the records of transactions still open.
+func (c *Consumer) HighWatermarks(ctx context.Context, tps []TopicPartition, maxAge time.Duration) ([]int64, error) {
+	return c.logEnds(ctx, tps, maxAge, ReadUncommitted)
+}
+
+// logEnds answers EndOffsets at level.
+func (c *Consumer) logEnds(ctx context.Context, tps []TopicPartition, maxAge time.Duration, level IsolationLevel) ([]int64, error) {
 	ends := make([]int64, len(tps))
 	var ask []TopicPartition
 	c.mu.Lock()
@@ -157,7 +169,7 @@ func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition, maxAge 
 		case cur == nil || cur.endAt.IsZero() || now.Sub(cur.endAt) > maxAge:
 			ends[i] = -1
 			ask = append(ask, tp)
-		case c.cfg.IsolationLevel == ReadCommitted:
+		case level == ReadCommitted:
 			ends[i] = cur.lso
 		default:
 			ends[i] = cur.hw
@@ -167,7 +179,7 @@ func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition, maxAge 
 	if len(ask) == 0 {
 		return ends, nil
 	}
-	asked, _, err := c.kc.ListOffsets(ctx, c.cfg.IsolationLevel, ListLatest, ask)
+	asked, _, err := c.kc.ListOffsets(ctx, level, ListLatest, ask)
 	for i, tp := range tps {
 		if end, ok := asked[tp]; ok && ends[i] < 0 {
 			ends[i] = end

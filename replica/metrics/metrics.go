@@ -74,6 +74,7 @@ type collectorDescs struct {
 	lag, lagSeconds, offset, latest *prometheus.Desc
 	maxLag, maxLagSeconds, sumLag   *prometheus.Desc
 	stalled, oldestWrite            *prometheus.Desc
+	unstable, lsoStalled            *prometheus.Desc
 
 	rows, write, commit *prometheus.Desc
 }
@@ -250,6 +251,10 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		"The sum of kafka_consumergroup_group_lag over the partitions this replica owns.", []string{"group"}, nil)
 	d.stalled = prometheus.NewDesc("offsetkeeper_partition_stalled_seconds",
 		"Seconds a partition this replica owns has been behind without a commit: 0 when caught up, about the flush interval at most when it keeps up, growing while it is stuck (a failing or hanging sink write, fetches that do not return).", lagLabels, nil)
+	d.unstable = prometheus.NewDesc("offsetkeeper_partition_unstable_records",
+		"Records between the last stable offset and the high watermark of a partition this replica owns (read_committed): records of open transactions, which the lag does not count. Exported under read_committed only.", lagLabels, nil)
+	d.lsoStalled = prometheus.NewDesc("offsetkeeper_partition_lso_stalled_seconds",
+		"Seconds the last stable offset of a partition this replica owns has not moved while records lay past it: a transaction left open (a producer gone without aborting) holds every record behind it until transaction.timeout.ms, lag reading 0 meanwhile. 0 when nothing lies past it. Exported under read_committed only.", lagLabels, nil)
 	d.oldestWrite = prometheus.NewDesc("offsetkeeper_sink_write_in_flight_seconds",
 		"Seconds the oldest sink write in flight has been going; 0 when none. Writes past --write-timeout fail and are retried.", []string{"group"}, nil)
 
@@ -269,7 +274,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.oldestWrite, d.rows, d.write, d.commit} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.oldestWrite, d.rows, d.write, d.commit} {
 		ch <- x
 	}
 }
@@ -297,6 +302,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.latest, prometheus.GaugeValue, float64(l.LogEnd), l.Partition.Topic, p)
 		}
 		ch <- prometheus.MustNewConstMetric(d.stalled, prometheus.GaugeValue, l.StalledSeconds, group, l.Partition.Topic, p)
+		if l.HighWatermark >= 0 {
+			ch <- prometheus.MustNewConstMetric(d.unstable, prometheus.GaugeValue, float64(l.Unstable), group, l.Partition.Topic, p)
+			ch <- prometheus.MustNewConstMetric(d.lsoStalled, prometheus.GaugeValue, l.LSOStalledSeconds, group, l.Partition.Topic, p)
+		}
 		maxLag, sumLag, maxSeconds = max(maxLag, l.Lag), sumLag+l.Lag, max(maxSeconds, l.LagSeconds)
 		oldestWrite = max(oldestWrite, l.WriteSeconds)
 	}

@@ -27,6 +27,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   --batch-size BYTES                batch.size, default Kafka's
  *   --linger-ms MS                    linger.ms, default 5
  *   --value-size BYTES                default 100
+ *   --hang H                          transactional: then begin one more transaction, send H records,
+ *                                     flush them, print "hanging" and wait, the transaction open, to be
+ *                                     killed (a producer gone without ending its transaction)
+ *   --transaction-timeout-ms MS       transaction.timeout.ms, default Kafka's (60 s)
  * </pre>
  *
  * <p>Record i has key "k" + i and a value of --value-size bytes that starts
@@ -89,6 +93,13 @@ public final class TxnProducer {
         }
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        if (opts.containsKey("transaction-timeout-ms")) {
+            props.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, opts.get("transaction-timeout-ms"));
+        }
+        int hang = Integer.parseInt(opts.getOrDefault("hang", "0"));
+        if (hang > 0 && !txn) {
+            usage("--hang needs --mode transactional");
+        }
         if (txn) {
             props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG,
                     opts.getOrDefault("transactional-id", "offsetkeeper-txn-producer-" + UUID.randomUUID()));
@@ -133,6 +144,16 @@ public final class TxnProducer {
                     (abort ? aborted : committed)[p] += counts[p];
                 }
             }
+            if (hang > 0) {
+                producer.beginTransaction();
+                for (int j = 0; j < hang; j++, next++) {
+                    producer.send(new ProducerRecord<>(topic, next % partitions, key(next), value(next, valueSize)));
+                }
+                producer.flush();
+                System.out.println("hanging");
+                System.out.flush();
+                Thread.sleep(Long.MAX_VALUE);
+            }
         } catch (Exception e) {
             e.printStackTrace();
             System.err.println("TxnProducer: committed " + Arrays.toString(committed) + ", aborted " + Arrays.toString(aborted));
@@ -164,7 +185,8 @@ public final class TxnProducer {
         System.err.println("TxnProducer: " + problem);
         System.err.println("usage: TxnProducer --bootstrap B --topic T --records N [--mode idempotent|transactional]"
                 + " [--transactional-id ID] [--txn-size K] [--abort-every A] [--compression none|gzip|snappy|lz4|zstd]"
-                + " [--partitions P] [--batch-size BYTES] [--linger-ms MS] [--value-size BYTES]");
+                + " [--partitions P] [--batch-size BYTES] [--linger-ms MS] [--value-size BYTES] [--hang H]"
+                + " [--transaction-timeout-ms MS]");
         System.exit(2);
     }
 }
