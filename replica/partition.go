@@ -50,14 +50,14 @@ type partition struct {
 	decodedSpare []sinks.Decoded
 
 	// Progress, read by Lag from other goroutines.
-	next    atomic.Int64 // committed offset
-	logEnd  atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
+	next   atomic.Int64 // committed offset
+	logEnd atomic.Int64 // last stable offset (or high watermark) last seen; -1 unknown
 	// hw is the high watermark last seen under read_committed (-1
 	// otherwise), and lsoMoved the UnixNano the last stable offset last
 	// moved, or was seen equal to the high watermark.
 	hw       atomic.Int64
 	lsoMoved atomic.Int64
-	pending atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
+	pending  atomic.Int64 // UnixNano of the oldest polled, uncommitted record; 0 none
 	// progress is the UnixNano of the last commit, or of the last moment
 	// the partition was seen caught up: how long it has been behind
 	// without committing is the time since.
