@@ -3,8 +3,13 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
@@ -125,4 +130,80 @@ func TestCursorValidationWithoutTruncation(t *testing.T) {
 	harness.Await(t, 10*time.Second, "the position validated after the leader moved", func() bool {
 		return c.Stats().Validations > before
 	})
+}
+
+// A broker behind the others answers metadata with a partition's older
+// leader and epoch, while the cursor has no leader (its leader moved and
+// refused it): the cursor keeps the epoch it knows and waits for an answer
+// as new, sending nothing to the old leader; when the metadata converges
+// it reads on from the new one.
+func TestStaleMetadataDoesNotSendACursorBack(t *testing.T) {
+	k := leaderEpochs(t) // epoch 1 on its second broker
+	c := openConsumer(t, testFetchConfig(k))
+	cur := openCursor(t, c, "epochs", 0, 0)
+	drain(t, cur, 20)
+	cl := k.Cluster()
+	old := cl.LeaderFor("epochs", 0) // leads in epoch 1
+	addrs := cl.ListenAddrs()
+	var stale atomic.Bool
+	var fetchesToOld atomic.Int64 // fetches and validations
+	// While stale, every metadata answer is the one of epoch 0, when the
+	// other broker led.
+	cl.ControlKey(kmsg.Metadata.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cl.KeepControl()
+		if !stale.Load() {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		for i, a := range addrs {
+			host, port, _ := strings.Cut(a, ":")
+			p, _ := strconv.Atoi(port)
+			b := kmsg.NewMetadataResponseBroker()
+			b.NodeID, b.Host, b.Port = int32(i), host, int32(p)
+			resp.Brokers = append(resp.Brokers, b)
+		}
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = kmsg.StringPtr("epochs")
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition, mp.Leader, mp.LeaderEpoch = 0, (old+1)%2, 0
+		mp.Replicas, mp.ISR = []int32{0, 1}, []int32{0, 1}
+		mt.Partitions = append(mt.Partitions, mp)
+		resp.Topics = append(resp.Topics, mt)
+		return resp, nil, true
+	})
+	for _, key := range []int16{kmsg.Fetch.Int16(), kmsg.OffsetForLeaderEpoch.Int16()} {
+		cl.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			cl.KeepControl()
+			if stale.Load() && cl.CurrentNode() == (old+1)%2 {
+				fetchesToOld.Add(1)
+			}
+			return nil, nil, false
+		})
+	}
+	stale.Store(true)
+	// The leader moves back to the first broker, epoch 2: the cursor's
+	// broker refuses it, and the lookups answer with epoch 0.
+	if err := cl.MoveTopicPartition("epochs", 0, (old+1)%2); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.MoveTopicPartition("epochs", 0, old); err != nil {
+		t.Fatal(err)
+	}
+	k.ProduceValues(t, "epochs", 0, "v20")
+	before := c.Stats().Lookups
+	harness.Await(t, 10*time.Second, "lookups answered with the stale metadata", func() bool { return c.Stats().Lookups >= before+3 })
+	c.mu.Lock()
+	leader, epoch := cur.leader, cur.epoch
+	c.mu.Unlock()
+	if epoch < 1 || leader == (old+1)%2 {
+		t.Errorf("the cursor went back to broker %d in epoch %d on metadata older than what it knew", leader, epoch)
+	}
+	if n := fetchesToOld.Load(); n != 0 {
+		t.Errorf("%d requests sent to broker %d on metadata older than the cursor's epoch", n, (old+1)%2)
+	}
+	stale.Store(false)
+	got, _ := drain(t, cur, 21)
+	if len(got) != 1 || string(got[0].Value) != "v20" {
+		t.Fatalf("after the metadata converged: %d records, want v20", len(got))
+	}
 }
