@@ -57,6 +57,13 @@ type Kafka struct {
 	// ClientID is sent with every request (client.id), for the brokers'
 	// logs and quotas. Default DefaultClientID.
 	ClientID string
+	// Rack is the replica's rack or zone (client.rack, KIP-392). A
+	// cluster whose replica.selector.class picks the closest replica
+	// (RackAwareReplicaSelector) then answers the leader's fetches with a
+	// follower in the same rack to fetch from, which the replica follows:
+	// no cross-zone traffic. Empty (the default): none is sent; a replica
+	// the leader names all the same is followed.
+	Rack string
 
 	// TLS, when not nil, connects over TLS with this configuration
 	// (security.protocol SSL, or SASL_SSL with SASL). Default nil: plain
@@ -143,6 +150,7 @@ func (k Kafka) config() kafka.Config {
 	c := kafka.Config{
 		Brokers:         k.Brokers,
 		ClientID:        k.ClientID,
+		Rack:            k.Rack,
 		TLS:             k.TLS,
 		Dial:            k.Dial,
 		DialTimeout:     k.DialTimeout,

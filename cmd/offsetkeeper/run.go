@@ -36,6 +36,7 @@ type runOptions struct {
 	startFrom       replica.StartPolicy
 	fetchMaxWait    time.Duration
 	fetchSessions   bool
+	kafkaRack       string
 	shutdown        time.Duration
 	writeTimeout    time.Duration
 	allowSinkChange bool
@@ -130,6 +131,7 @@ once. Exit status 0.`,
 	fs.Var(enumVar(&o.startFrom),
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
 	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
+	fs.StringVar(&o.kafkaRack, "kafka-rack", "", "the rack or zone this replica runs in (client.rack): with a cluster whose replica.selector.class is RackAwareReplicaSelector, partitions are read from a replica in the same rack rather than the leader (KIP-392); empty: the leader's, unless it names another replica")
 	fs.BoolVar(&o.fetchSessions, "fetch-sessions", true, "send a broker only the partitions whose fetch changed, in an incremental fetch session (KIP-227), where it keeps them; false: every fetch lists all its partitions")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
@@ -163,6 +165,7 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		Kafka: replica.Kafka{
 			Brokers:         o.cluster.brokers,
 			ClientID:        o.cluster.kafkaClientID,
+			Rack:            o.kafkaRack,
 			FetchMaxWait:    o.fetchMaxWait,
 			NoFetchSessions: !o.fetchSessions,
 			StartPolicy:     o.startFrom,

@@ -62,7 +62,15 @@ type apacheConfig struct {
 	codec kgo.CompressionCodec
 	scram *SCRAMConfig
 	jvm   []string
+	// programs: the harness's Java programs on the brokers' classpath.
+	programs bool
 }
+
+// HarnessPrograms puts the harness's Java programs
+// (integration/tools/kafka/java, compiled as RunJava compiles them) on
+// every broker's classpath: a plugin of the broker's, such as
+// FollowerSelector for replica.selector.class.
+func HarnessPrograms() ApacheKafkaOption { return func(c *apacheConfig) { c.programs = true } }
 
 // Nodes sets the number of nodes, each a broker and a controller of the
 // KRaft quorum (default 1). On three, topics are replicated three times
@@ -272,6 +280,11 @@ func (a *apacheKafka) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaStartTimeout)
 	defer cancel()
 	a.cds = a.sharedArchive(ctx)
+	if a.cfg.programs {
+		if _, err := compileJava(javaEnv{java: a.java, libs: a.libs, log4j: a.log4j, sources: a.sources, cds: a.cds}); err != nil {
+			return err
+		}
+	}
 	if a.cfg.scram != nil {
 		var err error
 		if a.tls, err = newKafkaTLS(filepath.Join(a.dir, "tls")); err != nil {

@@ -139,5 +139,10 @@ var kafkaToolJVMFlags = []string{"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX
 // cp) with the cluster's log4j2 configuration, logging into logDir; it
 // dies with the test process.
 func (a *apacheKafka) command(ctx context.Context, logDir string, flags []string, args ...string) *exec.Cmd {
-	return javaCommand(ctx, a.java, a.libs, a.log4j, a.cds, logDir, "", flags, args...)
+	extra := ""
+	if a.cfg.programs {
+		// Compiled before the first node starts (start), so no error here.
+		extra, _ = compileJava(javaEnv{java: a.java, libs: a.libs, log4j: a.log4j, sources: a.sources, cds: a.cds})
+	}
+	return javaCommand(ctx, a.java, a.libs, a.log4j, a.cds, logDir, extra, flags, args...)
 }

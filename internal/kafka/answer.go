@@ -79,6 +79,20 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		if cur.closed || p.seq != cur.seq || cur.loop != b {
 			continue // closed or repositioned since
 		}
+		if cur.following() && p.code != 0 {
+			// A replica the leader named that cannot serve the fetch
+			// (behind the leader's epoch, not in sync, out of range):
+			// the leader decides again.
+			b.unfollow(cur)
+			continue
+		}
+		if p.redirect && p.code == 0 {
+			// The leader sends the partition's fetches to another replica
+			// (KIP-392: replica.selector.class, client.rack): follow it,
+			// or the leader answers nothing forever.
+			b.follow(cur, p.preferred, now)
+			continue
+		}
 		if p.present {
 			cur.hw, cur.lso = p.hw, p.lso
 		}

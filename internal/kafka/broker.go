@@ -75,9 +75,10 @@ func (b *brokerLoop) poke() {
 	}
 }
 
-// add makes cur one of the loop's cursors. c.mu is held.
+// add makes cur one of the loop's cursors: the loop of its leader, or of
+// the replica its leader sends it to (follow). c.mu is held.
 func (b *brokerLoop) add(cur *Cursor) {
-	cur.loop, cur.leader = b, b.id
+	cur.loop = b
 	b.cursors = append(b.cursors, cur)
 	cur.wakeLoop()
 }
@@ -86,12 +87,50 @@ func (b *brokerLoop) add(cur *Cursor) {
 // flight for it is left to end on its own, its answer for cur unused. c.mu
 // is held.
 func (b *brokerLoop) remove(cur *Cursor) {
+	b.drop(cur)
+	cur.leader = -1
+}
+
+// drop takes cur out of the loop, its leader kept. c.mu is held.
+func (b *brokerLoop) drop(cur *Cursor) {
 	if i := slices.Index(b.cursors, cur); i >= 0 {
 		b.cursors = slices.Delete(b.cursors, i, i+1)
 	}
 	b.sess.leave(cur)
-	cur.loop, cur.leader, cur.flight = nil, -1, nil
+	cur.loop, cur.flight = nil, nil
+	cur.preferredUntil = time.Time{}
 }
+
+// preferredTTL is how long a cursor fetches from the replica its leader
+// named (KIP-392) before it asks the leader again, as Kafka's consumer
+// does after metadata.max.age.ms.
+const preferredTTL = 5 * time.Minute
+
+// follow moves cur from the leader's loop to the loop of replica id, which
+// the leader named to fetch from (KIP-392, preferred_read_replica). Its
+// fetches there carry the leader's epoch, so a replica behind the leader's
+// epoch refuses them. Any error of the replica's brings it back to the
+// leader (unfollow). c.mu is held.
+func (b *brokerLoop) follow(cur *Cursor, id int32, now time.Time) {
+	c := b.c
+	b.drop(cur)
+	cur.preferredUntil = now.Add(preferredTTL)
+	cur.quiet, cur.starved, cur.big = false, false, 0
+	c.loop(id).add(cur)
+}
+
+// unfollow brings cur back from a replica's loop to its leader's. c.mu is
+// held.
+func (b *brokerLoop) unfollow(cur *Cursor) {
+	c := b.c
+	b.drop(cur)
+	cur.quiet, cur.starved, cur.big = false, false, 0
+	c.loop(cur.leader).add(cur)
+}
+
+// following tells whether cur fetches from a replica other than its leader.
+// c.mu is held.
+func (cur *Cursor) following() bool { return cur.loop != nil && cur.loop.id != cur.leader }
 
 // run sends requests while there are cursors to fetch, until ctx ends; it
 // then waits for the requests in flight, which end with ctx, and closes its

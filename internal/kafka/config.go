@@ -93,6 +93,11 @@ type Config struct {
 	SASL *SASL
 	// ClientID is sent to the brokers with every request.
 	ClientID string
+	// Rack is the client's rack (client.rack, KIP-392): a leader whose
+	// replica.selector.class picks a replica by rack answers a fetch with
+	// the replica to fetch from instead, which the consumer follows (it
+	// follows one named without a rack too). Empty: none is sent.
+	Rack string
 	// MetadataTTL bounds how long cached cluster metadata is used (default
 	// 6s, kafka-go's). Leader changes reported by a broker refresh it at
 	// once regardless.

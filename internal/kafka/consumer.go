@@ -453,6 +453,9 @@ func (c *Consumer) assign(ctx context.Context) (pending bool, err error) {
 		}
 		cur.unknownSince = time.Time{}
 		if cur.leader == pm.leader && cur.epoch == pm.epoch {
+			if cur.following() && now.After(cur.preferredUntil) {
+				cur.loop.unfollow(cur) // ask the leader again
+			}
 			continue
 		}
 		if pm.epoch >= 0 && cur.epoch > pm.epoch {

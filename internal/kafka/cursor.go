@@ -43,6 +43,9 @@ type Cursor struct {
 	epoch      int32   // the leader's epoch, sent with fetches so a stale leader refuses them; -1 unknown
 	leader     int32
 	validate   bool // the position waits for validation against the leader's log (truncation.go)
+	// preferredUntil: while the cursor fetches from a replica its leader
+	// named (KIP-392), when it goes back to ask the leader.
+	preferredUntil time.Time
 
 	c  *Consumer
 	tp TopicPartition
@@ -234,7 +237,7 @@ func (cur *Cursor) epochAt(pos int64) int32 {
 // is held.
 func (cur *Cursor) moveTo(b *brokerLoop, epoch int32) {
 	old := cur.epoch
-	cur.epoch = epoch
+	cur.epoch, cur.leader = epoch, b.id
 	b.add(cur)
 	if epoch != old {
 		if old >= 0 {

@@ -63,6 +63,10 @@ type fetchPart struct {
 	err     error // decoding failed
 	code    int16 // the broker's error code for the partition
 	present bool  // the response held the partition
+	// redirect is set when the broker named another replica to fetch the
+	// partition from (KIP-392, preferred_read_replica): preferred.
+	redirect  bool
+	preferred int32
 	hw, lso int64
 }
 
@@ -89,6 +93,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
 		SessionID:      r.sessionID,
 		SessionEpoch:   r.sessionEpoch,
+		RackID:         c.cfg.Rack,
 	}, sent: &c.requestBytes}
 	for _, p := range r.listed {
 		rp := fetchapi.RequestPartition{
@@ -170,6 +175,9 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		}
 		found++
 		part.present = true
+		if rr := p.PreferredReadReplica; rr >= 0 && rr != b.id {
+			part.redirect, part.preferred = true, rr
+		}
 		part.hw, part.lso = p.HighWatermark, p.LastStableOffset
 		if part.lso < 0 {
 			part.lso = p.HighWatermark // before fetch v4

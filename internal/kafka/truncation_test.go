@@ -207,3 +207,56 @@ func TestStaleMetadataDoesNotSendACursorBack(t *testing.T) {
 		t.Fatalf("after the metadata converged: %d records, want v20", len(got))
 	}
 }
+
+// A 3-node Apache Kafka whose brokers send every consumer to a follower
+// (replica.selector.class: the harness's FollowerSelector, KIP-392): the
+// leader answers each fetch with no records and the replica to fetch from.
+// The cursors follow it, with the leader's epoch, and read every record,
+// in order, once; records produced while they follow arrive too.
+func TestApacheFollowsThePreferredReadReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster of its own")
+	}
+	harness.RequireApacheKafka(t)
+	k := harness.StartApacheKafka(t, harness.Nodes(3), harness.HarnessPrograms(),
+		harness.BrokerProperties("replica.selector.class", "FollowerSelector"))
+	const parts = 3
+	k.CreateTopic(t, "followed", parts)
+	values := func(round int) []string {
+		vals := make([]string, 100)
+		for i := range vals {
+			vals[i] = fmt.Sprintf("r%d-%03d", round, i)
+		}
+		return vals
+	}
+	for p := range parts {
+		k.ProduceValues(t, "followed", p, values(0)...)
+	}
+	cfg, _ := apacheConfig(k)
+	cfg.Rack = "zone-a"
+	c := openConsumer(t, cfg)
+	curs := make([]*Cursor, parts)
+	for p := range parts {
+		curs[p] = openCursor(t, c, "followed", p, 0)
+	}
+	for round := range 2 {
+		if round > 0 {
+			for p := range parts {
+				k.ProduceValues(t, "followed", p, values(round)...)
+			}
+		}
+		for p, cur := range curs {
+			got, _ := drain(t, cur, int64(100*(round+1)))
+			if want := values(round); len(got) != 100 || string(got[0].Value) != want[0] || string(got[99].Value) != want[99] {
+				t.Fatalf("round %d partition %d: %d records from %q", round, p, len(got), got[0].Value)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, cur := range curs {
+		if !cur.following() || cur.loop.id == cur.leader {
+			t.Errorf("partition %d: fetched from broker %d, its leader %d: want a follower", p, cur.loop.id, cur.leader)
+		}
+	}
+}

@@ -180,6 +180,9 @@ type rawFetchPartition struct {
 	HighWatermark       int64
 	LastStableOffset    int64 // -1 before v4
 	AbortedTransactions []fetchapi.ResponseTransaction
+	// PreferredReadReplica is the broker a leader sends the fetch to
+	// instead (v11, KIP-392), -1 for none.
+	PreferredReadReplica int32
 	// Records holds the partition's record batches as the broker sent
 	// them, the last one possibly truncated; nil when there are none.
 	Records []byte
@@ -220,8 +223,9 @@ func readFetchResponse(br *bufio.Reader, n int, version int16) (*rawFetchRespons
 					*a = fetchapi.ResponseTransaction{ProducerID: r.int64(), FirstOffset: r.int64()}
 				})
 			}
+			p.PreferredReadReplica = -1
 			if version >= 11 {
-				r.int32() // preferred read replica
+				p.PreferredReadReplica = r.int32()
 			}
 			p.Records = r.bytes()
 		})
