@@ -67,7 +67,7 @@ type fetchPart struct {
 	// partition from (KIP-392, preferred_read_replica): preferred.
 	redirect  bool
 	preferred int32
-	hw, lso int64
+	hw, lso   int64
 }
 
 // fetch sends one request and decodes what each partition got. It runs on
