@@ -249,7 +249,13 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 	type result struct {
 		tally
 		kills, chKills int
-		lostCommitted  int64         // missing below the committed offsets
+		// orphans: the table's deduplication-log block ids that no part
+		// covers after ClickHouse's restarts (harness.DedupOrphans: a kill
+		// between recording a part's block id and renaming the part), at
+		// most; repairs: the sink's re-inserts of rows such a block id made
+		// it drop (its WARN, in the replicas' logs).
+		orphans, repairs int
+		lostCommitted    int64         // missing below the committed offsets
 		drain          time.Duration // from the last record produced to all committed
 	}
 	results := map[string]*result{}
@@ -312,6 +318,13 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 				if sc.killCH && (sc.engine != nil || r.kills%2 == 0) {
 					ch.Restart()
 					r.chKills++
+					if sc.engine == nil {
+						orphans := ch.DedupOrphans(b, name)
+						r.orphans = max(r.orphans, len(orphans))
+						if len(orphans) > 0 {
+							b.Logf("%s: after ClickHouse's restart %d, block ids without their part: %v", sc.name, r.chKills, orphans)
+						}
+					}
 					continue
 				}
 				i := rng.IntN(len(procs))
@@ -391,8 +404,12 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 			for _, p := range procs {
 				p.Kill()
 			}
-			b.Logf("%-11s %d records at %d/s: %d kills (%d of ClickHouse); %v, of which below the committed offsets %d; waited %s after the last was produced",
-				sc.name, want, rate, r.kills, r.chKills, r.tally, r.lostCommitted, r.drain.Round(100*time.Millisecond))
+			for _, p := range all {
+				r.repairs += strings.Count(p.Output(), "some of its rows are not in the table")
+			}
+			b.Logf("%-11s %d records at %d/s: %d kills (%d of ClickHouse); %v, of which below the committed offsets %d; waited %s after the last was produced; "+
+				"orphan block ids %d, repairs by the sink %d",
+				sc.name, want, rate, r.kills, r.chKills, r.tally, r.lostCommitted, r.drain.Round(100*time.Millisecond), r.orphans, r.repairs)
 			if prev := results[sc.name]; prev != nil {
 				prev.rows += r.rows
 				prev.distinct += r.distinct
@@ -401,6 +418,8 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 				prev.lostCommitted += r.lostCommitted
 				prev.kills += r.kills
 				prev.chKills += r.chKills
+				prev.orphans += r.orphans
+				prev.repairs += r.repairs
 				prev.drain += r.drain
 			} else {
 				results[sc.name] = r
@@ -415,6 +434,10 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 		b.ReportMetric(float64(r.lost)/n, sc.name+"-missing")
 		b.ReportMetric(float64(r.lostCommitted)/n, sc.name+"-lost-below-committed")
 		b.ReportMetric(float64(r.kills)/n, sc.name+"-kills")
+		if sc.engine == nil && sc.killCH {
+			b.ReportMetric(float64(r.orphans)/n, sc.name+"-orphan-block-ids")
+			b.ReportMetric(float64(r.repairs)/n, sc.name+"-repairs")
+		}
 		b.Logf("%-11s rows %d, distinct %d, duplicate rows %d, missing %d (below the committed offsets: %d), kills %d (ClickHouse %d), per round",
 			sc.name, r.rows/int64(round), r.distinct/int64(round), r.dup()/int64(round), r.lost/int64(round), r.lostCommitted/int64(round),
 			r.kills/round, r.chKills/round)

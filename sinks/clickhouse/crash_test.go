@@ -170,3 +170,41 @@ func TestCrashBetweenBlockIDAndPartLosesNothing(t *testing.T) {
 		})
 	}
 }
+
+// The harness's count of orphan block ids (DedupOrphans) sees the state the
+// crash leaves: after the kill at the second part's rename, that part's
+// block id without its part (the record stays in the log, an orphan, after
+// the sink inserted the missing rows under a token of their own).
+func TestDedupOrphansSeeTheCrashWindow(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	url, n := sinkURL(chs, "retry_timeout=60s")
+	table := fmt.Sprintf("rows_%d", n)
+	chs.Exec(t, `CREATE TABLE `+table+` (
+		kafka_topic LowCardinality(String), kafka_partition Int32, kafka_offset Int64, kafka_generation Int64,
+		kafka_key Nullable(String), kafka_timestamp DateTime64(3, 'UTC'), value Nullable(String),
+		header_keys Array(String), header_values Array(Nullable(String))
+	) ENGINE = MergeTree PARTITION BY toYYYYMMDD(kafka_timestamp) ORDER BY (kafka_topic, kafka_partition, kafka_offset)
+	SETTINGS non_replicated_deduplication_window = 1000`)
+	s := open(t, url)
+	b := &sinks.Block{Topic: "orders", Partition: 0, Epoch: 1, From: 0, Next: 6}
+	day := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 6 {
+		b.Records = append(b.Records, sinks.Record{Offset: int64(i), Value: []byte(`{}`), Time: day.Add(time.Duration(i/3) * 24 * time.Hour)})
+	}
+	wait := killAtRename(t, chs, filepath.Join(tableDir(t, chs, table), "tmp_insert_20240502_2_2_0"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, b); err == nil {
+		t.Fatal("Write succeeded with ClickHouse killed under it, and retry_timeout cut short: want an error")
+	}
+	wait()
+	harness.Await(t, 10*time.Second, "the killed ClickHouse reaped", func() bool { return chs.PID() == 0 })
+	chs.Start()
+	if got := chs.DedupOrphans(t, table); len(got) != 1 || !strings.HasPrefix(got[0], "20240502_2_2_0 ") {
+		t.Fatalf("orphans %v, want the second part's block id alone", got)
+	}
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	checkOnce(t, url, b)
+}
