@@ -256,7 +256,7 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 		// it drop (its WARN, in the replicas' logs).
 		orphans, repairs int
 		lostCommitted    int64         // missing below the committed offsets
-		drain          time.Duration // from the last record produced to all committed
+		drain            time.Duration // from the last record produced to all committed
 	}
 	results := map[string]*result{}
 	round := 0
