@@ -1,0 +1,137 @@
+package clickhouse
+
+// One INSERT of a block's rows: its settings, its retries with the same
+// token, and which failures are worth another attempt.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+// insertRows are an INSERT's rows.
+type insertRows interface {
+	count() int
+	// fill appends the rows to a batch.
+	fill(batch driver.Batch) error
+}
+
+// insert sends one INSERT of rows with the token, retrying with backoff
+// for up to retry_timeout while the failure is not the rows' own. retried
+// reports a success on a later attempt: an earlier one failed, maybe after
+// its request reached the server, so the success may be the server
+// dropping the retry as a duplicate.
+func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) (retried bool, err error) {
+	var giveUp time.Time
+	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
+	for attempt := 1; ; attempt++ {
+		err := s.insertOnce(ctx, t, cols, rows, token)
+		switch {
+		case err == nil:
+			return attempt > 1, nil
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("%w: %w", ctx.Err(), err)
+		case !transient(err):
+			if strings.Contains(err.Error(), tooManyPartitions) {
+				return false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
+					"(max_partitions_per_insert_block): raise it for the sink's user (0: no limit), or make blocks span fewer "+
+					"(--max-block-rows, --flush-interval); the block is not retried here: %w", t, err)
+			}
+			return false, err
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(s.cfg.retryTimeout)
+		}
+		wait := retry.Next()
+		if time.Now().Add(wait).After(giveUp) {
+			return false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
+		}
+		s.retries.Add(1)
+		s.cfg.log.Warn("insert failed; retrying with the same token", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
+			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("attempt", attempt), zap.Error(err))
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return false, err
+		}
+	}
+}
+
+// defaultMaxInsertBlockSize is ClickHouse's default max_insert_block_size.
+const defaultMaxInsertBlockSize = 1 << 20
+
+func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) error {
+	settings := ch.Settings{
+		"insert_deduplicate":         1,
+		"insert_deduplication_token": token,
+		"async_insert":               0,
+		// One block, so one part: the server splits a larger insert.
+		"max_insert_block_size": max(rows.count(), defaultMaxInsertBlockSize),
+	}
+	if s.dedupSetting {
+		// ClickHouse 26.2 and later: it overrides insert_deduplicate, and
+		// a profile may set it to disable.
+		settings["deduplicate_insert"] = "enable"
+	}
+	ctx = ch.Context(ctx, ch.WithSettings(settings))
+	batch, err := s.conn.PrepareBatch(ctx, insertSQL(t, cols))
+	if err != nil {
+		return err
+	}
+	if err := rows.fill(batch); err != nil {
+		_ = batch.Abort()
+		return err
+	}
+	return batch.Send()
+}
+
+// transientCodes are ClickHouse's exceptions that a later attempt may not
+// meet: timeouts, lost connections, overload (252, too many parts: merges
+// catch up), a read-only replica, Keeper.
+var transientCodes = map[int32]bool{
+	3: true, 159: true, 164: true, 202: true, 203: true, 209: true, 210: true, 241: true, 242: true,
+	252: true, 319: true, 425: true, 999: true, 1000: true,
+}
+
+// tooManyPartitions is the message of code 252 when one insert holds rows
+// of more table partitions than max_partitions_per_insert_block: the same
+// block meets it every time.
+const tooManyPartitions = "Too many partitions for single INSERT block"
+
+// transient reports whether err is worth another attempt: a failure of the
+// connection, or an exception in transientCodes; not one about the rows.
+func transient(err error) bool {
+	var ex *proto.Exception
+	if errors.As(err, &ex) {
+		if ex.Code == 252 && strings.Contains(ex.Message, tooManyPartitions) {
+			return false
+		}
+		return transientCodes[ex.Code]
+	}
+	var ce *column.ColumnConverterError
+	return !errors.As(err, &ce) && !errors.Is(err, ch.ErrBatchInvalid)
+}
+
+// observe counts an insert of n rows for the tiny-block warning.
+func (s *Sink) observe(n int) {
+	s.tinyMu.Lock()
+	defer s.tinyMu.Unlock()
+	s.tinyCount++
+	s.tinyRowsSum += int64(n)
+	if since := time.Since(s.tinyStart); since >= tinyWindow {
+		if s.tinyCount > tinyInserts*int64(since/tinyWindow) && s.tinyRowsSum < tinyRows*s.tinyCount {
+			s.cfg.log.Warn("many small inserts: ClickHouse wants few large ones (too many parts); raise --flush-interval or --max-empty-polls",
+				zap.Int64("inserts", s.tinyCount), zap.Int64("rows_per_insert", s.tinyRowsSum/s.tinyCount), zap.Duration("over", since))
+		}
+		s.tinyStart, s.tinyCount, s.tinyRowsSum = time.Now(), 0, 0
+	}
+}
