@@ -192,8 +192,19 @@ func TestApacheUncleanElectionTruncatesLog(t *testing.T) {
 			}
 		}
 		m := scrape(t, c.e.memberHTTP(memberID(c))+"/metrics")
-		if got := m.value("offsetkeeper_log_truncations_total", "group", "g"); got != 1 {
-			t.Errorf("%s: offsetkeeper_log_truncations_total %v, want 1", c.e.topic, got)
+		// Found at the claim by the replica that replaced the paused one;
+		// by the one resumed, when it met the new leader.
+		cause := "leader_changed"
+		if c.restart {
+			cause = "claimed"
+		}
+		if got := m.value("offsetkeeper_log_truncations_total", "group", "g", "cause", cause); got != 1 {
+			t.Errorf("%s: offsetkeeper_log_truncations_total{cause=%q} %v, want 1", c.e.topic, cause, got)
+		}
+		for _, other := range []string{"claimed", "leader_changed", "out_of_range", "past_log_end"} {
+			if got := m.value("offsetkeeper_log_truncations_total", "group", "g", "cause", other); other != cause && got != 0 {
+				t.Errorf("%s: offsetkeeper_log_truncations_total{cause=%q} %v, want 0", c.e.topic, other, got)
+			}
 		}
 		if got := m.value("offsetkeeper_offsets_truncated_total", "group", "g"); got != 500 {
 			t.Errorf("%s: offsetkeeper_offsets_truncated_total %v, want 500", c.e.topic, got)

@@ -280,7 +280,7 @@ func (pt *partition) reset(r *kafka.OffsetReset) {
 	}
 	// Without a leader epoch to ask Kafka where the logs diverge (offsets
 	// committed before epochs were stored): a truncation all the same.
-	pt.r.stats.logTruncations.Add(1)
+	pt.r.stats.truncations[pastLogEnd].Add(1)
 	pt.log.Error("the offset is past the log end and no leader epoch tells where the log diverged: the log was truncated "+
 		"(an unclean leader election); resuming at the log end",
 		zap.Int64("from", r.From), zap.Int64("next", r.To))

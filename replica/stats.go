@@ -3,6 +3,8 @@ package replica
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 )
 
 // Stats is a snapshot of what a replica did since New: counters, and
@@ -21,13 +23,17 @@ type Stats struct {
 	// first kind never read: records gone from Kafka before they were
 	// delivered.
 	OffsetResets, OffsetsSkipped int64
-	// LogTruncations counts the times Kafka's log of a partition was found
-	// to diverge below what the replica had read (an unclean leader
-	// election, or a leader that lost acknowledged records), by the leader
-	// epochs stored with the offsets: each started a new generation at the
-	// divergence point. OffsetsTruncated counts the committed offsets
-	// Kafka no longer held: records in the sink that Kafka lost.
-	LogTruncations, OffsetsTruncated int64
+	// LogTruncations counts, by cause (TruncationCauses), the times
+	// Kafka's log of a partition was found truncated below what the
+	// replica had read (an unclean leader election, or a leader that lost
+	// acknowledged records): by the leader epoch stored with the offset,
+	// validated at a claim, at a leader change or on an out-of-range
+	// answer (each started a new generation at the divergence point), or
+	// an offset past the log end without an epoch (reading resumed at the
+	// log end). OffsetsTruncated counts the committed offsets Kafka no
+	// longer held: records in the sink that Kafka lost.
+	LogTruncations   map[string]int64
+	OffsetsTruncated int64
 	// TopicsRecreated counts partitions held because their topic was
 	// deleted and created again: they wait for an operator's reset.
 	TopicsRecreated int64
@@ -97,13 +103,43 @@ type Stats struct {
 type counters struct {
 	records, blocks, commits, rollbacks, fenced  atomic.Int64
 	offsetsChanged, offsetResets, offsetsSkipped atomic.Int64
-	logTruncations, offsetsTruncated             atomic.Int64
+	truncations                                  [len(truncationCauses)]atomic.Int64
+	offsetsTruncated                             atomic.Int64
 	topicsRecreated                              atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
 	writeTimeouts, abandoned                     atomic.Int64
 	claims, rebalances, sessions                 atomic.Int64
 	decodeErrors, decodeSkipped, registryWaits   atomic.Int64
 	decodeBudgetStops                            atomic.Int64
+}
+
+// TruncationCauses are the keys of Stats.LogTruncations.
+var TruncationCauses = truncationCauses[:]
+
+var truncationCauses = [...]string{"claimed", "leader_changed", "out_of_range", "past_log_end"}
+
+// truncationCause is the index in truncationCauses of the cause a cursor
+// gives a truncation (kafka.Truncation.Cause).
+func truncationCause(cause string) int {
+	switch cause {
+	case kafka.CauseSeek:
+		return 0
+	case kafka.CauseLeaderChanged:
+		return 1
+	}
+	return 2
+}
+
+// pastLogEnd is truncationCauses' index of an offset past the log end
+// without an epoch.
+const pastLogEnd = 3
+
+func (c *counters) truncationCounts() map[string]int64 {
+	m := make(map[string]int64, len(truncationCauses))
+	for i, name := range truncationCauses {
+		m[name] = c.truncations[i].Load()
+	}
+	return m
 }
 
 func (c *counters) snapshot() Stats {
@@ -116,7 +152,7 @@ func (c *counters) snapshot() Stats {
 		OffsetsChanged:    c.offsetsChanged.Load(),
 		OffsetResets:      c.offsetResets.Load(),
 		OffsetsSkipped:    c.offsetsSkipped.Load(),
-		LogTruncations:    c.logTruncations.Load(),
+		LogTruncations:    c.truncationCounts(),
 		OffsetsTruncated:  c.offsetsTruncated.Load(),
 		TopicsRecreated:   c.topicsRecreated.Load(),
 		SinkErrors:        c.sinkErrors.Load(),

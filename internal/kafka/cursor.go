@@ -241,7 +241,7 @@ func (cur *Cursor) moveTo(b *brokerLoop, epoch int32) {
 	b.add(cur)
 	if epoch != old {
 		if old >= 0 {
-			cur.validateCause = "leader changed"
+			cur.validateCause = CauseLeaderChanged
 		}
 		cur.askValidate()
 	}
@@ -258,7 +258,7 @@ func (cur *Cursor) SeekEpoch(offset int64, epoch int32) {
 	cur.committedAt, cur.committedEpoch = offset, epoch
 	cur.readAt, cur.readEpoch, cur.readHigh = offset, epoch, offset
 	if epoch >= 0 && offset >= 0 {
-		cur.validateCause = "seek"
+		cur.validateCause = CauseSeek
 		cur.askValidate()
 	}
 	cur.c.mu.Unlock()
@@ -446,7 +446,7 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 				// Out of range may be a truncated log: Kafka says which
 				// before the offset is moved by where it lies.
 				c.mu.Unlock()
-				t, err := f.validate(ctx, f.offset, epoch, "out of range")
+				t, err := f.validate(ctx, f.offset, epoch, CauseOutOfRange)
 				c.mu.Lock()
 				if err == nil && t != nil {
 					cur.outOfRange, cur.oorStreak = false, 0

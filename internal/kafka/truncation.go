@@ -32,10 +32,17 @@ type Truncation struct {
 	// Epoch is the leader epoch of the record before To, as the leader's
 	// log has it.
 	Epoch int32
-	// Cause says what made the reader look: "leader changed", "seek" (a
-	// claim's committed offset), "out of range".
+	// Cause says what made the reader look: CauseSeek, CauseLeaderChanged
+	// or CauseOutOfRange.
 	Cause string
 }
+
+// What made a reader validate its position (Truncation.Cause).
+const (
+	CauseSeek          = "seek"           // a seek to a committed offset with its epoch (a claim)
+	CauseLeaderChanged = "leader changed" // the partition's leader epoch changed
+	CauseOutOfRange    = "out of range"   // the leader refused the offset
+)
 
 func (t *Truncation) String() string {
 	return fmt.Sprintf("log diverges at %d below %d (%s)", t.To, t.From, t.Cause)

@@ -75,6 +75,7 @@ type collectorDescs struct {
 	maxLag, maxLagSeconds, sumLag   *prometheus.Desc
 	stalled, oldestWrite            *prometheus.Desc
 	unstable, lsoStalled            *prometheus.Desc
+	truncations                     *prometheus.Desc
 
 	rows, write, commit *prometheus.Desc
 }
@@ -129,9 +130,6 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		stat("offsetkeeper_offsets_skipped_total",
 			"Offsets never read because the log start moved past them before they were (retention or DeleteRecords): records gone from Kafka, not delivered. Zero in a healthy group.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OffsetsSkipped }),
-		stat("offsetkeeper_log_truncations_total",
-			"Times Kafka's log of a partition was found to diverge below what the replica had read (an unclean leader election, or a leader that lost acknowledged records), found by the leader epoch stored with each offset (reading went on from the divergence point in a new generation), or an offset past the log end without one (reading resumed at the log end). Zero in a healthy group.",
-			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.LogTruncations }),
 		stat("offsetkeeper_offsets_truncated_total",
 			"Committed offsets whose records Kafka no longer holds after a log truncation: records the sink holds that Kafka lost. Zero in a healthy group.",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.OffsetsTruncated }),
@@ -234,6 +232,9 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	d.mirrorFailures = own("offsetkeeper_mirror_failures_total",
 		"Passes that failed to copy committed offsets to Kafka (wholly or for some partitions). Informational: etcd's offsets are unaffected.")
 
+	d.truncations = prometheus.NewDesc("offsetkeeper_log_truncations_total",
+		"Times Kafka's log of a partition was found truncated below what the replica had read (an unclean leader election, or a leader that lost acknowledged records), by cause: the leader epoch stored with the offset validated when the partition was claimed, when its leader changed, or when an offset was out of range (reading went on from the divergence point in a new generation); or an offset past the log end without an epoch (reading resumed at the log end). Zero in a healthy group.",
+		[]string{"cause"}, group)
 	lagLabels := []string{"group", "topic", "partition"}
 	d.lag = prometheus.NewDesc("kafka_consumergroup_group_lag",
 		"Records between the committed offset and the log end (last stable offset) of a partition this replica owns.", lagLabels, nil)
@@ -274,7 +275,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.oldestWrite, d.rows, d.write, d.commit} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.truncations, d.oldestWrite, d.rows, d.write, d.commit} {
 		ch <- x
 	}
 }
@@ -285,6 +286,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	stats := c.r.Stats()
 	for _, s := range d.scalars {
 		ch <- prometheus.MustNewConstMetric(s.desc, s.typ, s.value(&stats, c.r))
+	}
+	for _, cause := range replica.TruncationCauses {
+		ch <- prometheus.MustNewConstMetric(d.truncations, prometheus.CounterValue, float64(stats.LogTruncations[cause]), cause)
 	}
 	if c.mirror != nil {
 		ch <- prometheus.MustNewConstMetric(d.mirrorCommits, prometheus.CounterValue, float64(c.mirror.Commits()))
