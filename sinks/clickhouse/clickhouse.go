@@ -66,6 +66,7 @@ type Sink struct {
 	retries     atomic.Int64
 	reinserts   atomic.Int64
 	incomplete  atomic.Int64
+	unchecked   atomic.Int64
 
 	// Where a block's insert is checked (see target), and the partitions
 	// whose next block is checked whatever its insert's outcome.

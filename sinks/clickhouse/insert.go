@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
@@ -31,37 +32,39 @@ type insertRows interface {
 // for up to retry_timeout while the failure is not the rows' own. retried
 // reports a success on a later attempt: an earlier one failed, maybe after
 // its request reached the server, so the success may be the server
-// dropping the retry as a duplicate.
-func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) (retried bool, err error) {
+// dropping the retry as a duplicate. dropped reports that the server said
+// it dropped the insert as a duplicate (DuplicatedInsertedBlocks, over the
+// native protocol; never over HTTP).
+func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) (retried, dropped bool, err error) {
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
-		err := s.insertOnce(ctx, t, cols, rows, token)
+		dropped, err := s.insertOnce(ctx, t, cols, rows, token)
 		switch {
 		case err == nil:
-			return attempt > 1, nil
+			return attempt > 1, dropped, nil
 		case ctx.Err() != nil:
-			return false, fmt.Errorf("%w: %w", ctx.Err(), err)
+			return false, false, fmt.Errorf("%w: %w", ctx.Err(), err)
 		case !transient(err):
 			if strings.Contains(err.Error(), tooManyPartitions) {
-				return false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
+				return false, false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
 					"(max_partitions_per_insert_block): raise it for the sink's user (0: no limit), or make blocks span fewer "+
 					"(--max-block-rows, --flush-interval); the block is not retried here: %w", t, err)
 			}
-			return false, err
+			return false, false, err
 		}
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
 		wait := retry.Next()
 		if time.Now().Add(wait).After(giveUp) {
-			return false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
+			return false, false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
 		}
 		s.retries.Add(1)
 		s.cfg.log.Warn("insert failed; retrying with the same token", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
 			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("attempt", attempt), zap.Error(err))
 		if err := backoff.Sleep(ctx, wait); err != nil {
-			return false, err
+			return false, false, err
 		}
 	}
 }
@@ -69,7 +72,7 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 // defaultMaxInsertBlockSize is ClickHouse's default max_insert_block_size.
 const defaultMaxInsertBlockSize = 1 << 20
 
-func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) error {
+func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) (dropped bool, err error) {
 	settings := ch.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
@@ -82,16 +85,24 @@ func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows inse
 		// a profile may set it to disable.
 		settings["deduplicate_insert"] = "enable"
 	}
-	ctx = ch.Context(ctx, ch.WithSettings(settings))
+	var duplicates atomic.Int64
+	ctx = ch.Context(ctx, ch.WithSettings(settings), ch.WithProfileEvents(func(events []ch.ProfileEvent) {
+		for _, e := range events {
+			if e.Name == "DuplicatedInsertedBlocks" {
+				duplicates.Add(e.Value)
+			}
+		}
+	}))
 	batch, err := s.conn.PrepareBatch(ctx, insertSQL(t, cols))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := rows.fill(batch); err != nil {
 		_ = batch.Abort()
-		return err
+		return false, err
 	}
-	return batch.Send()
+	err = batch.Send()
+	return err == nil && duplicates.Load() > 0, err
 }
 
 // transientCodes are ClickHouse's exceptions that a later attempt may not

@@ -146,3 +146,32 @@ func TestSummingTableDoesNotResume(t *testing.T) {
 		t.Errorf("Resume = %d, %v, %v; want not ok: the table's kafka_offset is rewritten by its merges", next, ok, err)
 	}
 }
+
+// A table the sink cannot check (a ReplacingMergeTree keyed by the record's
+// id: merges fold rows of several offsets) is written all the same; a
+// block its server drops as a duplicate when a new owner replays it is
+// counted and said, over the native protocol, where it could not be
+// checked.
+func TestUncheckedTableCountsDroppedReplays(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	url, n := sinkURL(chs, "mode=columns")
+	chs.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (id Int64, kafka_topic String, kafka_partition Int32, kafka_offset Int64, kafka_generation Int64)
+		ENGINE = ReplacingMergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`, n))
+	s := open(t, url)
+	b := block("orders", 0, 0, 3, `{"id":1}`, `{"id":2}`, `{"id":3}`)
+	write(t, s, b)
+	if got := s.UncheckedDuplicates(); got != 0 {
+		t.Fatalf("%d unchecked duplicates after a first write, want 0", got)
+	}
+	// A new owner replays the block: the server drops it.
+	if _, _, _, err := s.Resume(context.Background(), "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, b)
+	if got := s.UncheckedDuplicates(); got != 1 {
+		t.Errorf("%d unchecked duplicates after a replay, want 1", got)
+	}
+	if got := chs.QueryInt(t, fmt.Sprintf(`SELECT count() FROM rows_%d`, n)); got != 3 {
+		t.Errorf("%d rows, want 3 (the replay dropped)", got)
+	}
+}

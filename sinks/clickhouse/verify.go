@@ -122,9 +122,20 @@ func (s *Sink) takeSuspect(topic string, partition int) bool {
 // some of them.
 func (s *Sink) insertChecked(ctx context.Context, b *sinks.Block, t target, cols []string, rows insertRows, token string, suspect bool,
 	wanted []int64, subset func(offsets []int64) insertRows) error {
-	retried, err := s.insert(ctx, b, t.table, cols, rows, token)
-	if err != nil || (!retried && !suspect) || !t.check {
+	retried, dropped, err := s.insert(ctx, b, t.table, cols, rows, token)
+	if err != nil || (!retried && !suspect) {
 		return err
+	}
+	if !t.check {
+		if dropped {
+			// Said, since it cannot be checked: after a crash of the
+			// server in the window, the block's rows are not there.
+			s.unchecked.Add(1)
+			s.cfg.log.Warn("the server dropped a block's insert as a duplicate and the table cannot be checked for its rows "+
+				"(see the WARN at start): if ClickHouse was killed between recording the insert and committing its part, they are lost",
+				s.blockFields(b, t, zap.Int("rows", len(wanted)))...)
+		}
+		return nil
 	}
 	return s.ensureLanded(ctx, b, t, cols, token, wanted, subset)
 }
@@ -148,7 +159,7 @@ func (s *Sink) ensureLanded(ctx context.Context, b *sinks.Block, t target, cols 
 	s.cfg.log.Warn("the server dropped the block's insert as a duplicate, yet some of its rows are not in the table "+
 		"(its deduplication record outlived the part, as after a crash of the server); inserting those again under a token of their own",
 		s.blockFields(b, t, zap.Int("missing", len(missing)), zap.Int("rows", len(wanted)), zap.Int64("first_missing", missing[0]), zap.String("token", again))...)
-	if _, err := s.insert(ctx, b, t.table, cols, subset(missing), again); err != nil {
+	if _, _, err := s.insert(ctx, b, t.table, cols, subset(missing), again); err != nil {
 		return fmt.Errorf("insert the %d missing rows again as %s: %w", len(missing), again, err)
 	}
 	s.reinserts.Add(1)
@@ -226,6 +237,14 @@ func (s *Sink) blockFields(b *sinks.Block, t target, more ...zap.Field) []zap.Fi
 // server had dropped the block's insert as a duplicate while none of its
 // rows was in the table (see target).
 func (s *Sink) Reinserts() int64 { return s.reinserts.Load() }
+
+// UncheckedDuplicates counts the inserts of a table the sink cannot check
+// (target.check) that the server said it dropped as duplicates when their
+// token may already have been known to it (after a retry, a new owner's
+// replay): each is a block whose rows are in the table unless the server
+// crashed in the window target describes, which only a check could tell.
+// Over the native protocol; HTTP does not say.
+func (s *Sink) UncheckedDuplicates() int64 { return s.unchecked.Load() }
 
 // Incomplete counts the inserts whose rows were still missing after they
 // were inserted again (see target): each failed its Write. Zero unless the
