@@ -331,6 +331,9 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 		return nil, err
 	}
 	b.Committed = off
+	if truncated != nil && truncated.Lost() > 0 {
+		b.Truncated = Range{From: truncated.At, Next: truncated.Committed}
+	}
 	if in != nil {
 		b.InFlight = Range{From: in.From, Next: in.Next}
 	} else if next, ok, err := cfg.Sink.SinkNext(ctx, tp.Topic, tp.Partition); err != nil {
@@ -353,14 +356,7 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 		return nil, err
 	}
 	defer held.Close()
-	p, err := Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
-	if err == nil && truncated != nil && truncated.Lost() > 0 {
-		// Records the sink holds that Kafka lost when it truncated the log:
-		// Kafka's doing, not a finding (the new generation's records at
-		// those offsets are audited as any others).
-		p.TruncatedByKafka.add(truncated.At, truncated.Committed)
-	}
-	return p, err
+	return Merge(ctx, tp.Topic, tp.Partition, b, held, delivered, cfg.MaxRanges, progress)
 }
 
 // partitionState reads the committed offset, the intent (nil for none) and

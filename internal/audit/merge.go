@@ -22,6 +22,12 @@ type Bounds struct {
 	// CheckMissing is false for a sink that may rightly not hold every
 	// delivered record (an upsert table keeps one row per key).
 	CheckMissing bool
+	// Truncated is the range of committed offsets whose records Kafka lost
+	// when it truncated the log (etcd's record of the generation): the
+	// sink may hold an old record and the new log's at each of them (a
+	// ClickHouse table keeps both generations), which is not a duplicate.
+	// Empty when there is none.
+	Truncated Range
 }
 
 // Partition is the audit of one partition.
@@ -99,6 +105,9 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 		Missing:        newRanges(maxRanges), Duplicated: newRanges(maxRanges), Mismatched: newRanges(maxRanges), InFlight: newRanges(maxRanges),
 		BeyondCommit: newRanges(maxRanges), Aborted: newRanges(maxRanges), Unverifiable: newRanges(maxRanges),
 		TruncatedByKafka: newRanges(maxRanges)}
+	if b.Truncated.Next > b.Truncated.From {
+		p.TruncatedByKafka.add(b.Truncated.From, b.Truncated.Next)
+	}
 	var read, reported int64
 	tick := func() {
 		read++
@@ -171,6 +180,9 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 		p.Held++
 		if h.DeadLetters > 0 {
 			p.DeadLetters++
+		}
+		if copies > 1 && off >= b.Truncated.From && off < b.Truncated.Next {
+			copies-- // the record Kafka lost, beside the new log's
 		}
 		if copies > 1 {
 			p.Duplicated.add(off, off+1)

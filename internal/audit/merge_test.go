@@ -18,6 +18,8 @@ func span(from, next int64) []int64 {
 	return out
 }
 
+func sorted(offs []int64) []int64 { slices.Sort(offs); return offs }
+
 func without(offs []int64, drop ...int64) []int64 {
 	return slices.DeleteFunc(slices.Clone(offs), func(o int64) bool { return slices.Contains(drop, o) })
 }
@@ -29,6 +31,7 @@ func TestMergeFindsWhatIsPlanted(t *testing.T) {
 	base := Bounds{LogStart: 0, Committed: 20, CheckMissing: true}
 	type want struct {
 		missing, duplicated, inFlight, beyond, aborted, unverifiable []Range
+		truncated                                                    []Range
 		copies                                                       int64
 	}
 	tests := []struct {
@@ -60,6 +63,13 @@ func TestMergeFindsWhatIsPlanted(t *testing.T) {
 			held: append([]int64{1, 2}, without(delivered, 0, 1, 2, 3, 4)...), delivered: without(delivered, 0, 1, 2, 3, 4),
 			want: want{unverifiable: []Range{{1, 3}}}},
 		{name: "upsert: missing not checked", bounds: Bounds{Committed: 20}, held: []int64{4, 19}, delivered: delivered},
+		// Kafka truncated the log at 5 after 8 was committed: a sink that
+		// keeps both generations (ClickHouse) holds 5 to 7 twice, the
+		// record Kafka lost and the new log's; a third copy is one.
+		{name: "truncated by Kafka: the old record beside the new is no duplicate",
+			bounds: Bounds{Committed: 20, CheckMissing: true, Truncated: Range{5, 8}},
+			held:   sorted(append(slices.Clone(delivered), 5, 6, 7, 7)), delivered: delivered,
+			want: want{duplicated: []Range{{7, 8}}, copies: 1, truncated: []Range{{5, 8}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,6 +96,7 @@ func TestMergeFindsWhatIsPlanted(t *testing.T) {
 			check("beyond the commit", p.BeyondCommit, tt.want.beyond)
 			check("aborted", p.Aborted, tt.want.aborted)
 			check("unverifiable", p.Unverifiable, tt.want.unverifiable)
+			check("truncated by Kafka", p.TruncatedByKafka, tt.want.truncated)
 			if p.Copies != tt.want.copies {
 				t.Errorf("extra copies: got %d, want %d", p.Copies, tt.want.copies)
 			}
