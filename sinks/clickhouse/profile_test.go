@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
@@ -173,5 +176,31 @@ func TestUncheckedTableCountsDroppedReplays(t *testing.T) {
 	}
 	if got := chs.QueryInt(t, fmt.Sprintf(`SELECT count() FROM rows_%d`, n)); got != 3 {
 		t.Errorf("%d rows, want 3 (the replay dropped)", got)
+	}
+}
+
+// A table that does not sync its parts to disk before an insert is
+// acknowledged (ClickHouse's defaults) is said at start, naming the
+// settings that close it; one that does is not.
+func TestUnsyncedTableWarned(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	warnings := func(url string) int {
+		core, logs := observer.New(zap.WarnLevel)
+		open(t, url, clickhouse.WithLogger(zap.New(core)))
+		return logs.FilterMessageSnippet("fsync_after_insert = 1, fsync_part_directory = 1").Len()
+	}
+	url, _ := sinkURL(chs, "")
+	if n := warnings(url); n != 1 {
+		t.Errorf("a raw table of ClickHouse's defaults: %d warnings naming the fsync settings, want 1", n)
+	}
+	url, n := sinkURL(chs, "")
+	chs.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (
+		kafka_topic LowCardinality(String), kafka_partition Int32, kafka_offset Int64, kafka_generation Int64,
+		kafka_key Nullable(String), kafka_timestamp DateTime64(3, 'UTC'), value Nullable(String),
+		header_keys Array(String), header_values Array(Nullable(String))
+	) ENGINE = MergeTree ORDER BY (kafka_topic, kafka_partition, kafka_offset)
+	SETTINGS non_replicated_deduplication_window = 1000, fsync_after_insert = 1, fsync_part_directory = 1`, n))
+	if n := warnings(url); n != 0 {
+		t.Errorf("a table that syncs its parts: %d warnings, want 0", n)
 	}
 }
