@@ -194,6 +194,16 @@ type Config struct {
 	// are read for the lag. Default DefaultLogEndInterval, 5s.
 	LogEndInterval time.Duration
 
+	// CompactInterval is how often the replicas compact etcd's history, to
+	// the revision of one interval before, one replica of all that run on
+	// the etcd cluster taking each round (coordinator.Compactor). Default
+	// coordinator.DefaultCompactInterval, 5m. NoCompaction leaves it to
+	// etcd's own --auto-compaction-retention, where the cluster is shared
+	// and its owner compacts it: without either, etcd's database grows
+	// with every commit until its quota, and then refuses every write.
+	CompactInterval time.Duration
+	NoCompaction    bool
+
 	// Sink identifies the sink to the group: its scheme and location
 	// (file:///var/lib/orders, postgres://db:5432/app?table=orders),
 	// never a secret. Every member advertises it, and a replica whose
@@ -234,6 +244,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.LogEndInterval, DefaultLogEndInterval)
+	orDefault(&c.CompactInterval, coordinator.DefaultCompactInterval)
 	c.Formats = c.Formats.withDefaults()
 	return c
 }

@@ -69,6 +69,8 @@ type Replica struct {
 
 	killOnce sync.Once
 	killed   chan struct{}
+	// etcd is what the replica last read of etcd's database (etcd.go).
+	etcd etcdState
 }
 
 // Kill stops the replica as a crash would: partitions stop at once without
@@ -161,9 +163,10 @@ func (r *Replica) Run(ctx context.Context) error {
 		defer func() { close(stop); <-ended }()
 		r.writer = rounds
 	}
-	ends := make(chan struct{})
+	ends, tended := make(chan struct{}), make(chan struct{})
 	go func() { defer close(ends); r.refreshLogEnds(ctx, consumer) }()
-	defer func() { <-ends }() // runs last: the refresher ends with ctx
+	go func() { defer close(tended); r.tendEtcd(ctx) }()
+	defer func() { <-ends; <-tended }() // runs last: both end with ctx
 	defer func() {
 		consumer.Close()
 		r.mu.Lock()

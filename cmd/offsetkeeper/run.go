@@ -37,6 +37,7 @@ type runOptions struct {
 	fetchMaxWait    time.Duration
 	fetchSessions   bool
 	kafkaRack       string
+	etcdCompact     time.Duration
 	shutdown        time.Duration
 	writeTimeout    time.Duration
 	allowSinkChange bool
@@ -124,6 +125,7 @@ once. Exit status 0.`,
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched (decompressed, and decoded into JSON) and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
 	fs.IntVar(&o.maxEmptyPolls, "max-empty-polls", replica.DefaultMaxEmptyPolls, "end a block after this many empty polls in a row (at least 1)")
+	fs.DurationVar(&o.etcdCompact, "etcd-compact-interval", coordinator.DefaultCompactInterval, "compact etcd's history to the revision of one interval before, every interval (one replica of all on the etcd cluster takes each round, as kube-apiserver's do); 0: never, where the cluster is shared and its owner compacts it (--auto-compaction-retention): without either, etcd's database grows with every commit until its quota, then refuses every write")
 	fs.IntVar(&o.etcdMaxTxnOps, "etcd-max-txn-ops", coordinator.DefaultMaxTxnOps, "the etcd cluster's --max-txn-ops: commits of many partitions go to etcd in transactions sized to it")
 	fs.DurationVar(&o.commitLinger, "commit-linger", replica.DefaultCommitLinger, "how long the etcd writes of a trickling partition's small block (at most a 64th of the block limits; it and the block before it ended because the partition went quiet, and its records came after the partition was read to its log end) may wait to share a transaction with other partitions' (0: never); full and larger blocks, the block that ends a backlog and small blocks of records that waited in Kafka never wait")
 	fs.Var(enumVar(&o.commitMode),
@@ -159,9 +161,11 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 	}
 	o.target.claim, o.target.shared = o.topics, o.allowSharedSink
 	o.cfg = replica.Config{
-		Group:     o.cluster.group,
-		ReplicaID: o.replicaID,
-		Topics:    o.topics,
+		Group:           o.cluster.group,
+		ReplicaID:       o.replicaID,
+		Topics:          o.topics,
+		CompactInterval: o.etcdCompact,
+		NoCompaction:    o.etcdCompact == 0,
 		Kafka: replica.Kafka{
 			Brokers:         o.cluster.brokers,
 			ClientID:        o.cluster.kafkaClientID,
@@ -232,6 +236,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.etcdMaxTxnOps < 4 {
 		return usagef("--etcd-max-txn-ops %d: want the etcd cluster's --max-txn-ops, at least 4 (etcd's default is %d)", o.etcdMaxTxnOps, coordinator.DefaultMaxTxnOps)
+	}
+	if o.etcdCompact < 0 || (o.etcdCompact > 0 && o.etcdCompact < time.Second) {
+		return usagef("--etcd-compact-interval %v: want 0 (never) or at least 1s (default %v)", o.etcdCompact, coordinator.DefaultCompactInterval)
 	}
 	if o.commitLinger < 0 {
 		return usagef("--commit-linger %s: want 0 (never wait) or more", o.commitLinger)

@@ -43,6 +43,7 @@ type Source interface {
 	Fetching() (requests, held, budget int64)
 	Lag() []replica.PartitionLag
 	Timings() replica.Timings
+	Etcd() (size, inUse, quota, compactions int64)
 }
 
 // MirrorCounts is what a Collector reads of an offset mirror: a
@@ -217,6 +218,18 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		live("offsetkeeper_fetch_requests_total",
 			"Fetch requests sent to Kafka: one per broker per round trip, covering every partition the broker leads.",
 			prometheus.CounterValue, func(r Source) float64 { n, _, _ := r.Fetching(); return float64(n) }),
+		live("offsetkeeper_etcd_db_size_bytes",
+			"The size of etcd's database file, the largest over its members, as last read (every 30s). At its quota etcd refuses every write, commits included.",
+			prometheus.GaugeValue, func(r Source) float64 { s, _, _, _ := r.Etcd(); return float64(s) }),
+		live("offsetkeeper_etcd_db_size_in_use_bytes",
+			"Of offsetkeeper_etcd_db_size_bytes, the bytes in use: the rest is freed space that a defragmentation (etcdctl defrag) gives back.",
+			prometheus.GaugeValue, func(r Source) float64 { _, u, _, _ := r.Etcd(); return float64(u) }),
+		live("offsetkeeper_etcd_db_quota_bytes",
+			"etcd's backend quota (--quota-backend-bytes) as its members report it; 0 when they do not (etcd before 3.6).",
+			prometheus.GaugeValue, func(r Source) float64 { _, _, q, _ := r.Etcd(); return float64(q) }),
+		live("offsetkeeper_etcd_compactions_total",
+			"Compactions of etcd's history this replica made (--etcd-compact-interval): the replicas on one etcd cluster take the rounds in turn.",
+			prometheus.CounterValue, func(r Source) float64 { _, _, _, c := r.Etcd(); return float64(c) }),
 		live("offsetkeeper_buffer_bytes",
 			"Bytes of records fetched (and decompressed) and not yet committed, all partitions together, with what requests in flight may return.",
 			prometheus.GaugeValue, func(r Source) float64 { _, held, _ := r.Fetching(); return float64(held) }),
