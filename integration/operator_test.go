@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -146,5 +147,27 @@ func TestReplicasDrainUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 
 	if code, out := e.cli("replicas", "drain", "nobody"); code != 2 || !strings.Contains(out, `"nobody"`) {
 		t.Fatalf("drain of an unknown replica: exit %d, %q; want 2 naming it", code, out)
+	}
+
+	// The last replica that is not draining: refused, unless forced.
+	for _, id := range []string{"a", "b"} {
+		if code, out := e.cli("replicas", "drain", id, "--wait=false"); code != 0 {
+			t.Fatalf("drain %s exited %d: %s", id, code, out)
+		}
+	}
+	if code, out := e.cli("replicas", "drain", "c", "--wait=false"); code != 2 || !strings.Contains(out, "last member") || !strings.Contains(out, "--force") {
+		t.Fatalf("drain of the last reading replica: exit %d, %q; want 2, naming --force", code, out)
+	}
+	ms, err := e.coord.Members(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == "c" && m.Draining {
+			t.Fatal("c marked draining by a refused drain")
+		}
+	}
+	if code, out := e.cli("replicas", "drain", "c", "--wait=false", "--force"); code != 0 {
+		t.Fatalf("drain --force of the last reading replica exited %d: %s", code, out)
 	}
 }

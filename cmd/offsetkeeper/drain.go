@@ -18,6 +18,7 @@ type drainOptions struct {
 	admin   adminFlags
 	id      string
 	undo    bool
+	force   bool
 	waiting waitFlags
 }
 
@@ -32,7 +33,10 @@ replicas take the partitions over from the committed offsets: nothing is
 lost or written twice. The replica keeps running and stays a member; stop it
 when it owns nothing (with --wait, the default, this command returns then).
 The mark lives in the replica's member key: a restarted replica is not
-draining. --undo clears the mark and the replica gets its share back.`,
+draining. --undo clears the mark and the replica gets its share back.
+
+Draining the group's last replica that is not draining is refused (exit 2):
+nobody would read its partitions. --force drains it all the same.`,
 		Example: `  offsetkeeper replicas drain --group orders host-a-4242
   offsetkeeper replicas drain --group orders host-a-4242 --undo`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -46,6 +50,7 @@ draining. --undo clears the mark and the replica gets its share back.`,
 	o.admin.register(cmd, etcdOnly)
 	fs := cmd.Flags()
 	fs.BoolVar(&o.undo, "undo", false, "clear the draining mark")
+	fs.BoolVar(&o.force, "force", false, "drain the group's last replica that is not draining: its partitions are then read by nobody until another replica joins")
 	o.waiting.register(cmd, "wait until the replica owns no partition", 2*time.Minute)
 	return cmd
 }
@@ -73,6 +78,11 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	coord := s.coord
 	rctx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
+	if !o.undo && !o.force {
+		if err := o.othersRead(rctx, coord); err != nil {
+			return err
+		}
+	}
 	if err := coord.SetDraining(rctx, o.id, !o.undo); err != nil {
 		if errors.Is(err, coordinator.ErrNoMember) {
 			return usagef("replica %q is not a live member of group %q (see 'offsetkeeper replicas list')", o.id, o.admin.cluster.group)
@@ -106,6 +116,29 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 	}
 	return o.admin.output.print(stdout, drainState{Replica: o.id, Draining: !o.undo, Partitions: max(owned, 0), Waited: o.waiting.wait && !o.undo})
+}
+
+// othersRead refuses to drain the last member of the group that reads:
+// every partition would then be read by nobody.
+func (o *drainOptions) othersRead(ctx context.Context, coord *coordinator.Coordinator) error {
+	ms, err := coord.Members(ctx)
+	if err != nil {
+		return o.admin.etcdError(err)
+	}
+	found := false
+	for _, m := range ms {
+		switch {
+		case m.ID == o.id:
+			found = true
+		case !m.Draining:
+			return nil
+		}
+	}
+	if !found {
+		return nil // SetDraining says it is not a member
+	}
+	return usagef("replica %q is the last member of group %q that is not draining: drained, its partitions would be read by nobody; "+
+		"start another replica first, or add --force", o.id, o.admin.cluster.group)
 }
 
 // drainState is what `replicas drain` reports. partitions is what the
