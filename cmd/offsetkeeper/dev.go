@@ -345,12 +345,22 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	_, err = dev.Run(ctx, cfg)
 	var timeout *dev.TimeoutError
 	switch {
+	case err != nil && ctx.Err() != nil && !o.hold && interrupted(ctx):
+		// Ctrl-C before the report: not a pass (exit 130). SIGTERM stays a
+		// stop (exit 0), as for run; with --hold either is its end.
+		return &interruptedError{"dev ended by SIGINT before its report; nothing was checked"}
 	case err != nil && ctx.Err() != nil:
-		return nil // interrupted, waiting for the sink's server or later
+		return nil // stopped, waiting for the sink's server or later
 	case errors.As(err, &timeout):
 		return fmt.Errorf("not everything committed within --timeout %s (%s)", o.timeout, timeout.Status)
 	}
 	return err
+}
+
+// interrupted tells whether ctx (runE's) ended with SIGINT.
+func interrupted(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && strings.Contains(cause.Error(), os.Interrupt.String())
 }
 
 // printTry prints how to point the CLI at this run's cluster: at once

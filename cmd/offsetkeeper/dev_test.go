@@ -494,3 +494,37 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestDevInterruptedExits130: Ctrl-C (SIGINT) during a run of dev, before
+// its report, exits 130 with a line saying nothing was checked: a script
+// tells it from a pass.
+func TestDevInterruptedExits130(t *testing.T) {
+	devTempDir(t)
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		// Slow enough to be interrupted: a second's records at 10 a second.
+		done <- execute([]string{"dev", "--messages", "1000", "--rate", "10", "--replicas", "1"}, &stdout, &stderr)
+	}()
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(stderr.String(), "try:") {
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before it ran\nstderr:\n%s", code, stderr.String())
+		case <-deadline:
+			t.Fatalf("not running after 2 minutes\nstderr:\n%s", stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted: dev ended by SIGINT before its report") {
+			t.Fatalf("exit %d after SIGINT, want %d and the line\nstderr:\n%s", code, exitInterrupted, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("still running a minute after SIGINT\nstderr:\n%s", stderr.String())
+	}
+}

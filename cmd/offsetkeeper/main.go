@@ -16,7 +16,17 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitInterrupted is the shells' status of a command ended by SIGINT
+	// (128 + 2): a run of dev cut short by Ctrl-C, so that a script can
+	// tell it from a pass.
+	exitInterrupted = 130
 )
+
+// interruptedError is a command cut short by SIGINT or SIGTERM before it
+// could say whether it passed.
+type interruptedError struct{ what string }
+
+func (e *interruptedError) Error() string { return "interrupted: " + e.what }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -34,6 +44,11 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	err := root.Execute()
 	if err == nil {
 		return exitOK
+	}
+	var ie *interruptedError
+	if errors.As(err, &ie) {
+		fmt.Fprintln(stderr, err)
+		return exitInterrupted
 	}
 	fmt.Fprintln(stderr, "Error:", err)
 	var ue *usageError
@@ -57,7 +72,8 @@ Every flag can also be set with an environment variable: OFFSETKEEPER_ and
 the flag's name in upper case with '-' as '_' (--etcd-endpoints is
 OFFSETKEEPER_ETCD_ENDPOINTS). A flag on the command line wins.
 
-Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed).`,
+Exit status: 0 success, 1 failure, 2 bad usage (nothing was changed), 130
+a run of dev interrupted (SIGINT) before its report.`,
 		Example: `  # A whole local cluster in one process: etcd, a Kafka-protocol broker,
   # three replicas, a producer; ends with a delivery report.
   offsetkeeper dev
