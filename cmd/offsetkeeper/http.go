@@ -39,6 +39,7 @@ const (
 // offset mirror.
 type runOpsFlags struct {
 	httpAddr       string
+	pprof          bool
 	mirrorOffsets  bool
 	mirrorInterval time.Duration
 }
@@ -46,6 +47,8 @@ type runOpsFlags struct {
 func (f *runOpsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr,
 		"serve /metrics, /healthz and /readyz on this host:port (port 0 picks a free one; empty disables); the bound address is advertised in the member key")
+	fs.BoolVar(&f.pprof, "pprof", false,
+		"serve Go's profiles under /debug/pprof/ on --http-addr even when it listens beyond loopback (on 127.0.0.1 or ::1 they are served anyway): a heap profile holds records and credentials, so only where operators alone can reach")
 	fs.BoolVar(&f.mirrorOffsets, "mirror-offsets", true,
 		"also commit the group's offsets to Kafka, for kafka-consumer-groups.sh, Burrow and lag exporters (informational: etcd stays the truth)")
 	fs.DurationVar(&f.mirrorInterval, "mirror-interval", replica.DefaultMirrorInterval,
@@ -102,6 +105,21 @@ func (f runOpsFlags) listen(log *zap.Logger) (*runOps, error) {
 	return o, nil
 }
 
+// profiles tells whether /debug/pprof/ is served: when --pprof asks, or
+// when the endpoints listen on loopback alone, where only this host's users
+// reach them.
+func (o *runOps) profiles() bool {
+	if o.flags.pprof {
+		return true
+	}
+	if o.ln == nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(o.ln.Addr().String())
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
+}
+
 // advertised is the address other hosts reach the endpoints at: the bound
 // address, with this host's name when bound to every interface. Empty when
 // HTTP is disabled.
@@ -144,8 +162,12 @@ func (o *runOps) start(ctx context.Context, r *replica.Replica) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		metrics.NewCollector(r, metrics.WithMirror(o.mirror)),
 	)
+	var opts []metrics.HandlerOption
+	if o.profiles() {
+		opts = append(opts, metrics.WithProfiles())
+	}
 	o.srv = &http.Server{
-		Handler:           metrics.Handler(r, reg),
+		Handler:           metrics.Handler(r, reg, opts...),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(o.log.Named("http")),
 	}
@@ -156,7 +178,8 @@ func (o *runOps) start(ctx context.Context, r *replica.Replica) {
 			o.log.Error("serving http stopped", zap.String("address", o.ln.Addr().String()), zap.Error(err))
 		}
 	}()
-	o.log.Info("serving http", zap.String("address", o.ln.Addr().String()), zap.Bool("mirror_offsets", o.flags.mirrorOffsets))
+	o.log.Info("serving http", zap.String("address", o.ln.Addr().String()), zap.Bool("mirror_offsets", o.flags.mirrorOffsets),
+		zap.Bool("profiles", o.profiles()))
 }
 
 // stop runs after the replica's Run returned: it copies the final offsets

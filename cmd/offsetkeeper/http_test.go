@@ -147,3 +147,33 @@ func TestRedactURL(t *testing.T) {
 		t.Errorf("redactURLs: %q", got)
 	}
 }
+
+// TestProfilesOnlyOnLoopbackOrAsked: /debug/pprof/ is served when
+// --http-addr listens on loopback alone, or when --pprof asks; not on every
+// interface (the default, :9464), where a heap profile's records and
+// credentials would be reachable by whoever reaches the port.
+func TestProfilesOnlyOnLoopbackOrAsked(t *testing.T) {
+	for _, tt := range []struct {
+		addr  string
+		pprof bool
+		want  bool
+	}{
+		{"127.0.0.1:0", false, true},
+		{"[::1]:0", false, true},
+		{":0", false, false},
+		{"0.0.0.0:0", false, false},
+		{":0", true, true},
+	} {
+		o, err := runOpsFlags{httpAddr: tt.addr, pprof: tt.pprof}.listen(zap.NewNop())
+		if err != nil {
+			if strings.HasPrefix(tt.addr, "[::1]") {
+				continue // a host without IPv6
+			}
+			t.Fatal(err)
+		}
+		if got := o.profiles(); got != tt.want {
+			t.Errorf("--http-addr %s --pprof=%v: profiles %v, want %v", tt.addr, tt.pprof, got, tt.want)
+		}
+		_ = o.ln.Close()
+	}
+}

@@ -360,17 +360,31 @@ type Readier interface {
 // is that, and a slower etcd or sink reads as not ready.
 const DefaultReadyTimeout = time.Second
 
+// HandlerOption configures Handler.
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct{ profiles bool }
+
+// WithProfiles serves Go's profiles (net/http/pprof) under /debug/pprof/.
+// A heap profile holds what the process holds, records and credentials
+// among it: serve them only where operators alone can reach.
+func WithProfiles() HandlerOption { return func(c *handlerConfig) { c.profiles = true } }
+
 // Handler serves a replica's operational endpoints:
 //
 //	/metrics  what g gathers, in the Prometheus exposition format
 //	/healthz  200 "ok" while the process serves HTTP: a liveness probe
 //	/readyz   200 "ready" when r.Ready is nil, else 503 and the reason
-//	/debug/pprof/  Go's profiles (net/http/pprof): where the CPU and the
-//	          memory go, for a replica slower than it should be
+//	/debug/pprof/  with WithProfiles, Go's profiles (net/http/pprof): where
+//	          the CPU and the memory go, for a replica slower than it should be
 //
 // r is typically a *replica.Replica (see Replica.Ready); g a registry
 // holding NewCollector(r) and the Go and process collectors.
-func Handler(r Readier, g prometheus.Gatherer) http.Handler {
+func Handler(r Readier, g prometheus.Gatherer, opts ...HandlerOption) http.Handler {
+	var cfg handlerConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -389,10 +403,12 @@ func Handler(r Readier, g prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	if cfg.profiles {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }

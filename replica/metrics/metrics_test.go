@@ -211,23 +211,31 @@ func TestHandlerProbes(t *testing.T) {
 	r := offlineReplica(t, discard.New())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(r))
-	srv := httptest.NewServer(Handler(r, reg))
+	srv := httptest.NewServer(Handler(r, reg, WithProfiles()))
 	defer srv.Close()
+	// Profiles only when asked for: a heap profile holds records and
+	// credentials.
+	plain := httptest.NewServer(Handler(r, reg))
+	defer plain.Close()
 
 	tests := []struct {
+		srv    *httptest.Server
 		path   string
 		status int
 		body   string
 	}{
-		{"/healthz", http.StatusOK, "ok"},
-		{"/readyz", http.StatusServiceUnavailable, "no live session"},
-		{"/metrics", http.StatusOK, "offsetkeeper_records_written_total"},
-		{"/debug/pprof/", http.StatusOK, "goroutine"},
-		{"/debug/pprof/heap?debug=1", http.StatusOK, "heap profile"},
-		{"/nope", http.StatusNotFound, ""},
+		{srv, "/healthz", http.StatusOK, "ok"},
+		{srv, "/readyz", http.StatusServiceUnavailable, "no live session"},
+		{srv, "/metrics", http.StatusOK, "offsetkeeper_records_written_total"},
+		{srv, "/debug/pprof/", http.StatusOK, "goroutine"},
+		{srv, "/debug/pprof/heap?debug=1", http.StatusOK, "heap profile"},
+		{srv, "/nope", http.StatusNotFound, ""},
+		{plain, "/metrics", http.StatusOK, "offsetkeeper_records_written_total"},
+		{plain, "/debug/pprof/", http.StatusNotFound, ""},
+		{plain, "/debug/pprof/heap?debug=1", http.StatusNotFound, ""},
 	}
 	for _, tc := range tests {
-		resp, err := http.Get(srv.URL + tc.path)
+		resp, err := http.Get(tc.srv.URL + tc.path)
 		if err != nil {
 			t.Fatal(err)
 		}
