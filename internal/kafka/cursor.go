@@ -2,10 +2,7 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	kafkago "github.com/segmentio/kafka-go"
 )
 
 // maxQueued is how many fetched batches a cursor keeps ahead of its reader:
@@ -455,20 +452,19 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 					}
 					continue
 				}
-				if err != nil && !errors.Is(err, kafkago.UnsupportedVersion) {
-					var uv *UnsupportedVersionError
-					if !errors.As(err, &uv) {
-						cur.outOfRange = false
-						cur.backoff(time.Now())
-						if cur.loop != nil {
-							cur.loop.poke()
-						}
-						c.mu.Unlock()
-						if ctx.Err() != nil {
-							return PolledBatch{}, ctx.Err()
-						}
-						continue
+				if err != nil && !unsupported(err) {
+					// Asked again after a backoff: the offset is not moved
+					// before Kafka says whether the log diverged.
+					cur.outOfRange = false
+					cur.backoff(time.Now())
+					if cur.loop != nil {
+						cur.loop.poke()
 					}
+					c.mu.Unlock()
+					if ctx.Err() != nil {
+						return PolledBatch{}, ctx.Err()
+					}
+					continue
 				}
 			}
 			c.mu.Unlock()

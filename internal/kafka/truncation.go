@@ -122,6 +122,14 @@ func (e epochEnd) diverged(at int64, cause string) *Truncation {
 	return nil
 }
 
+// unsupported tells a broker that cannot answer OffsetForLeaderEpoch v2 or
+// later (before Kafka 2.1): positions are then left unvalidated, as Kafka's
+// own consumer leaves them.
+func unsupported(err error) bool {
+	var uv *UnsupportedVersionError
+	return errors.As(err, &uv) || errors.Is(err, kafkago.UnsupportedVersion)
+}
+
 // validateDelay bounds how long the validation loop gathers cursors before
 // it asks: cursors opened or moved together go in one request per broker.
 const validateDelay = 5 * time.Millisecond
@@ -259,9 +267,8 @@ func (c *Consumer) validateFlagged(ctx context.Context) (failed bool) {
 			if err == nil {
 				err = e.err
 			}
-			var uv *UnsupportedVersionError
 			switch {
-			case errors.As(err, &uv):
+			case unsupported(err):
 				c.log.Warn("the broker cannot tell where a leader epoch ends (OffsetForLeaderEpoch v2 or later): "+
 					"the position is not checked against log truncation", zap.Stringer("partition", cur.tp), zap.Error(err))
 				cur.validate = false
