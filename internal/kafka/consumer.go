@@ -66,6 +66,8 @@ type Consumer struct {
 	lookups   atomic.Int64 // metadata lookups of the leaders
 	picks     atomic.Int64 // walks of a loop's cursors (pick)
 	validated atomic.Int64 // positions asked of a leader (OffsetForLeaderEpoch)
+	// unvalidated: a broker could not answer OffsetForLeaderEpoch, said once.
+	unvalidated atomic.Bool
 
 	fullFetches        atomic.Int64 // requests listing all they fetch
 	incrementalFetches atomic.Int64 // requests in a fetch session, listing what changed

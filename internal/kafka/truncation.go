@@ -269,6 +269,11 @@ func (c *Consumer) validateFlagged(ctx context.Context) (failed bool) {
 			}
 			switch {
 			case unsupported(err):
+				if c.unvalidated.Swap(true) {
+					cur.validate = false
+					cur.wakeLoop()
+					continue // said once: at 10,000 partitions, one line each
+				}
 				c.log.Warn("the broker cannot tell where a leader epoch ends (OffsetForLeaderEpoch v2 or later): "+
 					"the position is not checked against log truncation", zap.Stringer("partition", cur.tp), zap.Error(err))
 				cur.validate = false
