@@ -62,24 +62,59 @@ func (c *Coordinator) ClearRelease(ctx context.Context, p Partition) error {
 // restarts joins undrained. The write keeps the member's lease and is
 // conditioned on the key not having changed since it was read.
 func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool) error {
-	key := c.keys.Member(id)
-	resp, err := c.cli.Get(ctx, key)
+	err := c.editMember(ctx, id, 0, func(m map[string]any) {
+		if draining {
+			m["draining"] = true
+		} else {
+			delete(m, "draining")
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("drain %s: %w", id, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("drain %s: %w in group %s", id, ErrNoMember, c.group)
+	return nil
+}
+
+// SetUnreadable says in the session's member key why the replica cannot
+// read its topics from Kafka, or, with why empty, that it reads them: the
+// plan gives partitions only to members that read (Member.Reads). The
+// write keeps the lease and the join order.
+func (s *Session) SetUnreadable(ctx context.Context, why string) error {
+	err := s.c.editMember(ctx, s.member.ID, int64(s.lease), func(m map[string]any) {
+		if why != "" {
+			m["unreadable"] = why
+		} else {
+			delete(m, "unreadable")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("member %s: %w", s.member.ID, err)
+	}
+	s.member.Unreadable = why
+	return nil
+}
+
+// errMemberChanged: a member key changed between its read and its write.
+var errMemberChanged = errors.New("the member changed while it was written; try again")
+
+// editMember rewrites the value of member id with edit, keeping its lease,
+// conditioned on the key not having changed since it was read; lease, when
+// not zero, must be the key's.
+func (c *Coordinator) editMember(ctx context.Context, id string, lease int64, edit func(map[string]any)) error {
+	key := c.keys.Member(id)
+	resp, err := c.cli.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || (lease != 0 && resp.Kvs[0].Lease != lease) {
+		return fmt.Errorf("%w in group %s", ErrNoMember, c.group)
 	}
 	kv := resp.Kvs[0]
 	var m map[string]any
 	if err := json.Unmarshal(kv.Value, &m); err != nil {
-		return fmt.Errorf("drain %s: member value: %w", id, err)
+		return fmt.Errorf("member value: %w", err)
 	}
-	if draining {
-		m["draining"] = true
-	} else {
-		delete(m, "draining")
-	}
+	edit(m)
 	v, err := jsonString(m)
 	if err != nil {
 		return err
@@ -89,10 +124,10 @@ func (c *Coordinator) SetDraining(ctx context.Context, id string, draining bool)
 		Then(clientv3.OpPut(key, v, clientv3.WithIgnoreLease())).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("drain %s: %w", id, err)
+		return err
 	}
 	if !tx.Succeeded {
-		return fmt.Errorf("drain %s: the member changed while marking it; try again", id)
+		return errMemberChanged
 	}
 	return nil
 }

@@ -40,6 +40,10 @@ type Member struct {
 	// member no partitions, so it hands its claims over at block
 	// boundaries. It lasts as long as the member key.
 	Draining bool `json:"draining,omitempty"`
+	// Unreadable says why the member cannot read its topics from Kafka
+	// (no broker answers, fetches fail); empty when it reads them. The
+	// plan gives partitions only to members that read, while any does.
+	Unreadable string `json:"unreadable,omitempty"`
 
 	// Revision is the member key's CreateRevision: the join order used by
 	// Plan. Not stored in the value.
@@ -47,6 +51,9 @@ type Member struct {
 	// Lease is the lease the key is bound to. Not stored in the value.
 	Lease int64 `json:"-"`
 }
+
+// Reads reports whether the member can read its topics from Kafka.
+func (m Member) Reads() bool { return m.Unreadable == "" }
 
 // Offsets is the value of P/offsets/<topic>/<partition>.
 type Offsets struct {

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -28,14 +29,14 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		r.log.Warn("reading the group failed", zap.Error(err))
 		return
 	}
-	var members []coordinator.Member
-	for _, m := range snap.Members {
-		// Only lease-bound members are live; draining ones get nothing.
-		if m.Lease != 0 && !m.Draining {
-			members = append(members, m)
-		}
-	}
 	r.releaseStrays(ctx, s, snap)
+	// Only lease-bound members are live; draining ones get nothing, nor do
+	// those that cannot read Kafka, unless none can: then nothing moves,
+	// rather than partitions going round replicas that cannot read them.
+	members, nobody := readers(snap.Members)
+	if nobody {
+		return
+	}
 	claims := make(map[coordinator.Partition]string, len(snap.Claims))
 	for p, c := range snap.Claims {
 		owner := c.Replica
@@ -46,6 +47,9 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	}
 	plan := coordinator.Plan(members, partitions, claims)
 	toClaim, toRelease := coordinator.Diff(plan, claims, s.ID())
+	if keeping, _ := r.reach.keeping(time.Now(), r.cfg.KafkaDownAfter); keeping {
+		toRelease = nil // the others may not be able to read either
+	}
 
 	changed := false
 	r.mu.Lock()

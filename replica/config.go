@@ -68,6 +68,9 @@ const (
 	// partitions are read from Kafka for the lag, whatever the partitions
 	// do: a partition stuck in a write fetches nothing.
 	DefaultLogEndInterval = 5 * time.Second
+	// DefaultKafkaDownAfter is how long a replica's reads of Kafka may
+	// fail before it gives its partitions to replicas that read.
+	DefaultKafkaDownAfter = 30 * time.Second
 )
 
 // CommitMode says when a block's offset is committed.
@@ -193,6 +196,18 @@ type Config struct {
 	// LogEndInterval is how often the log ends of the owned partitions
 	// are read for the lag. Default DefaultLogEndInterval, 5s.
 	LogEndInterval time.Duration
+	// KafkaDownAfter is how long the replica's reads of Kafka (metadata,
+	// the fetches of a broker) may fail before it says in its member key
+	// that it cannot read, is not Ready, and gives its partitions to the
+	// replicas that read: it says so within KafkaDownAfter +
+	// MetadataInterval, keeps its claims KafkaDownAfter/2 more (were Kafka
+	// down for all, the others find out meanwhile, and nothing moves),
+	// then finishes its block in flight and releases them. It takes its
+	// share again within MetadataInterval of reading again. While no
+	// replica of the group reads, nothing moves. A replica that never
+	// reached Kafka since it started says so at once, and holds nothing.
+	// Default DefaultKafkaDownAfter, 30s.
+	KafkaDownAfter time.Duration
 
 	// CompactInterval is how often the replicas compact etcd's history, to
 	// the revision of one interval before, one replica of all that run on
@@ -244,6 +259,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.LogEndInterval, DefaultLogEndInterval)
+	orDefault(&c.KafkaDownAfter, DefaultKafkaDownAfter)
 	orDefault(&c.CompactInterval, coordinator.DefaultCompactInterval)
 	c.Formats = c.Formats.withDefaults()
 	return c
@@ -307,6 +323,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogEndInterval < 0 {
 		errs = append(errs, fmt.Errorf("log end interval %s: want a positive duration", c.LogEndInterval))
+	}
+	if c.KafkaDownAfter < 0 {
+		errs = append(errs, fmt.Errorf("kafka down after %s: want a positive duration", c.KafkaDownAfter))
 	}
 	if c.MaxEmptyPolls < 1 {
 		errs = append(errs, fmt.Errorf("max empty polls %d: want at least 1", c.MaxEmptyPolls))

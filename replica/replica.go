@@ -71,6 +71,8 @@ type Replica struct {
 	killed   chan struct{}
 	// etcd is what the replica last read of etcd's database (etcd.go).
 	etcd etcdState
+	// reach is what it knows of its path to Kafka (health.go).
+	reach reach
 }
 
 // Kill stops the replica as a crash would: partitions stop at once without
@@ -223,8 +225,11 @@ func (r *Replica) checkTopics(ctx context.Context, c *kafka.Consumer) error {
 	cctx, cancel := context.WithTimeout(ctx, r.kafka.WithDefaults().RequestTimeout)
 	defer cancel()
 	missing, err := c.MissingTopics(cctx, r.cfg.Topics...)
+	r.reach.sawMetadata(time.Now(), err)
 	if err != nil {
-		r.log.Warn("checking the topics failed; going on", zap.Error(err))
+		r.reach.judge(time.Now(), r.cfg.KafkaDownAfter, r.kafka.Brokers, nil)
+		r.log.Warn("no broker answered; joining the group as a replica that cannot read, which holds no partitions, and trying again",
+			zap.Strings("brokers", r.kafka.Brokers), zap.String("why", kafka.Explain(err)), zap.Error(err))
 		return nil
 	}
 	if len(missing) > 0 {
@@ -334,6 +339,9 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 		StartedAt: time.Now().UTC(),
 		HTTPAddr:  r.cfg.HTTPAddr,
 		Sink:      r.cfg.Sink,
+		// Members that cannot read get no partitions: say so from the
+		// start, not after a plan gave this one its share.
+		Unreadable: r.reach.verdict(),
 	}
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)
 	defer cancel()

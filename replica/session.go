@@ -70,6 +70,11 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 			return
 		case <-metadata.C:
 			ps, err := r.partitions(ctx, consumer)
+			r.reach.sawMetadata(time.Now(), err)
+			r.advertise(ctx, s, consumer)
+			if _, ended := r.reach.keeping(time.Now(), r.cfg.KafkaDownAfter); ended {
+				schedule() // let go of the claims, if any replica reads
+			}
 			if err != nil {
 				r.log.Warn("reading topic metadata failed", zap.Error(err))
 			} else if !slices.Equal(ps, partitions) {
@@ -80,7 +85,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 				}
 				partitions = ps
 			}
-			metadata.Reset(r.cfg.MetadataInterval)
+			metadata.Reset(r.metadataEvery(consumer))
 		case wr, ok := <-members:
 			if !ok {
 				members = watch(r.coord.Keys().MembersPrefix())

@@ -106,6 +106,9 @@ func (r *Replica) Ready(ctx context.Context) error {
 	if s == nil || !s.Alive() {
 		return fmt.Errorf("%w: no live session in group %s", ErrNotReady, r.cfg.Group)
 	}
+	if why := r.reach.verdict(); why != "" {
+		return fmt.Errorf("%w: cannot read Kafka, so holds no partitions: %s", ErrNotReady, why)
+	}
 	key := r.coord.Keys().Member(r.cfg.ReplicaID)
 	resp, err := r.coord.Client().Get(ctx, key)
 	if err != nil {

@@ -44,6 +44,8 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		}
 	}
 	if r.err != nil {
+		b.health.failed(now, r.err)
+		c.countError(r.err)
 		b.sess.failed()
 		b.failed(r, now)
 		relookup = true
@@ -64,6 +66,7 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 		return
 	}
 	b.attempt = 0
+	b.health.answered(now)
 	// The largest batch of this answer: a partition answered nothing
 	// although it has records likely holds one as large (see below).
 	largest := 0
@@ -228,6 +231,7 @@ func (b *brokerLoop) failed(r *fetchRequest, now time.Time) {
 // partitionError handles the broker's error for one partition, and tells
 // whether the leaders must be looked up again. c.mu is held.
 func (b *brokerLoop) partitionError(cur *Cursor, err kafkago.Error, now time.Time) (relookup bool) {
+	b.c.countError(err)
 	switch {
 	case errors.Is(err, kafkago.OffsetOutOfRange):
 		cur.outOfRange = true

@@ -55,6 +55,8 @@ type brokerLoop struct {
 	retryAt             time.Time // a backoff after a failure, or the broker's throttle
 	overdueAsk          time.Time // when the loop last asked for metadata over a late answer
 	sess                fetchSession
+
+	health brokerHealth // guarded by c.mu
 }
 
 func newBrokerLoop(c *Consumer, id int32) *brokerLoop {

@@ -68,6 +68,8 @@ type Consumer struct {
 	validated atomic.Int64 // positions asked of a leader (OffsetForLeaderEpoch)
 	// unvalidated: a broker could not answer OffsetForLeaderEpoch, said once.
 	unvalidated atomic.Bool
+	// fetchErrors counts fetch errors by Cause. Guarded by mu.
+	fetchErrors map[string]int64
 
 	fullFetches        atomic.Int64 // requests listing all they fetch
 	incrementalFetches atomic.Int64 // requests in a fetch session, listing what changed

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -14,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
-	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
 // retrier spaces the retries of one operation.
@@ -105,27 +101,22 @@ func unknownTopic(err error) bool {
 // the logs of what is retried: an operator reads there why a replica does
 // not move.
 func explain(err error) string {
-	var (
-		uv *UnsupportedVersionError
-		ke kafkago.Error
-		ne net.Error
-	)
-	switch {
-	case errors.As(err, &uv):
+	switch Cause(err) {
+	case CauseUnsupported:
 		return "the broker serves no protocol version offsetkeeper can use: upgrade the broker"
-	case secure.HandshakeFailed(err):
+	case CauseTLS:
 		return "TLS with the broker failed: check the CA that signs its certificate, the client certificate and key, and the broker's listener"
-	case Refused(err):
+	case CauseAuth:
 		return "the broker refused the login or the rights: check the SASL user, its password and its ACLs"
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case CauseRefused:
 		return "nothing listens at the broker's address: the broker is down"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+	case CauseTimeout:
 		return "the broker did not answer in time: paused, overloaded or cut off"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+	case CauseClosed:
 		return "the broker closed the connection: it stopped, or refused a request it does not serve"
-	case errors.Is(err, protocol.ErrNoLeader), errors.As(err, &ke) && leaderMoved(ke):
+	case CauseLeader:
 		return "the partition's leader moved"
-	case unknownTopic(err):
+	case CauseUnknown:
 		return "the topic or partition is unknown to the broker"
 	}
 	return "the broker answered with an error that passes"
