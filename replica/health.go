@@ -196,6 +196,10 @@ type KafkaState struct {
 	FetchErrors map[string]int64
 }
 
+// FetchErrorCauses are the keys of KafkaState.FetchErrors.
+var FetchErrorCauses = []string{kafka.CauseTLS, kafka.CauseAuth, kafka.CauseRefused, kafka.CauseTimeout, kafka.CauseClosed,
+	kafka.CauseLeader, kafka.CauseUnknown, kafka.CauseUnsupported, kafka.CauseOther}
+
 // BrokerState is what a replica's fetches found of one broker.
 type BrokerState struct {
 	ID         int32

@@ -96,9 +96,9 @@ func (r *Replica) Alive() bool {
 var ErrNotReady = errors.New("replica not ready")
 
 // Ready reports whether the replica can do its work now: its session is
-// alive (a keepalive succeeded within TTL/2), its member key is registered
-// in etcd under that session's lease (one read, bounded by ctx), and the
-// sink answers when it (or a sink it wraps) is a sinks.Pinger. The error says which failed.
+// alive (a keepalive succeeded within TTL/2), it reads Kafka (see
+// Config.KafkaDownAfter), its member key is registered in etcd under that
+// session's lease (one read, bounded by ctx), and the sink answers when it (or a sink it wraps) is a sinks.Pinger. The error says which failed.
 func (r *Replica) Ready(ctx context.Context) error {
 	r.mu.Lock()
 	s := r.session

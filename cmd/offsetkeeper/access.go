@@ -37,12 +37,7 @@ func (f *clusterFlags) checkAccess(ctx context.Context, cli *clientv3.Client, to
 			return err
 		}
 	}
-	if auth := f.security.kafkaAuth(); auth.tls != nil || auth.sasl != nil {
-		if err := f.checkKafkaAccess(ctx, auth, topics); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.checkKafkaAccess(ctx, f.security.kafkaAuth(), topics)
 }
 
 func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client) error {
@@ -91,7 +86,17 @@ func (f *clusterFlags) checkKafkaAccess(ctx context.Context, auth kafkaAuth, top
 	// The first broker that answers tells; see CheckAccess for why it has
 	// a connection of its own.
 	err = c.CheckAccess(cctx, kafkaRefused, topics...)
-	if err == nil || !kafkaRefused(err) {
+	if err == nil {
+		return nil
+	}
+	if !kafkaRefused(err) {
+		if cause := kafka.Cause(err); cause == kafka.CauseClosed || cause == kafka.CauseTimeout {
+			// A connection closed at once: a TLS listener that got a
+			// plain request, or a plain one that got a TLS hello.
+			if p := f.listenerMismatch(ctx, auth.tls != nil); p != nil {
+				return p
+			}
+		}
 		return nil // unreachable, or a topic still missing: the replica retries
 	}
 	login := "no SASL"

@@ -68,17 +68,22 @@ func (o *replicasListOptions) validate() error { return o.admin.validate() }
 // replicaRow is one replica; its JSON fields are stable. lease_ttl_left is
 // in whole seconds, null when the lease is already gone.
 type replicaRow struct {
-	ID           string    `json:"id"`
-	Host         string    `json:"host"`
-	PID          int       `json:"pid"`
-	Version      string    `json:"version"`
-	StartedAt    time.Time `json:"started_at"`
-	HTTPAddress  string    `json:"http_address,omitempty"`
-	Draining     bool      `json:"draining"`
-	ClaimCount   int       `json:"claim_count"`
-	Claims       []string  `json:"claims"`
-	Lease        string    `json:"lease"`
-	LeaseTTLLeft *int64    `json:"lease_ttl_left"`
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	Version     string    `json:"version"`
+	StartedAt   time.Time `json:"started_at"`
+	HTTPAddress string    `json:"http_address,omitempty"`
+	Draining    bool      `json:"draining"`
+	// Reads is whether the replica reads its topics from Kafka; when it
+	// does not, Unreadable says why, and it holds no partitions while
+	// another reads.
+	Reads        bool     `json:"reads_kafka"`
+	Unreadable   string   `json:"kafka_unreadable,omitempty"`
+	ClaimCount   int      `json:"claim_count"`
+	Claims       []string `json:"claims"`
+	Lease        string   `json:"lease"`
+	LeaseTTLLeft *int64   `json:"lease_ttl_left"`
 }
 
 type replicasView struct {
@@ -87,7 +92,7 @@ type replicasView struct {
 }
 
 func (v *replicasView) columns() []string {
-	return []string{"ID", "HOST", "PID", "VERSION", "STARTED", "CLAIMS", "LEASE-TTL-LEFT"}
+	return []string{"ID", "HOST", "PID", "VERSION", "STARTED", "CLAIMS", "LEASE-TTL-LEFT", "KAFKA"}
 }
 
 func (v *replicasView) rows() [][]string {
@@ -101,7 +106,14 @@ func (v *replicasView) rows() [][]string {
 		if r.LeaseTTLLeft != nil {
 			ttl = strconv.FormatInt(*r.LeaseTTLLeft, 10) + "s"
 		}
-		out[i] = []string{r.ID, strCell(r.Host), strconv.Itoa(r.PID), strCell(r.Version), age(v.now, r.StartedAt), claims, ttl}
+		kafka := "reads"
+		if !r.Reads {
+			kafka = "cannot read: " + r.Unreadable
+		}
+		if r.Draining {
+			claims += " (draining)"
+		}
+		out[i] = []string{r.ID, strCell(r.Host), strconv.Itoa(r.PID), strCell(r.Version), age(v.now, r.StartedAt), claims, ttl, kafka}
 	}
 	return out
 }
@@ -132,6 +144,7 @@ func (o *replicasListOptions) run(ctx context.Context, cmd *cobra.Command) error
 		}
 		r := replicaRow{
 			ID: m.ID, Host: m.Host, PID: m.PID, Version: m.Version, StartedAt: m.StartedAt, HTTPAddress: m.HTTPAddr, Draining: m.Draining,
+			Reads: m.Reads(), Unreadable: m.Unreadable,
 			ClaimCount: len(ps), Claims: names, Lease: strconv.FormatInt(m.Lease, 16),
 		}
 		ttl, err := s.cli.TimeToLive(ectx, clientv3.LeaseID(m.Lease))

@@ -41,7 +41,7 @@ func TestReplicasList(t *testing.T) {
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("%s", r)
 		}
-		rows := parseTable(t, r.stdout, "ID", "HOST", "PID", "VERSION", "STARTED", "CLAIMS", "LEASE-TTL-LEFT")
+		rows := parseTable(t, r.stdout, "ID", "HOST", "PID", "VERSION", "STARTED", "CLAIMS", "LEASE-TTL-LEFT", "KAFKA")
 		if len(rows) != 2 || rows[0]["ID"] != snap.Members[0].ID || rows[1]["ID"] != snap.Members[1].ID {
 			t.Fatalf("rows %v, want r1 and r2 in join order %s, %s", rows, snap.Members[0].ID, snap.Members[1].ID)
 		}
@@ -60,6 +60,9 @@ func TestReplicasList(t *testing.T) {
 			if !ttl.MatchString(row["LEASE-TTL-LEFT"]) {
 				t.Errorf("%s: LEASE-TTL-LEFT %q, want 0s to 2s", id, row["LEASE-TTL-LEFT"])
 			}
+			if row["KAFKA"] != "reads" {
+				t.Errorf("%s: KAFKA %q, want reads", id, row["KAFKA"])
+			}
 		}
 	})
 
@@ -76,6 +79,8 @@ func TestReplicasList(t *testing.T) {
 			StartedAt    time.Time `json:"started_at"`
 			HTTPAddress  string    `json:"http_address"`
 			Draining     bool      `json:"draining"`
+			Reads        bool      `json:"reads_kafka"`
+			Unreadable   string    `json:"kafka_unreadable"`
 			ClaimCount   int       `json:"claim_count"`
 			Claims       []string  `json:"claims"`
 			Lease        string    `json:"lease"`
@@ -87,7 +92,8 @@ func TestReplicasList(t *testing.T) {
 		}
 		for i, g := range got {
 			m := snap.Members[i]
-			if g.ID != m.ID || g.Host != host || g.PID != os.Getpid() || g.Version != "test-1.2" || !g.StartedAt.Equal(m.StartedAt) || g.Draining {
+			if g.ID != m.ID || g.Host != host || g.PID != os.Getpid() || g.Version != "test-1.2" || !g.StartedAt.Equal(m.StartedAt) || g.Draining ||
+				!g.Reads || g.Unreadable != "" {
 				t.Errorf("replica %d: %+v, want member %+v", i, g, m)
 			}
 			if g.ClaimCount != 2 || strings.Join(g.Claims, ",") != strings.Join(claims[g.ID], ",") {
@@ -110,7 +116,7 @@ func TestReplicasList(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := opsRun(t, 30*time.Second, "replicas", "list", "--group", "idle")
-		if r.code != 0 || strings.TrimSpace(r.stdout) != "ID  HOST  PID  VERSION  STARTED  CLAIMS  LEASE-TTL-LEFT" {
+		if r.code != 0 || strings.TrimSpace(r.stdout) != "ID  HOST  PID  VERSION  STARTED  CLAIMS  LEASE-TTL-LEFT  KAFKA" {
 			t.Errorf("%s, want only the header", r)
 		}
 		r = opsRun(t, 30*time.Second, "replicas", "list", "--group", "idle", "-o", "json")

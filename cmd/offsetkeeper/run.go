@@ -39,6 +39,7 @@ type runOptions struct {
 	kafkaRack       string
 	etcdCompact     time.Duration
 	shutdown        time.Duration
+	kafkaDownAfter  time.Duration
 	writeTimeout    time.Duration
 	allowSinkChange bool
 	allowSharedSink bool
@@ -137,6 +138,7 @@ once. Exit status 0.`,
 	fs.BoolVar(&o.fetchSessions, "fetch-sessions", true, "send a broker only the partitions whose fetch changed, in an incremental fetch session (KIP-227), where it keeps them; false: every fetch lists all its partitions")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
+	fs.DurationVar(&o.kafkaDownAfter, "kafka-down-after", replica.DefaultKafkaDownAfter, "how long the replica's reads of Kafka (metadata, a broker's fetches) may fail before it says it cannot read, is not ready, and gives its partitions to replicas that read (after half as long again; nothing moves while none reads); must be positive")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
 	fs.BoolVar(&o.allowSinkChange, "allow-sink-change", false, "join a group whose live replicas write to another sink: to move a group to a new sink, roll every replica with the new --sink and this flag, then without it")
 	fs.BoolVar(&o.allowSharedSink, "allow-shared-sink", false, "write topics to a sink destination (file directory, PostgreSQL or ClickHouse table) that another group writes them to: each group then delivers every record once, so only a reader that deduplicates sees them once")
@@ -184,6 +186,7 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		EtcdMaxTxnOps:   o.etcdMaxTxnOps,
 		CommitMode:      o.commitMode,
 		ShutdownTimeout: o.shutdown,
+		KafkaDownAfter:  o.kafkaDownAfter,
 		WriteTimeout:    o.writeTimeout,
 		Sink:            o.target.identity(),
 		AllowSinkChange: o.allowSinkChange,
@@ -225,6 +228,7 @@ func (o *runOptions) validate() error {
 		{"--max-empty-polls", o.maxEmptyPolls > 0, o.maxEmptyPolls, "1 or more"},
 		{"--fetch-max-wait", o.fetchMaxWait > 0, o.fetchMaxWait, "a duration such as 500ms"},
 		{"--shutdown-timeout", o.shutdown > 0, o.shutdown, "a duration such as 30s (a stop that does not wait is SIGKILL)"},
+		{"--kafka-down-after", o.kafkaDownAfter > 0, o.kafkaDownAfter, "a duration such as 30s"},
 		{"--write-timeout", o.writeTimeout > 0, o.writeTimeout, "a duration such as 1m, above the slowest write of a healthy sink"},
 	} {
 		if !c.ok {

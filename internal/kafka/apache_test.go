@@ -777,3 +777,45 @@ func TestApacheSASLLoginAgain(t *testing.T) {
 			st.Logins, st.Relogins, run)
 	}
 }
+
+// A client of the wrong kind for a listener, TLS to PLAINTEXT or plain to
+// SASL_SSL, sees Apache Kafka close the connection at once, as a stopped
+// broker would (cause closed, not timeout); the other kind's request then
+// tells it why (SpeaksOtherwise), and the right kind gets no such answer.
+func TestApacheListenerOfTheOtherKind(t *testing.T) {
+	k := apacheKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plain, sasl := k.Brokers()[0], k.SASLAddrs()[0]
+	for _, tc := range []struct {
+		name   string
+		addr   string
+		tlsOn  bool
+		client Config
+	}{
+		{"TLS client, PLAINTEXT listener", plain, true, Config{Brokers: []string{plain}, TLS: k.TLSConfig(), DialTimeout: 2 * time.Second}},
+		{"plain client, SASL_SSL listener", sasl, false, Config{Brokers: []string{sasl}, DialTimeout: 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewClient(tc.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			err = c.CheckAccess(ctx, Refused)
+			if err == nil {
+				t.Fatal("a client of the wrong kind read metadata")
+			}
+			if cause := Cause(err); cause != CauseClosed {
+				t.Errorf("cause %s after %s, want %s: %v", cause, time.Since(start), CauseClosed, err)
+			}
+			if !SpeaksOtherwise(ctx, tc.addr, tc.tlsOn, 2*time.Second) {
+				t.Errorf("%s answers no client of the other kind", tc.addr)
+			}
+			if SpeaksOtherwise(ctx, tc.addr, !tc.tlsOn, 2*time.Second) {
+				t.Errorf("%s answers a client of its own kind as one of the other", tc.addr)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -164,4 +165,27 @@ func (c *Consumer) Probe(ctx context.Context, timeout time.Duration) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// SpeaksOtherwise reports whether the broker at addr answers a client of
+// the other kind: a plain metadata request when tlsOn (the client speaks
+// TLS), a TLS handshake when not (certificates unchecked: only whether it
+// speaks TLS matters). A broker closes a connection of the wrong kind at
+// once, which looks like a broker that stopped; this tells them apart.
+func SpeaksOtherwise(ctx context.Context, addr string, tlsOn bool, timeout time.Duration) bool {
+	if !tlsOn {
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only whether it speaks TLS
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return false
+		}
+		_ = conn.Close()
+		return true
+	}
+	c, err := NewClient(Config{Brokers: []string{addr}, DialTimeout: timeout})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	return c.CheckAccess(ctx, func(error) bool { return true }) == nil
 }

@@ -44,6 +44,7 @@ type Source interface {
 	Lag() []replica.PartitionLag
 	Timings() replica.Timings
 	Etcd() (size, inUse, quota, compactions int64)
+	Kafka() replica.KafkaState
 }
 
 // MirrorCounts is what a Collector reads of an offset mirror: a
@@ -77,6 +78,8 @@ type collectorDescs struct {
 	stalled, oldestWrite            *prometheus.Desc
 	unstable, lsoStalled            *prometheus.Desc
 	truncations                     *prometheus.Desc
+	brokerUp, fetchErrors           *prometheus.Desc
+	lastFetch                       *prometheus.Desc
 
 	rows, write, commit *prometheus.Desc
 }
@@ -236,6 +239,9 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 		live("offsetkeeper_buffer_budget_bytes",
 			"The budget of offsetkeeper_buffer_bytes (--max-buffer-bytes).",
 			prometheus.GaugeValue, func(r Source) float64 { _, _, b := r.Fetching(); return float64(b) }),
+		live("offsetkeeper_kafka_readable",
+			"1 while the replica reads its topics from Kafka; 0 once its metadata reads or a broker's fetches have failed for --kafka-down-after (or it never reached Kafka since it started): it then holds no partitions while any replica of the group reads, and /readyz says why.",
+			prometheus.GaugeValue, func(r Source) float64 { return boolFloat(r.Kafka().Reads) }),
 		{prometheus.NewDesc("offsetkeeper_build_info", "Always 1; labels name the version and the replica.", nil,
 			prometheus.Labels{"group": cfg.Group, "version": cfg.Version, "replica": cfg.ReplicaID}),
 			prometheus.GaugeValue, func(*replica.Stats, Source) float64 { return 1 }},
@@ -248,6 +254,14 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	d.truncations = prometheus.NewDesc("offsetkeeper_log_truncations_total",
 		"Times Kafka's log of a partition was found truncated below what the replica had read (an unclean leader election, or a leader that lost acknowledged records), by cause: the leader epoch stored with the offset validated when the partition was claimed, when its leader changed, or when an offset was out of range (reading went on from the divergence point in a new generation); or an offset past the log end without an epoch (reading resumed at the log end). Zero in a healthy group.",
 		[]string{"cause"}, group)
+	d.brokerUp = prometheus.NewDesc("offsetkeeper_kafka_broker_up",
+		"1 while the last fetch from a broker (by its node ID) was answered, 0 while its fetches fail. Only brokers the replica fetched from are listed.",
+		[]string{"broker"}, group)
+	d.fetchErrors = prometheus.NewDesc("offsetkeeper_kafka_fetch_errors_total",
+		"Errors of fetches, of whole requests and of single partitions, by cause: tls, auth, refused (nothing listens), timeout, closed, leader_moved, unknown_topic, unsupported, other. leader_moved passes with every leader election.",
+		[]string{"cause"}, group)
+	d.lastFetch = own("offsetkeeper_kafka_last_fetch_seconds",
+		"Seconds since a fetch of this replica was last answered, by any broker. Absent before the first. It grows while the replica holds no partitions, which fetch nothing.")
 	lagLabels := []string{"group", "topic", "partition"}
 	d.lag = prometheus.NewDesc("kafka_consumergroup_group_lag",
 		"Records between the committed offset and the log end (last stable offset) of a partition this replica owns.", lagLabels, nil)
@@ -288,7 +302,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.truncations, d.oldestWrite, d.rows, d.write, d.commit} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.truncations, d.brokerUp, d.fetchErrors, d.lastFetch, d.oldestWrite, d.rows, d.write, d.commit} {
 		ch <- x
 	}
 }
@@ -303,6 +317,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, cause := range replica.TruncationCauses {
 		ch <- prometheus.MustNewConstMetric(d.truncations, prometheus.CounterValue, float64(stats.LogTruncations[cause]), cause)
 	}
+	c.collectKafka(ch)
 	if c.mirror != nil {
 		ch <- prometheus.MustNewConstMetric(d.mirrorCommits, prometheus.CounterValue, float64(c.mirror.Commits()))
 		ch <- prometheus.MustNewConstMetric(d.mirrorFailures, prometheus.CounterValue, float64(c.mirror.Failures()))
@@ -340,6 +355,25 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			buckets[b] = h.h.Buckets[i]
 		}
 		ch <- prometheus.MustNewConstHistogram(h.desc, h.h.Count, h.h.Sum, buckets)
+	}
+}
+
+// collectKafka exports what the replica knows of its brokers.
+func (c *Collector) collectKafka(ch chan<- prometheus.Metric) {
+	d := &c.descs
+	k := c.r.Kafka()
+	for _, cause := range replica.FetchErrorCauses {
+		ch <- prometheus.MustNewConstMetric(d.fetchErrors, prometheus.CounterValue, float64(k.FetchErrors[cause]), cause)
+	}
+	var last time.Time
+	for _, b := range k.Brokers {
+		ch <- prometheus.MustNewConstMetric(d.brokerUp, prometheus.GaugeValue, boolFloat(b.Up), strconv.Itoa(int(b.ID)))
+		if b.LastOK.After(last) {
+			last = b.LastOK
+		}
+	}
+	if !last.IsZero() {
+		ch <- prometheus.MustNewConstMetric(d.lastFetch, prometheus.GaugeValue, time.Since(last).Seconds())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -46,6 +47,14 @@ type fakeSource struct {
 	*replica.Replica
 	stats   replica.Stats
 	timings replica.Timings
+	kafka   *replica.KafkaState
+}
+
+func (f *fakeSource) Kafka() replica.KafkaState {
+	if f.kafka != nil {
+		return *f.kafka
+	}
+	return f.Replica.Kafka()
 }
 
 func (f *fakeSource) Stats() replica.Stats     { return f.stats }
@@ -243,6 +252,41 @@ func TestHandlerProbes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.body) {
 			t.Errorf("GET %s: %d %q, want %d and %q", tc.path, resp.StatusCode, b, tc.status, tc.body)
+		}
+	}
+}
+
+// What a replica knows of Kafka is exported: whether it reads, each
+// broker's state, fetch errors by cause, and the age of the last answer.
+func TestCollectorKafkaState(t *testing.T) {
+	r := &fakeSource{Replica: offlineReplica(t, discard.New())}
+	c := NewCollector(r)
+	if got := scalar(t, gather(t, c), "offsetkeeper_kafka_readable"); got != 1 {
+		t.Errorf("readable of a replica that never failed = %v", got)
+	}
+	r.kafka = &replica.KafkaState{Why: "no broker answered", FetchErrors: map[string]int64{"refused": 3},
+		Brokers: []replica.BrokerState{{ID: 1, Up: true, LastOK: time.Now().Add(-90 * time.Second)}, {ID: 2, Err: "refused"}}}
+	fams := gather(t, c)
+	if got := scalar(t, fams, "offsetkeeper_kafka_readable"); got != 0 {
+		t.Errorf("readable of a replica that cannot read = %v", got)
+	}
+	if got := scalar(t, fams, "offsetkeeper_kafka_last_fetch_seconds"); got < 90 || got > 100 {
+		t.Errorf("last fetch %v s ago, want 90", got)
+	}
+	up := map[string]float64{}
+	for _, m := range fams["offsetkeeper_kafka_broker_up"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "broker" {
+				up[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if up["1"] != 1 || up["2"] != 0 || len(up) != 2 {
+		t.Errorf("broker up %v, want 1: 1, 2: 0", up)
+	}
+	for _, m := range fams["offsetkeeper_kafka_fetch_errors_total"].GetMetric() {
+		if hasLabel(m, "cause", "refused") && m.GetCounter().GetValue() != 3 {
+			t.Errorf("refused fetch errors %v, want 3", m.GetCounter().GetValue())
 		}
 	}
 }
