@@ -50,7 +50,8 @@ kafka-consumer-groups.sh --describe does for Kafka's own groups:
                     reader (the last stable offset), from Kafka
   LAG               LOG-END - COMMITTED: records not yet in the sink
   OWNER, EPOCH      the replica that holds the claim and the claim's epoch
-                    (its fencing token)
+                    (its fencing token); "(cannot read Kafka)" after an
+                    owner that says so: it hands the partition over soon
   LAST-COMMIT       how long ago the offset was last committed (or reset)
   IN-FLIGHT         the block being written now, [from, next), if any
 
@@ -103,12 +104,15 @@ type inFlight struct {
 // means not known (log_end, lag when Kafka was unreachable) or not there
 // (committed, owner, epoch, last_commit, in_flight).
 type partitionRow struct {
-	Topic      string     `json:"topic"`
-	Partition  int        `json:"partition"`
-	Committed  *int64     `json:"committed"`
-	LogEnd     *int64     `json:"log_end"`
-	Lag        *int64     `json:"lag"`
-	Owner      *string    `json:"owner"`
+	Topic     string  `json:"topic"`
+	Partition int     `json:"partition"`
+	Committed *int64  `json:"committed"`
+	LogEnd    *int64  `json:"log_end"`
+	Lag       *int64  `json:"lag"`
+	Owner     *string `json:"owner"`
+	// OwnerReads is whether the owner reads Kafka (its member key); null
+	// when nobody owns the partition.
+	OwnerReads *bool      `json:"owner_reads_kafka"`
 	Epoch      *int64     `json:"epoch"`
 	LastCommit *time.Time `json:"last_commit"`
 	// CommittedBy is the replica that wrote the offset, or "operator"
@@ -139,6 +143,9 @@ func (v *describeView) rows() [][]string {
 		owner, last, flight := dash, dash, dash
 		if r.Owner != nil {
 			owner = *r.Owner
+			if r.OwnerReads != nil && !*r.OwnerReads {
+				owner += " (cannot read Kafka)"
+			}
 		}
 		if r.LastCommit != nil {
 			last = age(v.now, *r.LastCommit)
@@ -206,6 +213,12 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		if c, ok := snap.Claims[p]; ok {
 			r.Owner = ptr(c.Replica)
 			r.Epoch = ptr(c.Epoch)
+			r.OwnerReads = ptr(true)
+			for _, m := range snap.Members {
+				if m.ID == c.Replica && !m.Reads() {
+					r.OwnerReads = ptr(false)
+				}
+			}
 		}
 		if in, ok := snap.Intents[p]; ok {
 			r.InFlight = &inFlight{From: in.From, Next: in.Next, Epoch: in.Epoch}

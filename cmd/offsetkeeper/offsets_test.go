@@ -26,6 +26,7 @@ type describeJSON struct {
 		LogEnd      *int64     `json:"log_end"`
 		Lag         *int64     `json:"lag"`
 		Owner       *string    `json:"owner"`
+		OwnerReads  *bool      `json:"owner_reads_kafka"`
 		Epoch       *int64     `json:"epoch"`
 		LastCommit  *time.Time `json:"last_commit"`
 		CommittedBy *string    `json:"committed_by"`
@@ -194,6 +195,8 @@ func TestOffsetsDescribe(t *testing.T) {
 				t.Errorf("%s: lag %v, want %d", p, row.Lag, end-off.Next)
 			case row.Owner == nil || *row.Owner != claim.Replica || row.Epoch == nil || *row.Epoch != claim.Epoch:
 				t.Errorf("%s: owner %v epoch %v, want %s %d", p, row.Owner, row.Epoch, claim.Replica, claim.Epoch)
+			case row.OwnerReads == nil || !*row.OwnerReads:
+				t.Errorf("%s: owner_reads_kafka %v, want true", p, row.OwnerReads)
 			case row.LastCommit == nil || !row.LastCommit.Equal(off.At):
 				t.Errorf("%s: last_commit %v, want %v", p, row.LastCommit, off.At)
 			case row.CommittedBy == nil || *row.CommittedBy != off.Replica || row.Generation != off.Generation:
