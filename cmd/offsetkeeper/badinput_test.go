@@ -257,3 +257,31 @@ func TestRefusedEtcdFailsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestVariableOfAnotherCommand: a variable another command reads is
+// ignored without a word (environments are shared), unless it is a near
+// miss of one this command reads: OFFSETKEEPER_TOPIC for run, which reads
+// --topics, was ignored silently.
+func TestVariableOfAnotherCommand(t *testing.T) {
+	root := newRootCommand()
+	for _, tc := range []struct {
+		cmd, env, want string
+	}{
+		{"run", "OFFSETKEEPER_TOPIC=orders", `OFFSETKEEPER_TOPIC: "offsetkeeper run" does not read it (another command does), ignored; did you mean OFFSETKEEPER_TOPICS?`},
+		{"run", "OFFSETKEEPER_EXECUTE=true", ""},
+		{"offsets describe", "OFFSETKEEPER_SINK=stdout:", ""},
+	} {
+		c, _, err := root.Find(strings.Fields(tc.cmd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		c.SetErr(&stderr)
+		if err := unknownEnv(c, []string{tc.env}); err != nil {
+			t.Errorf("%s with %s: %v", tc.cmd, tc.env, err)
+		}
+		if got := strings.TrimSpace(stderr.String()); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s with %s: stderr %q, want %q", tc.cmd, tc.env, got, tc.want)
+		}
+	}
+}

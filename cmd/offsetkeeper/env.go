@@ -95,7 +95,20 @@ func unknownEnv(cmd *cobra.Command, environ []string) error {
 	cmd.Flags().VisitAll(func(f *pflag.Flag) { own = append(own, strings.TrimPrefix(envName(f.Name), envPrefix)) })
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) || serviceLink.MatchString(name) {
+		if !strings.HasPrefix(name, envPrefix) || serviceLink.MatchString(name) {
+			continue
+		}
+		if slices.Contains(known, name) {
+			// Another command's: shared environments are common, but a
+			// near miss of one this command reads is likely a mistake
+			// (OFFSETKEEPER_TOPIC for run, which reads --topics).
+			suffix := strings.TrimPrefix(name, envPrefix)
+			if !slices.Contains(own, suffix) {
+				if s := closest(suffix, own); s != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "Warning: environment variable %s: %q does not read it (another command does), ignored; did you mean %s%s?\n",
+						name, cmd.CommandPath(), envPrefix, s)
+				}
+			}
 			continue
 		}
 		if s := closest(strings.TrimPrefix(name, envPrefix), own); s != "" {
