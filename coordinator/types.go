@@ -36,6 +36,9 @@ type Member struct {
 	// Sink identifies the sink the member writes to: its scheme and
 	// location, never a secret. The members of a group name the same.
 	Sink string `json:"sink,omitempty"`
+	// Topics are the topics the member reads. The members of a group
+	// name the same.
+	Topics []string `json:"topics,omitempty"`
 	// Draining is set by an operator (`replicas drain`): the plan gives the
 	// member no partitions, so it hands its claims over at block
 	// boundaries. It lasts as long as the member key.

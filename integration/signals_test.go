@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -174,6 +175,73 @@ func TestSecondSinkForAGroupRefused(t *testing.T) {
 	await(t, 20*time.Second, "c to join", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "c": 1}) })
 	if a.Exited() {
 		t.Fatalf("a exited:\n%s", a.Output())
+	}
+}
+
+// Issue 40, row 7: a replica started with other --topics than its group's
+// live replicas (orders,small beside orders) is refused, exit 2, naming
+// both lists and the flag that allows it; "small" gets no claim. Before,
+// it joined, and once it stopped "small" stayed in the group unowned.
+func TestOtherTopicsForAGroupRefused(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	e.kafka.CreateTopic(t, "small", 1)
+	dir := t.TempDir()
+	a := e.processSink("a", "file://"+dir)
+	await(t, 20*time.Second, "a to own both partitions", func() bool { return balanced(e.owners(), map[string]int{"a": 2}) })
+	b := e.processSink("b", "file://"+dir, "--topics", "small")
+	if code := b.Wait(20 * time.Second); code != 2 {
+		t.Fatalf("b exited %d, want 2:\n%s", code, b.Output())
+	}
+	for _, want := range []string{`group "` + e.group + `" reads topics orders (member a)`, "this replica orders,small", "--allow-topic-change"} {
+		if !strings.Contains(b.Output(), want) {
+			t.Errorf("b's error does not say %q:\n%s", want, b.Output())
+		}
+	}
+	snap, err := e.coord.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range snap.Claims {
+		if p.Topic == "small" {
+			t.Errorf("the refused replica's topic has a claim: %v", p)
+		}
+	}
+	c := e.processSink("c", "file://"+dir, "--topics", "small", "--allow-topic-change")
+	await(t, 20*time.Second, "c to join with --allow-topic-change", func() bool { return e.owners()["c"] > 0 })
+	c.Signal(syscall.SIGTERM)
+	if code := c.Wait(20 * time.Second); code != 0 {
+		t.Errorf("c exited %d:\n%s", code, c.Output())
+	}
+	if a.Exited() {
+		t.Fatalf("a exited:\n%s", a.Output())
+	}
+}
+
+// Issue 40, row 6: a second replica given a live replica's --replica-id
+// exits 2 after one lease TTL, naming the live one's host and PID; the
+// live one keeps its partitions. Before, it retried "replica id already
+// registered" forever.
+func TestDuplicateReplicaIDRefused(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	dir := t.TempDir()
+	a := e.processSink("a", "file://"+dir)
+	await(t, 20*time.Second, "a to own both partitions", func() bool { return balanced(e.owners(), map[string]int{"a": 2}) })
+	start := time.Now()
+	twin := e.processSink("a", "file://"+dir)
+	if code := twin.Wait(30 * time.Second); code != 2 {
+		t.Fatalf("the second replica a exited %d, want 2:\n%s", code, twin.Output())
+	}
+	took := time.Since(start)
+	if took < 2*time.Second {
+		t.Errorf("refused after %s, within the lease TTL (2s): a restart of a crashed replica would be refused too", took)
+	}
+	for _, want := range []string{`replica id "a" is held in group "g"`, fmt.Sprintf("pid %d", a.PID()), "--replica-id"} {
+		if !strings.Contains(twin.Output(), want) {
+			t.Errorf("the error does not say %q:\n%s", want, twin.Output())
+		}
+	}
+	if owners := e.owners(); owners["a"] != 2 || a.Exited() {
+		t.Fatalf("owners %v after the twin was refused; a exited: %v", owners, a.Exited())
 	}
 }
 

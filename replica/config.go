@@ -231,6 +231,10 @@ type Config struct {
 	// write to another sink: the way to move a group to a new sink is to
 	// roll every replica with the new one and this set, then without it.
 	AllowSinkChange bool
+	// AllowTopicChange joins a group whose live members read other topics
+	// than Topics; without it Run refuses with a *TopicsMismatchError.
+	// Set it while rolling a group's replicas onto a new list of topics.
+	AllowTopicChange bool
 	// BeforeJoin, if set, runs in Run once the topics and the sink are
 	// checked, before the replica joins its group: what must not happen
 	// for a replica that refuses to start (the CLI claims the sink's

@@ -166,9 +166,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.writer = rounds
 	}
 	ends, tended := make(chan struct{}), make(chan struct{})
-	go func() { defer close(ends); r.refreshLogEnds(ctx, consumer) }()
-	go func() { defer close(tended); r.tendEtcd(ctx) }()
-	defer func() { <-ends; <-tended }() // runs last: both end with ctx
+	// Both end with bg: when ctx ends, or when Run returns an error.
+	bg, stopBG := context.WithCancel(ctx)
+	go func() { defer close(ends); r.refreshLogEnds(bg, consumer) }()
+	go func() { defer close(tended); r.tendEtcd(bg) }()
+	defer func() { <-ends; <-tended }() // runs last
+	defer stopBG()
 	defer func() {
 		consumer.Close()
 		r.mu.Lock()
@@ -177,11 +180,17 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.mu.Unlock()
 	}()
 	b := backoff.Backoff{Min: 200 * time.Millisecond, Max: max(200*time.Millisecond, r.cfg.LeaseTTL/2)}
+	var taken time.Time // since when a live member holds this replica's ID
 	for {
 		s, err := r.join(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, coordinator.ErrMemberExists) {
+				if dup := r.duplicate(ctx, &taken); dup != nil {
+					return dup
+				}
 			}
 			r.log.Warn("join failed; retrying", zap.Error(err))
 			if b.Wait(ctx) != nil {
@@ -190,6 +199,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			continue
 		}
 		b.Reset()
+		taken = time.Time{}
 		r.runSession(ctx, s, consumer)
 		if ctx.Err() != nil || r.isKilled() {
 			return nil
@@ -308,10 +318,11 @@ func (e *SinkMismatchError) Error() string {
 		"replicas with --allow-sink-change", e.Group, e.Theirs, e.Member, e.Ours)
 }
 
-// checkSink refuses a sink other than the live members'. etcd not answering
+// checkSink refuses a sink other than the live members', and topics other
+// than theirs. etcd not answering
 // is not a failure here: joining retries as always.
 func (r *Replica) checkSink(ctx context.Context) error {
-	if r.cfg.AllowSinkChange || r.cfg.Sink == "" {
+	if (r.cfg.AllowSinkChange || r.cfg.Sink == "") && r.cfg.AllowTopicChange {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL)
@@ -322,8 +333,11 @@ func (r *Replica) checkSink(ctx context.Context) error {
 		return nil
 	}
 	for _, m := range members {
-		if m.ID != r.cfg.ReplicaID && m.Sink != "" && m.Sink != r.cfg.Sink {
+		if m.ID != r.cfg.ReplicaID && m.Sink != "" && m.Sink != r.cfg.Sink && !r.cfg.AllowSinkChange && r.cfg.Sink != "" {
 			return &SinkMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Sink, Ours: r.cfg.Sink}
+		}
+		if m.ID != r.cfg.ReplicaID && len(m.Topics) > 0 && !sameTopics(m.Topics, r.cfg.Topics) && !r.cfg.AllowTopicChange {
+			return &TopicsMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Topics, Ours: r.cfg.Topics}
 		}
 	}
 	return nil
@@ -339,6 +353,7 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 		StartedAt: time.Now().UTC(),
 		HTTPAddr:  r.cfg.HTTPAddr,
 		Sink:      r.cfg.Sink,
+		Topics:    r.cfg.Topics,
 		// Members that cannot read get no partitions: say so from the
 		// start, not after a plan gave this one its share.
 		Unreadable: r.reach.verdict(),

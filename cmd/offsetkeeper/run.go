@@ -21,28 +21,29 @@ type runOptions struct {
 	ops     runOpsFlags
 	formats formatFlags
 
-	topics          []string
-	sink            string
-	replicaID       string
-	leaseTTL        time.Duration
-	maxBlockRows    int
-	maxBlockBytes   byteSize
-	etcdMaxTxnOps   int
-	commitLinger    time.Duration
-	maxBufferBytes  byteSize
-	flushInterval   time.Duration
-	maxEmptyPolls   int
-	commitMode      replica.CommitMode
-	startFrom       replica.StartPolicy
-	fetchMaxWait    time.Duration
-	fetchSessions   bool
-	kafkaRack       string
-	etcdCompact     time.Duration
-	shutdown        time.Duration
-	kafkaDownAfter  time.Duration
-	writeTimeout    time.Duration
-	allowSinkChange bool
-	allowSharedSink bool
+	topics           []string
+	sink             string
+	replicaID        string
+	leaseTTL         time.Duration
+	maxBlockRows     int
+	maxBlockBytes    byteSize
+	etcdMaxTxnOps    int
+	commitLinger     time.Duration
+	maxBufferBytes   byteSize
+	flushInterval    time.Duration
+	maxEmptyPolls    int
+	commitMode       replica.CommitMode
+	startFrom        replica.StartPolicy
+	fetchMaxWait     time.Duration
+	fetchSessions    bool
+	kafkaRack        string
+	etcdCompact      time.Duration
+	shutdown         time.Duration
+	kafkaDownAfter   time.Duration
+	allowTopicChange bool
+	writeTimeout     time.Duration
+	allowSinkChange  bool
+	allowSharedSink  bool
 
 	// Built by complete.
 	cfg    replica.Config
@@ -141,6 +142,7 @@ once. Exit status 0.`,
 	fs.DurationVar(&o.kafkaDownAfter, "kafka-down-after", replica.DefaultKafkaDownAfter, "how long the replica's reads of Kafka (metadata, a broker's fetches) may fail before it says it cannot read, is not ready, and gives its partitions to replicas that read (after half as long again; nothing moves while none reads); must be positive")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
 	fs.BoolVar(&o.allowSinkChange, "allow-sink-change", false, "join a group whose live replicas write to another sink: to move a group to a new sink, roll every replica with the new --sink and this flag, then without it")
+	fs.BoolVar(&o.allowTopicChange, "allow-topic-change", false, "join a group whose live replicas read other --topics: to change a group's topics, roll every replica with the new list and this flag, then without it")
 	fs.BoolVar(&o.allowSharedSink, "allow-shared-sink", false, "write topics to a sink destination (file directory, PostgreSQL or ClickHouse table) that another group writes them to: each group then delivers every record once, so only a reader that deduplicates sees them once")
 	o.formats.register(fs)
 	o.logs.register(fs, logInfo, logJSON)
@@ -177,20 +179,21 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 			StartPolicy:     o.startFrom,
 			MaxBufferBytes:  int(o.maxBufferBytes),
 		},
-		MaxBlockBytes:   int(o.maxBlockBytes),
-		LeaseTTL:        o.leaseTTL,
-		MaxBlockRows:    o.maxBlockRows,
-		FlushInterval:   o.flushInterval,
-		MaxEmptyPolls:   o.maxEmptyPolls,
-		CommitLinger:    o.commitLinger,
-		EtcdMaxTxnOps:   o.etcdMaxTxnOps,
-		CommitMode:      o.commitMode,
-		ShutdownTimeout: o.shutdown,
-		KafkaDownAfter:  o.kafkaDownAfter,
-		WriteTimeout:    o.writeTimeout,
-		Sink:            o.target.identity(),
-		AllowSinkChange: o.allowSinkChange,
-		Version:         version,
+		MaxBlockBytes:    int(o.maxBlockBytes),
+		LeaseTTL:         o.leaseTTL,
+		MaxBlockRows:     o.maxBlockRows,
+		FlushInterval:    o.flushInterval,
+		MaxEmptyPolls:    o.maxEmptyPolls,
+		CommitLinger:     o.commitLinger,
+		EtcdMaxTxnOps:    o.etcdMaxTxnOps,
+		CommitMode:       o.commitMode,
+		ShutdownTimeout:  o.shutdown,
+		KafkaDownAfter:   o.kafkaDownAfter,
+		WriteTimeout:     o.writeTimeout,
+		Sink:             o.target.identity(),
+		AllowSinkChange:  o.allowSinkChange,
+		AllowTopicChange: o.allowTopicChange,
+		Version:          version,
 	}
 	if o.cfg.ReplicaID == "" {
 		o.cfg.ReplicaID = replica.DefaultID()
@@ -307,7 +310,8 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	runErr := r.Run(ctx)
 	stopFollow()
 	_ = r.Close() // the registry's connections
-	if errors.As(runErr, new(*replica.MissingTopicError)) || errors.As(runErr, new(*replica.SinkMismatchError)) {
+	if errors.As(runErr, new(*replica.MissingTopicError)) || errors.As(runErr, new(*replica.SinkMismatchError)) ||
+		errors.As(runErr, new(*replica.TopicsMismatchError)) || errors.As(runErr, new(*replica.DuplicateIDError)) {
 		runErr = usage(runErr) // a name or a URL on the command line: exit 2
 	}
 	if err := sink.Close(); err != nil && runErr == nil {
