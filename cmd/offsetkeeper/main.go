@@ -28,9 +28,6 @@ type interruptedError struct{ what string }
 
 func (e *interruptedError) Error() string { return "interrupted: " + e.what }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
