@@ -131,3 +131,25 @@ func (c *Coordinator) editMember(ctx context.Context, id string, lease int64, ed
 	}
 	return nil
 }
+
+// ErrGroupLive is DeleteGroup's error when a member of the group is live.
+var ErrGroupLive = errors.New("the group has live members")
+
+// DeleteGroup deletes every key of the group: offsets, claims, intents,
+// resets, everything below its prefix. It is one transaction conditioned
+// on no member key existing, so a replica that joins meanwhile makes it
+// fail with ErrGroupLive rather than lose its offsets under it. It returns
+// how many keys it deleted.
+func (c *Coordinator) DeleteGroup(ctx context.Context) (int64, error) {
+	tx, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(c.keys.MembersPrefix()).WithPrefix(), "=", 0)).
+		Then(clientv3.OpDelete(c.keys.Prefix(), clientv3.WithPrefix())).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("delete group %s: %w", c.group, err)
+	}
+	if !tx.Succeeded {
+		return 0, fmt.Errorf("delete group %s: %w", c.group, ErrGroupLive)
+	}
+	return tx.Responses[0].GetResponseDeleteRange().Deleted, nil
+}

@@ -16,7 +16,7 @@ func newGroupsCommand() *cobra.Command {
 		Long: `A group is one pipeline: a set of topics, a sink and the replicas that run
 it. Its state lives in etcd under /offsetkeeper/v1/groups/<group>/.`,
 	})
-	cmd.AddCommand(newGroupsListCommand())
+	cmd.AddCommand(newGroupsListCommand(), newGroupsDeleteCommand())
 	return cmd
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -105,5 +107,83 @@ func TestOperatorHelp(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, "Available Commands:") {
 			t.Errorf("%v: %s, want the help with its commands", args, r)
 		}
+	}
+}
+
+// TestGroupsDelete: a dry run by default; refused (exit 2) while a replica
+// of the group is live, naming it; with --execute every key of the group
+// goes, and no other group's.
+func TestGroupsDelete(t *testing.T) {
+	e := newOpsEnv(t, "orders", 2)
+	e.produce("orders", 0, 5, nil)
+	r1 := e.startReplica("r1", newRecordingSink())
+	e.awaitCommitted(map[coordinator.Partition]int64{e.part(0): 5})
+	idle, err := coordinator.New(e.cli, "peek")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	for p := range 3 {
+		if _, err := idle.ResetOffsets(ctx, coordinator.Partition{Topic: "orders", Partition: p}, 7, coordinator.Offsets{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcd := []string{"--etcd-endpoints", strings.Join(e.etcd.Endpoints(), ",")}
+	count := func(group string) int64 {
+		resp, err := e.cli.Get(ctx, coordinator.KeysFor(group).Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	keysG, keysPeek := count("g"), count("peek")
+
+	r := opsRun(t, 30*time.Second, append([]string{"groups", "delete", "--group", "g", "--execute"}, etcd...)...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, `group "g" has 1 live replicas (r1)`) || !strings.Contains(r.stderr, "stop them first") {
+		t.Fatalf("delete of a live group: %s", r)
+	}
+	if n := count("g"); n != keysG {
+		t.Errorf("the live group has %d keys after a refused delete, had %d", n, keysG)
+	}
+
+	r = opsRun(t, 30*time.Second, append([]string{"groups", "delete", "--group", "peek"}, etcd...)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "dry run: nothing deleted; add --execute") {
+		t.Fatalf("dry run: %s", r)
+	}
+	rows := parseTable(t, r.stdout, "GROUP", "REPLICAS", "OFFSETS", "KEYS", "DELETED")
+	if len(rows) != 1 || rows[0]["OFFSETS"] != "3" || rows[0]["KEYS"] != itoa(keysPeek) || !strings.HasPrefix(rows[0]["DELETED"], "no") {
+		t.Errorf("dry run rows %v, want 3 offsets, %d keys, not deleted", rows, keysPeek)
+	}
+	if n := count("peek"); n != keysPeek {
+		t.Fatalf("the dry run deleted: %d keys left of %d", n, keysPeek)
+	}
+
+	r = opsRun(t, 30*time.Second, append([]string{"groups", "delete", "--group", "peek", "--execute", "-o", "json"}, etcd...)...)
+	var got struct {
+		Group    string `json:"group"`
+		Replicas int    `json:"replicas"`
+		Offsets  int    `json:"offsets"`
+		Keys     int64  `json:"keys"`
+		Deleted  bool   `json:"deleted"`
+		DryRun   bool   `json:"dry_run"`
+	}
+	decodeStrict(t, r.stdout, &got)
+	if r.code != 0 || !got.Deleted || got.DryRun || got.Keys != keysPeek || got.Offsets != 3 {
+		t.Fatalf("delete --execute: %s %+v", r, got)
+	}
+	if n := count("peek"); n != 0 {
+		t.Errorf("%d keys of peek left", n)
+	}
+	if n := count("g"); n != keysG {
+		t.Errorf("deleting peek changed g: %d keys, had %d", n, keysG)
+	}
+
+	// Once its replica stopped, the group can go.
+	r1.stop()
+	awaitCond(t, 30*time.Second, "r1 to leave", func() bool { return len(e.snapshot().Members) == 0 })
+	r = opsRun(t, 30*time.Second, append([]string{"groups", "delete", "--group", "g", "--execute"}, etcd...)...)
+	if r.code != 0 || count("g") != 0 {
+		t.Fatalf("delete of a stopped group: %s; %d keys left", r, count("g"))
 	}
 }
