@@ -75,6 +75,18 @@ func (t *sinkTarget) setGroup(group string) error {
 func parseSink(raw string) (sinkTarget, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
+		// A database URL whose password holds @ or #: its sink says how
+		// to write it.
+		switch scheme, _, _ := strings.Cut(raw, "://"); scheme {
+		case "postgres", "postgresql":
+			if err := postgres.ValidateURL(raw, false); err != nil {
+				return sinkTarget{}, usagef("--sink %q: %v", shownSink(raw), err)
+			}
+		case "clickhouse":
+			if err := clickhouse.ValidateURL(raw, false); err != nil {
+				return sinkTarget{}, usagef("--sink %q: %v", shownSink(raw), err)
+			}
+		}
 		return sinkTarget{}, usagef("--sink %q: want %s", shownSink(raw), sinkURLHelp)
 	}
 	switch u.Scheme {
@@ -103,12 +115,12 @@ func parseSink(raw string) (sinkTarget, error) {
 		return sinkTarget{scheme: u.Scheme}, nil
 	case "postgres", "postgresql":
 		if err := postgres.ValidateURL(raw, false); err != nil {
-			return sinkTarget{}, usagef("--sink: %v", err)
+			return sinkTarget{}, usagef("--sink %q: %v", shownSink(raw), err)
 		}
 		return sinkTarget{scheme: "postgres", url: raw, urlGroup: u.Query().Get("group")}, nil
 	case "clickhouse":
 		if err := clickhouse.ValidateURL(raw, false); err != nil {
-			return sinkTarget{}, usagef("--sink: %v", err)
+			return sinkTarget{}, usagef("--sink %q: %v", shownSink(raw), err)
 		}
 		return sinkTarget{scheme: "clickhouse", url: raw, urlGroup: u.Query().Get("group")}, nil
 	default:
@@ -130,7 +142,9 @@ func parseSinkFlag(raw string) (sinkTarget, error) {
 // shown, since which role connects is what a reader of the message needs.
 func shownSink(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
+	if err != nil || u.Scheme == "" || strings.Contains(raw, "#") {
+		// Unparsed, or parsed at a '#' of a password: mask up to the last
+		// '@', which ends the user-info as the writer meant it.
 		i, j := strings.Index(raw, "://"), strings.LastIndex(raw, "@")
 		if i < 0 || j < i {
 			return redactURL(raw)

@@ -117,6 +117,9 @@ func StartPostgres(t testing.TB) *Postgres {
 	if out, err := p.run(ctx, "initdb", "-D", p.data, "-U", pgUser, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		t.Fatalf("postgres: initdb: %v\n%s", err, out)
 	}
+	if err := p.passwordLogins(); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
 	// Free ports are picked by binding :0 and closing, so another process
 	// can take one first: then start again on another.
 	for try := 0; ; try++ {
@@ -161,6 +164,23 @@ log_min_messages = warning
 		return chownToUser(path, pgUser)
 	}
 	return nil
+}
+
+// PasswordUser is the one role whose logins the server checks with a
+// password (scram-sha-256), as a stock install checks every role's: the
+// others are trusted. A test creates it with the password it needs.
+const PasswordUser = "offsetkeeper_password"
+
+// passwordLogins puts the line of PasswordUser first in pg_hba.conf, where
+// the first line that matches decides.
+func (p *Postgres) passwordLogins() error {
+	path := filepath.Join(p.data, "pg_hba.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	line := "host all " + PasswordUser + " 127.0.0.1/32 scram-sha-256\n"
+	return os.WriteFile(path, append([]byte(line), old...), 0o600)
 }
 
 // URL is the connection URL of database postgres, as the superuser.

@@ -122,7 +122,8 @@ var ErrURL = errors.New("bad clickhouse sink URL")
 
 // sinkURL is what this sink's URL shares with postgres'; its errors wrap
 // ErrURL.
-var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "part of every deduplication token"}
+var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "part of every deduplication token",
+	Password: "$" + PasswordEnv + " or password_file="}
 
 // Option changes the configuration New builds from the URL.
 type Option func(*config)

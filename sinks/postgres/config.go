@@ -147,7 +147,8 @@ var ErrURL = errors.New("bad postgres sink URL")
 
 // sinkURL is what this sink's URL shares with clickhouse's; its errors
 // wrap ErrURL.
-var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "the offsets table's key"}
+var sinkURL = sqlsink.URL{Err: ErrURL, GroupIs: "the offsets table's key",
+	Password: "$PGPASSWORD, a password file (passfile= or ~/.pgpass) or a service file (service=)"}
 
 // Option changes the configuration New builds from the URL.
 type Option func(*config)

@@ -73,11 +73,14 @@ func TestNewWaitsForTheServer(t *testing.T) {
 // not after retry_timeout.
 func TestNewFailsAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 	pg := harness.StartPostgres(t)
+	pg.Exec(t, "CREATE ROLE "+harness.PasswordUser+" LOGIN PASSWORD 'right'")
 	base, _ := sinkURL(pg, "retry_timeout=60s")
 	for _, tc := range []struct{ name, url, says string }{
 		{"no such database", strings.Replace(base, "/postgres?", "/nosuchdb?", 1), "nosuchdb"},
 		{"no such role", strings.Replace(base, "postgres://postgres@", "postgres://nosuchrole@", 1), "nosuchrole"},
 		{"no such table", base + "&mode=columns", "rows_"},
+		{"a wrong password", strings.Replace(base, "postgres://postgres@", "postgres://"+harness.PasswordUser+":wrong@", 1), "$PGPASSWORD"},
+		{"no password", strings.Replace(base, "postgres://postgres@", "postgres://"+harness.PasswordUser+"@", 1), "postgres://USER:PASSWORD@"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.url == base {
@@ -90,6 +93,9 @@ func TestNewFailsAtOnceOnWhatWaitingCannotMend(t *testing.T) {
 			}
 			if took := time.Since(start); took > 3*time.Second {
 				t.Errorf("New took %s: waiting cannot mend %v", took, err)
+			}
+			if strings.Contains(err.Error(), "wrong") {
+				t.Errorf("the error shows the password: %v", err)
 			}
 		})
 	}

@@ -63,6 +63,11 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 
 func (s *Sink) setup(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
+		if loginRefused(err) {
+			return fmt.Errorf("connect: %w: give the role's password in the URL (postgres://USER:PASSWORD@HOST/DB, "+
+				"percent-encoded), in $PGPASSWORD, in a password file (passfile=, or ~/.pgpass) or a service file "+
+				"(service=); or check the server's pg_hba.conf", err)
+		}
 		return fmt.Errorf("connect: %w", err)
 	}
 	// What can refuse a table is read before any table is made, so that a

@@ -43,6 +43,17 @@ func unreachable(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed))
 }
 
+// loginRefused reports whether the server refused the login: a wrong
+// password (28P01), none given where one is asked for, or no pg_hba.conf
+// line that lets the role in (28000).
+func loginRefused(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "28P01" || pe.Code == "28000"
+	}
+	return strings.Contains(err.Error(), "password")
+}
+
 // serverAway reports whether a server's error code says it cannot serve
 // the connection now: a connection exception, the server starting up,
 // shutting down or recovering, or out of connection slots.

@@ -18,7 +18,14 @@ type URL struct {
 	// GroupIs says what the group is to the sink, for the message of a
 	// missing one: "the offsets table's key".
 	GroupIs string
+	// Password names the ways to give a password other than in the URL,
+	// for the message of a URL whose user-info does not parse.
+	Password string
 }
+
+// escapes says how to write, in a URL's user-info, the characters that
+// end it or are not allowed there.
+const escapes = "@ as %40, # as %23, / as %2F, ? as %3F, : as %3A, % as %25"
 
 // Wrap returns err, if any, wrapped in u.Err.
 func (u URL) Wrap(err error) error {
@@ -37,7 +44,25 @@ func (u URL) Parse(raw string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if strings.HasPrefix(err.Error(), "invalid port") {
+			// It quotes what follows the colon: a password's start.
+			err = errors.New("invalid port after the host")
+		}
+		if strings.Contains(raw, "@") || strings.Contains(raw, "#") {
+			// A password with @, #, / or ? that is not percent-encoded
+			// splits the URL where the user did not mean it to.
+			return nil, fmt.Errorf("%w: %w: a user or password holding @ # / ? : or %% must be percent-encoded (%s), "+
+				"or give the password in %s", u.Err, err, escapes, u.Password)
+		}
 		return nil, u.Wrap(err)
+	}
+	if parsed.Fragment != "" || strings.Contains(raw, "#") {
+		// Everything after # is dropped: a password's end, the host, the
+		// parameters; the sink would connect elsewhere, or write to its
+		// default table.
+		return nil, fmt.Errorf("%w: the URL holds '#', which starts a fragment: everything after it would be dropped "+
+			"(the rest of a password, the host, table= and the other parameters); percent-encode it as %%23 "+
+			"(and the user-info's other special characters: %s), or give the password in %s", u.Err, escapes, u.Password)
 	}
 	return parsed, nil
 }
