@@ -80,6 +80,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			}
 			pt.r.observeWrite(len(b.records), time.Since(start))
 			pt.r.stats.records.Add(int64(len(b.records)))
+			pt.r.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
 		}
 		return nil
 	}
@@ -96,6 +97,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
 		pt.r.stats.records.Add(int64(len(b.records)))
+		pt.r.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
 	}
 	start := time.Now()
 	if err := g.Commit(ctx); err != nil {

@@ -10,7 +10,10 @@ import (
 // Stats is a snapshot of what a replica did since New: counters, and
 // Claims, a gauge. Replica.Stats takes it; metrics export it.
 type Stats struct {
-	Records        int64 // records written to the sink
+	Records int64 // records delivered to the sink: stored, or set aside by it
+	// Stored is the part of Records the sink stored as rows: not its dead
+	// letters nor the records its policy skipped (sinks.Block.SetAside).
+	Stored         int64
 	Blocks         int64 // blocks committed
 	Commits        int64 // successful offset commits
 	Rollbacks      int64 // blocks rolled back (polled, not committed, read again)
@@ -102,6 +105,7 @@ type Stats struct {
 // the sink.
 type counters struct {
 	records, blocks, commits, rollbacks, fenced  atomic.Int64
+	stored                                       atomic.Int64
 	offsetsChanged, offsetResets, offsetsSkipped atomic.Int64
 	truncations                                  [len(truncationCauses)]atomic.Int64
 	offsetsTruncated                             atomic.Int64
@@ -145,6 +149,7 @@ func (c *counters) truncationCounts() map[string]int64 {
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Records:           c.records.Load(),
+		Stored:            c.stored.Load(),
 		Blocks:            c.blocks.Load(),
 		Commits:           c.commits.Load(),
 		Rollbacks:         c.rollbacks.Load(),

@@ -95,6 +95,10 @@ type Block struct {
 	// A sink that keys rows by offset keeps the old ones apart rather
 	// than drop the new (see the postgres sink's raw mode).
 	Truncated bool
+	// SetAside is set by a sink's Write: how many of Records it did not
+	// store as rows but set aside (dead letters) or skipped by its
+	// policy. The replica counts the others as written.
+	SetAside int
 }
 
 // Sink stores blocks. Write must be durable when it returns nil: the offset

@@ -108,7 +108,10 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	d := &c.descs
 	d.scalars = []counterDesc{
 		stat("offsetkeeper_records_written_total",
-			"Records written to the sink.",
+			"Records the sink stored as rows. Its dead letters and the records its policy skipped are not among them: offsetkeeper_dead_letters_total counts those.",
+			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Stored }),
+		stat("offsetkeeper_records_delivered_total",
+			"Records delivered to the sink and committed past: stored as rows, or set aside by the sink (dead letters, skipped).",
 			prometheus.CounterValue, func(s *replica.Stats) int64 { return s.Records }),
 		stat("offsetkeeper_blocks_written_total",
 			"Blocks delivered and committed. A block of only undeliverable records (transaction markers, aborted records) is committed without a sink write and counts too.",

@@ -105,7 +105,7 @@ func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
 	r := &fakeSource{Replica: offlineReplica(t, sink)}
 	c := NewCollector(r)
 
-	r.stats = replica.Stats{Records: 1000, Blocks: 12, Commits: 12, Fenced: 1, Rollbacks: 3, OffsetsChanged: 1, OffsetResets: 2,
+	r.stats = replica.Stats{Records: 1007, Stored: 1000, Blocks: 12, Commits: 12, Fenced: 1, Rollbacks: 3, OffsetsChanged: 1, OffsetResets: 2,
 		SinkErrors: 1, Claims: 4, Rebalances: 5, Sessions: 1, DeadLetters: r.Replica.Stats().DeadLetters}
 	r.timings = r.Replica.Timings()
 	r.timings.BlockRows = replica.Histogram{Count: 2, Sum: 400, Bounds: []float64{1, 1000}, Buckets: []uint64{0, 2}}
@@ -115,6 +115,7 @@ func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
 	fams := gather(t, c)
 	want := map[string]float64{
 		"offsetkeeper_records_written_total":   1000,
+		"offsetkeeper_records_delivered_total": 1007,
 		"offsetkeeper_blocks_written_total":    12,
 		"offsetkeeper_commits_total":           12,
 		"offsetkeeper_commit_failures_total":   0,
@@ -168,7 +169,7 @@ func TestCollectorReadsStatsAtScrapeTime(t *testing.T) {
 	}
 
 	// The values are read at scrape time, not when the collector was made.
-	r.stats.Records += 24
+	r.stats.Stored += 24
 	if got := scalar(t, gather(t, c), "offsetkeeper_records_written_total"); got != 1024 {
 		t.Errorf("records after 24 more: %v, want 1024", got)
 	}

@@ -280,6 +280,13 @@ func TestWriteBlocksDeadLetters(t *testing.T) {
 		if got := s.DeadLetters(); got != 2 {
 			t.Errorf("DeadLetters() = %d, want 2", got)
 		}
+		// Each block says what of it was set aside: the replica counts
+		// only the rest as written.
+		for i, want := range []int{0, 2, 0} {
+			if got := blocks[i].SetAside; got != want {
+				t.Errorf("block %d: SetAside %d, want %d", i, got, want)
+			}
+		}
 	})
 }
 
