@@ -382,3 +382,36 @@ func sigtermWhileDown(t *testing.T, p *harness.Process, store, waiting string, d
 		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, p.Output())
 	}
 }
+
+// Issue 40, row 11: logs an operator can follow. The start line names the
+// replica, the brokers, etcd and the lease TTL; the giving side of a
+// rebalance says at Info what it hands over and why, and each release; a
+// stop says what it is finishing before it leaves.
+func TestLogsAnOperatorCanFollow(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	dir := t.TempDir()
+	a := e.processSink("a", "file://"+dir)
+	await(t, 20*time.Second, "a to own both partitions", func() bool { return balanced(e.owners(), map[string]int{"a": 2}) })
+	b := e.processSink("b", "file://"+dir)
+	await(t, 20*time.Second, "b to take one", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "b": 1}) })
+	b.Signal(syscall.SIGTERM)
+	if code := b.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("b exited %d:\n%s", code, b.Output())
+	}
+	for who, wants := range map[*harness.Process][]string{
+		a: {
+			`replica starting	{"replica": "a", "group": "g", "topics": ["orders"]`,
+			`"brokers": ["` + e.kafka.Brokers()[0], `"etcd": ["` + e.etcd.Endpoints()[0], `"lease_ttl": 2`,
+			`handing partitions over at their next block boundary	{"group": "g", "replica": "a", "why": "planned to another replica", "partitions": 1`,
+			`partition released	{"group": "g", "replica": "a", "topic": "orders"`,
+		},
+		b: {`stopping: finishing the blocks in flight, committing and releasing every partition, then leaving the group	{"group": "g", "replica": "b", "partitions": 1`},
+	} {
+		out := who.Output()
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("the log does not say %q:\n%s", want, out)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
@@ -53,9 +54,15 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 
 	changed := false
 	r.mu.Lock()
+	why := whyPlanned
+	if r.reach.verdict() != "" {
+		why = whyUnreadable
+	}
+	var handing []string
 	for _, p := range toRelease {
 		if pt, ok := r.owned[p]; ok && !pt.stopping() {
-			close(pt.stop)
+			pt.stopFor(why)
+			handing = append(handing, p.String())
 			changed = true
 		}
 	}
@@ -64,11 +71,15 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	for p, rr := range snap.Releases {
 		if pt, ok := r.owned[p]; ok && pt.claim.Epoch() == rr.Epoch && !pt.stopping() {
 			pt.log.Info("releasing on an operator's request")
-			close(pt.stop)
+			pt.stopFor(whyOperator)
 			changed = true
 		}
 	}
 	r.mu.Unlock()
+	if len(handing) > 0 {
+		r.log.Info("handing partitions over at their next block boundary", zap.String("why", why),
+			zap.Int("partitions", len(handing)), zap.Strings("which", firstN(handing, 20)))
+	}
 
 	// Claim in an order of this replica's own, so replicas working from
 	// slightly different snapshots collide less.
@@ -236,4 +247,12 @@ type startBounds struct {
 	asked  map[kafka.TopicPartition]bool
 	done   chan struct{}
 	starts map[kafka.TopicPartition]int64
+}
+
+// firstN is at most the first n of s, for a log line.
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
+	}
+	return s
 }

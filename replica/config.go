@@ -68,6 +68,9 @@ const (
 	// partitions are read from Kafka for the lag, whatever the partitions
 	// do: a partition stuck in a write fetches nothing.
 	DefaultLogEndInterval = 5 * time.Second
+	// DefaultProgressInterval is how often a replica that catches up says
+	// how far behind it is.
+	DefaultProgressInterval = 30 * time.Second
 	// DefaultKafkaDownAfter is how long a replica's reads of Kafka may
 	// fail before it gives its partitions to replicas that read.
 	DefaultKafkaDownAfter = 30 * time.Second
@@ -208,6 +211,11 @@ type Config struct {
 	// reached Kafka since it started says so at once, and holds nothing.
 	// Default DefaultKafkaDownAfter, 30s.
 	KafkaDownAfter time.Duration
+	// ProgressInterval is how often a replica whose partitions lag by
+	// 10,000 records or more logs "catching up" (the lag, records per
+	// second, when the lag will be gone), and then once "caught up".
+	// Default DefaultProgressInterval, 30s; negative: never.
+	ProgressInterval time.Duration
 
 	// CompactInterval is how often the replicas compact etcd's history, to
 	// the revision of one interval before, one replica of all that run on
@@ -264,6 +272,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.LogEndInterval, DefaultLogEndInterval)
 	orDefault(&c.KafkaDownAfter, DefaultKafkaDownAfter)
+	orDefault(&c.ProgressInterval, DefaultProgressInterval)
 	orDefault(&c.CompactInterval, coordinator.DefaultCompactInterval)
 	c.Formats = c.Formats.withDefaults()
 	return c

@@ -188,14 +188,31 @@ func (m *Mirror) commit(ctx context.Context, offsets map[coordinator.Partition]i
 		m.failed(err)
 		return err
 	}
-	resp, err := m.kc.Kafka().OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
-		Addr:         m.kc.Addr(),
-		GroupID:      m.group,
-		GenerationID: -1, // a standalone consumer's commit: no group membership
-		Topics:       topics,
-	})
-	if err == nil {
-		err = partitionErrors(resp)
+	var err error
+	// A Kafka that never had a group's offsets creates __consumer_offsets
+	// on the first commit, and answers that nobody coordinates the group
+	// until it has: wait for it a few times before calling it a failure.
+	for try := 0; ; try++ {
+		var resp *kafkago.OffsetCommitResponse
+		resp, err = m.kc.Kafka().OffsetCommit(ctx, &kafkago.OffsetCommitRequest{
+			Addr:         m.kc.Addr(),
+			GroupID:      m.group,
+			GenerationID: -1, // a standalone consumer's commit: no group membership
+			Topics:       topics,
+		})
+		if err == nil {
+			err = partitionErrors(resp)
+		}
+		if err == nil || !coordinatorMoving(err) || try == coordinatorTries-1 {
+			break
+		}
+		m.log.Debug("the group's coordinator is not ready; trying again", zap.Error(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
+			continue
+		}
+		break
 	}
 	if err != nil {
 		err = fmt.Errorf("mirror offsets of group %s to kafka: %w", m.group, err)
@@ -221,6 +238,17 @@ func (m *Mirror) commit(ctx context.Context, offsets map[coordinator.Partition]i
 		m.log.Info("mirroring offsets to kafka works again", zap.Int64("failures", m.failures.Load()))
 	}
 	return nil
+}
+
+// coordinatorTries bounds the commits of one pass that a coordinator
+// being found, loaded or moved makes wait: 3 s of waits in all.
+const coordinatorTries = 6
+
+// coordinatorMoving reports an error of a group coordinator being created,
+// loaded or moved, which passes within seconds.
+func coordinatorMoving(err error) bool {
+	return errors.Is(err, kafkago.NotCoordinatorForGroup) || errors.Is(err, kafkago.GroupCoordinatorNotAvailable) ||
+		errors.Is(err, kafkago.GroupLoadInProgress)
 }
 
 // failed counts a failed pass and logs it: at Warn when a run of failures

@@ -74,6 +74,9 @@ type partition struct {
 	resetSeen atomic.Bool
 
 	stop chan struct{} // closed: finish the block, release, return
+	// stopWhy says why stop was closed, for the log; set by stopFor
+	// before it closes stop.
+	stopWhy string
 	done chan struct{} // closed when run has returned
 	err  error         // why run returned, when not stopped
 }
@@ -150,7 +153,30 @@ func (pt *partition) run(ctx context.Context) {
 		pt.log.Warn("release failed; the claim expires with the lease", zap.Error(err))
 		return
 	}
-	pt.log.Debug("released", zap.NamedError("cause", pt.err))
+	// stopWhy is read only once stop is seen closed: its write happened
+	// before the close.
+	if !pt.stopping() || pt.stopWhy == whyShutdown {
+		pt.log.Debug("released", zap.NamedError("cause", pt.err))
+		return
+	}
+	pt.log.Info("partition released", zap.String("why", pt.stopWhy), zap.Int64("next", pt.next.Load()), zap.NamedError("cause", pt.err))
+}
+
+// Why a partition is asked to stop, for its log line.
+const (
+	whyPlanned    = "planned to another replica"
+	whyOperator   = "an operator asked for it (claims release)"
+	whyUnreadable = "this replica cannot read Kafka"
+	whyShutdown   = "the replica stops"
+)
+
+// stopFor asks the partition to finish its block and release, saying why.
+// r.mu is held.
+func (pt *partition) stopFor(why string) {
+	if !pt.stopping() {
+		pt.stopWhy = why
+		close(pt.stop)
+	}
 }
 
 func (pt *partition) stopping() bool { return isClosed(pt.stop) }

@@ -170,7 +170,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(ctx)
 	go func() { defer close(ends); r.refreshLogEnds(bg, consumer) }()
 	go func() { defer close(tended); r.tendEtcd(bg) }()
-	defer func() { <-ends; <-tended }() // runs last
+	progressed := make(chan struct{})
+	go func() { defer close(progressed); r.reportProgress(bg) }()
+	defer func() { <-ends; <-tended; <-progressed }() // runs last
 	defer stopBG()
 	defer func() {
 		consumer.Close()
@@ -378,12 +380,16 @@ func (r *Replica) stopAll(s *coordinator.Session, cancelHard context.CancelCause
 	killed := r.isKilled()
 	if !killed {
 		r.mu.Lock()
+		n := 0
 		for _, pt := range r.owned {
 			if !pt.stopping() {
-				close(pt.stop)
+				pt.stopFor(whyShutdown)
+				n++
 			}
 		}
 		r.mu.Unlock()
+		r.log.Info("stopping: finishing the blocks in flight, committing and releasing every partition, then leaving the group",
+			zap.Int("partitions", n), zap.Duration("shutdown_timeout", r.cfg.ShutdownTimeout))
 	}
 	timer := time.AfterFunc(r.cfg.ShutdownTimeout, func() { cancelHard(errShutdownTimeout) })
 	defer timer.Stop()

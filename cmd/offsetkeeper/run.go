@@ -302,8 +302,10 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		_ = sink.Close()
 		return usage(err)
 	}
-	log.Info("replica starting", zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
-		zap.Stringer("commit_mode", o.cfg.CommitMode))
+	log.Info("replica starting", zap.String("replica", o.cfg.ReplicaID), zap.String("group", o.cfg.Group),
+		zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
+		zap.Strings("brokers", o.cfg.Kafka.Brokers), zap.Strings("etcd", redactURLs(o.cluster.etcdEndpoints)),
+		zap.Duration("lease_ttl", o.cfg.LeaseTTL), zap.Stringer("commit_mode", o.cfg.CommitMode), zap.String("version", version))
 	ops.start(ctx, r)
 	fctx, stopFollow := context.WithCancel(ctx)
 	go followPartitions(fctx, r, follow)
