@@ -77,8 +77,8 @@ type partition struct {
 	// stopWhy says why stop was closed, for the log; set by stopFor
 	// before it closes stop.
 	stopWhy string
-	done chan struct{} // closed when run has returned
-	err  error         // why run returned, when not stopped
+	done    chan struct{} // closed when run has returned
+	err     error         // why run returned, when not stopped
 }
 
 func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition {
