@@ -415,3 +415,31 @@ func TestLogsAnOperatorCanFollow(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40, row 5: run pointed at an etcd address where nothing listens
+// says so ("refused the connection: nothing listens there") rather than
+// "context deadline exceeded", is not ready, and a SIGTERM ends it at
+// once, with nothing logged after "replica stopped" (the final offset
+// mirror waited on etcd for 5 s, and warned).
+func TestRunWithRefusedEtcdSaysSoAndStops(t *testing.T) {
+	k := harness.StartKafka(t, harness.SeedTopics(1, "orders"))
+	closed := harness.Refused(t)
+	p := harness.StartProcess(t, "a", bin, "run", "--http-addr", "127.0.0.1:0", "--etcd-endpoints", closed,
+		"--brokers", strings.Join(k.Brokers(), ","), "--group", "g", "--topics", "orders", "--sink", "file://"+t.TempDir(),
+		"--lease-ttl", "2s", "--log-format", "console")
+	await(t, 20*time.Second, "a WARN that etcd refused the connection", func() bool {
+		return strings.Contains(p.Output(), "etcd at "+closed+" refused the connection: nothing listens there")
+	})
+	start := time.Now()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.Output())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the stop took %s, want at once", took)
+	}
+	out := p.Output()
+	if i := strings.Index(out, "replica stopped"); i < 0 || strings.Contains(out[i:], "WARN") {
+		t.Errorf("a WARN after \"replica stopped\", or no such line:\n%s", out)
+	}
+}

@@ -71,6 +71,12 @@ func WithMirrorInterval(d time.Duration) MirrorOption {
 // connects lazily; Close releases the connections.
 func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
 	offsets := func(ctx context.Context) (map[coordinator.Partition]coordinator.Offsets, error) {
+		if r.Stats().Commits == 0 {
+			// Nothing committed since New (a replica that never joined:
+			// etcd out of reach): nothing to copy, and no reason to wait
+			// on etcd at the stop.
+			return nil, nil
+		}
 		s, err := r.coord.Snapshot(ctx)
 		if err != nil {
 			return nil, err
@@ -150,7 +156,13 @@ func (m *Mirror) Sync(ctx context.Context) error {
 // and writes only to Kafka.
 func (m *Mirror) Flush(ctx context.Context) error {
 	start := time.Now()
+	m.mu.Lock()
+	seen := len(m.seen)
+	m.mu.Unlock()
 	all, err := m.offsets(ctx)
+	if err == nil && all == nil && seen == 0 {
+		return nil
+	}
 	if err != nil {
 		err = fmt.Errorf("mirror offsets of group %s to kafka: read etcd: %w", m.group, err)
 		m.failed(err)

@@ -194,6 +194,10 @@ func (r *Replica) Run(ctx context.Context) error {
 					return dup
 				}
 			}
+			if rerr := coordinator.Refused(ctx, r.coord.Client().Endpoints(), time.Second); rerr != nil {
+				// Not a timeout to puzzle over: a wrong address, or etcd down.
+				err = fmt.Errorf("etcd at %s refused the connection: nothing listens there: %w", strings.Join(r.coord.Client().Endpoints(), ","), rerr)
+			}
 			r.log.Warn("join failed; retrying", zap.Error(err))
 			if b.Wait(ctx) != nil {
 				return nil

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -115,47 +112,13 @@ func unknownGroup(group string, known []string) error {
 	return usagef("--group %q: no such group in etcd; want one of: %s", group, strings.Join(known, ", "))
 }
 
-// refused dials every TCP endpoint at once and returns an error when all
-// refuse the connection: nothing listens there, and the etcd client would
-// wait out its timeout to say no more than that. It returns nil as soon as
-// one connects, and when one does not answer within refusedProbeTimeout
-// (the client's own wait then tells) or is not TCP.
+// refused is coordinator.Refused, naming the flag.
 func refused(ctx context.Context, endpoints []string) error {
-	addrs := make([]string, 0, len(endpoints))
-	for _, e := range endpoints {
-		addr := e
-		if scheme, _, ok := strings.Cut(e, "://"); ok {
-			u, err := url.Parse(e)
-			if err != nil || (scheme != "http" && scheme != "https") {
-				return nil
-			}
-			addr = u.Host
-		}
-		addrs = append(addrs, addr)
+	if err := coordinator.Refused(ctx, endpoints, refusedProbeTimeout); err != nil {
+		return fmt.Errorf("etcd at %s refused the connection (nothing listens there; check --etcd-endpoints): %w",
+			strings.Join(redactURLs(endpoints), ","), err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, refusedProbeTimeout)
-	defer cancel()
-	results := make(chan error, len(addrs))
-	for _, a := range addrs {
-		go func() {
-			var d net.Dialer
-			conn, err := d.DialContext(pctx, "tcp", a)
-			if err == nil {
-				_ = conn.Close()
-			}
-			results <- err
-		}()
-	}
-	var errs []error
-	for range addrs {
-		err := <-results
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil // it connected, timed out or failed otherwise: let the client tell
-		}
-		errs = append(errs, err)
-	}
-	return fmt.Errorf("etcd at %s refused the connection (nothing listens there; check --etcd-endpoints): %w",
-		strings.Join(redactURLs(endpoints), ","), errs[0])
+	return nil
 }
 
 // groupTopics lists the topics named in the group's claims, offsets and
