@@ -82,6 +82,22 @@ if ! command -v strace >/dev/null; then
 	fi
 fi
 
+# The oldest etcd offsetkeeper supports, 3.4 (integration: TestOldestEtcd),
+# from Debian's etcd-server, run as a process by the test; the package's
+# service is not started (no init system here, and policy-rc.d).
+if [ ! -x /usr/bin/etcd ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing etcd 3.4 (Debian package etcd-server)" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+		# A system that starts services would have started it: stop it,
+		# the tests run their own.
+		(command -v systemctl >/dev/null && systemctl disable --now etcd >/dev/null 2>&1) || true
+	else
+		echo "test.sh: /usr/bin/etcd is missing (apt-get install etcd-server); the oldest-etcd test will skip" >&2
+	fi
+fi
+
 # The engine's package; integration/harness/clickhouse.go finds the library
 # in CHDB_LIB, else at .cache/chdb/libchdb.so.
 chdb_pkg=@chdb/lib-linux-x64-gnu@26.7.3-stable.1
