@@ -130,6 +130,15 @@ type Config struct {
 	Logger *zap.Logger
 	// Version is what the replicas advertise as theirs to the group.
 	Version string
+
+	// Etcd, when set, are the client endpoints of an existing etcd
+	// (host:port or http://host:port) the run uses instead of embedding
+	// one; the run deletes its group's keys there when it ends. Brokers,
+	// when set, are an existing Kafka's, where the run creates Topic (with
+	// Partitions and the cluster's default replication) instead of running
+	// kfake; the topic stays. The leader fault needs the embedded etcd.
+	Etcd    []string
+	Brokers []string
 }
 
 // Chaos deals one fault every Every, from a deck of Faults (a seeded
@@ -278,6 +287,10 @@ func (c Config) validate() error {
 			if !slices.Contains(allFaults, f) {
 				return fmt.Errorf("dev: chaos: unknown fault %q; want one of %s", f, strings.Join(allFaults, ", "))
 			}
+		}
+		if len(c.Etcd) > 0 && slices.Contains(c.Chaos.Faults, FaultLeader) {
+			return fmt.Errorf("dev: chaos: fault %q crashes the leader of dev's own etcd, not of one given with Etcd; "+
+				"leave it out of the faults", FaultLeader)
 		}
 	}
 	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {

@@ -132,20 +132,16 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 			return s, nil
 		}}
 	}
-	members := 1
-	if cfg.Chaos != nil && slices.Contains(cfg.Chaos.Faults, FaultLeader) {
-		members = 3 // a quorum that survives its leader
-	}
-	etcd, endpoints, err := startEtcd(etcdDir, members)
+	etcd, endpoints, closeEtcd, err := r.etcd(etcdDir)
 	if err != nil {
 		return nil, err
 	}
-	defer etcd.close()
-	broker, brokers, err := startKafka(cfg.Topic, cfg.Partitions)
+	defer closeEtcd()
+	brokers, closeKafka, err := r.kafka(deadline)
 	if err != nil {
 		return nil, err
 	}
-	defer broker.Close()
+	defer closeKafka()
 	rep := &Report{Endpoints: Endpoints{Etcd: endpoints, Brokers: brokers}}
 	enc, err := newEncoder(cfg.ValueFormat)
 	if err != nil {

@@ -108,3 +108,32 @@ func TestOldestEtcd(t *testing.T) {
 		t.Fatalf("after groups delete: %d keys, %v", resp.Count, err)
 	}
 }
+
+// Issue 40, dev to production: `dev --etcd-endpoints --brokers` runs the
+// same replicas, faults, verdict and audit against an existing etcd and
+// Apache Kafka: its topic is created there (events-<time>), every record
+// is delivered, and the run's group is gone from etcd when it ends.
+func TestDevAgainstAnExistingCluster(t *testing.T) {
+	k := harness.StartApacheKafka(t, harness.Nodes(1))
+	etcd := harness.StartEtcd(t, 1)
+	p := harness.StartProcess(t, "dev", bin, "dev", "--etcd-endpoints", strings.Join(etcd.Endpoints(), ","),
+		"--brokers", strings.Join(k.Brokers(), ","), "--messages", "3000", "--partitions", "4", "--replicas", "2",
+		"--chaos", "--faults", "kill,kafka-cut,release", "--duration", "6s", "--chaos-every", "1s", "--timeout", "2m")
+	if code := p.Wait(3 * time.Minute); code != 0 {
+		t.Fatalf("dev against an existing cluster exited %d:\n%s", code, p.Output())
+	}
+	out := p.Output()
+	for _, want := range []string{"kafka:   " + strings.Join(k.Brokers(), ","), "topic:   events-", "group:   dev-",
+		"produced=3000 delivered=3000 lost=0 duplicates=0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev's output does not say %q:\n%s", want, out)
+		}
+	}
+	groups, err := coordinator.Groups(context.Background(), etcd.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 0 {
+		t.Errorf("groups left in etcd: %v", groups)
+	}
+}

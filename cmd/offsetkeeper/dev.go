@@ -42,24 +42,26 @@ const faultHelp = `  kill       crash a replica (no block finished, nothing rele
 
 // devOptions is `offsetkeeper dev`: its flags, wired to dev.Run.
 type devOptions struct {
-	logs       logFlags
-	replicas   int
-	partitions int
-	messages   int
-	rate       int
-	topic      string
-	group      string
-	sink       string
-	chaos      bool
-	chaosEvery time.Duration
-	faultsFlag string
-	duration   time.Duration
-	hold       bool
-	keep       bool
-	timeout    time.Duration
-	leaseTTL   time.Duration
-	seed       uint64
-	value      sinks.Format // --value-format
+	logs logFlags
+	// etcdEndpoints and brokers are an existing cluster's, when given.
+	etcdEndpoints, brokers []string
+	replicas               int
+	partitions             int
+	messages               int
+	rate                   int
+	topic                  string
+	group                  string
+	sink                   string
+	chaos                  bool
+	chaosEvery             time.Duration
+	faultsFlag             string
+	duration               time.Duration
+	hold                   bool
+	keep                   bool
+	timeout                time.Duration
+	leaseTTL               time.Duration
+	seed                   uint64
+	value                  sinks.Format // --value-format
 
 	target      sinkTarget
 	faults      []string // parsed --faults
@@ -175,6 +177,9 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.DurationVar(&o.timeout, "timeout", dev.DefaultTimeout, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", dev.DefaultLeaseTTL, "replicas' lease TTL: a crashed replica's partitions move after this")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random; the report prints it)")
+	fs.StringSliceVar(&o.etcdEndpoints, "etcd-endpoints", nil, "run against this existing etcd (host:port or http://host:port, comma separated) instead of an embedded one: the same replicas, faults, verdict and audit; the run's group (dev-<time>) is deleted from it at the end (not read from $OFFSETKEEPER_ETCD_ENDPOINTS, which other commands read)")
+	fs.StringSliceVar(&o.brokers, "brokers", nil, "run against this existing Kafka (host:port, comma separated) instead of kfake: dev creates its topic there (events-<time>, the cluster's default replication), and it stays (not read from $OFFSETKEEPER_BROKERS)")
+	noEnv(fs, "etcd-endpoints", "brokers")
 	o.value = sinks.JSON
 	fs.Var(&parsedFlag[sinks.Format]{&o.value, dev.ParseValueFormat, valueFormatNames()}, "value-format", "how the producer encodes values: json, or avro or protobuf in Confluent's wire format, their schema in a Schema Registry dev embeds (the registry: line), decoded by the replicas into the same JSON for the sink")
 	o.logs.register(fs, logWarn, logConsole)
@@ -202,13 +207,21 @@ func (o *devOptions) complete(cmd *cobra.Command) error {
 		return usagef("--faults %q: %v", o.faultsFlag, err)
 	}
 	o.durationSet = cmd.Flags().Changed("duration")
+	if cmd.Flags().Changed("etcd-endpoints") && len(o.etcdEndpoints) == 0 {
+		return usagef("--etcd-endpoints is empty: want host:port of an existing etcd, or leave it out for an embedded one")
+	}
+	if cmd.Flags().Changed("brokers") && len(o.brokers) == 0 {
+		return usagef("--brokers is empty: want host:port of an existing Kafka, or leave it out for kfake")
+	}
 	// The run's time to the millisecond, readable in a table or a
 	// directory listing: runs take seconds.
 	run := strings.Replace(time.Now().UTC().Format("20060102-150405.000"), ".", "-", 1)
-	if (o.target.scheme == "postgres" || o.target.scheme == "clickhouse") && o.group == dev.DefaultGroup {
+	if (o.target.scheme == "postgres" || o.target.scheme == "clickhouse" || len(o.etcdEndpoints) > 0) && o.group == dev.DefaultGroup {
+		// An etcd or a table that outlives the run: a group of its own.
 		o.group = "dev-" + run
 	}
-	if o.target.outlivesRun() && !cmd.Flags().Changed("topic") {
+	if (o.target.outlivesRun() || len(o.brokers) > 0) && !cmd.Flags().Changed("topic") {
+		// A Kafka or a sink that outlives the run: a topic of its own.
 		o.topic += "-" + run
 		o.ownTopic = true
 	}
@@ -317,6 +330,8 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		Timeout:     o.timeout,
 		Seed:        o.seed,
 		Dir:         tmp,
+		Etcd:        o.etcdEndpoints,
+		Brokers:     o.brokers,
 		Sink: dev.Sink{
 			Open:  func(ctx context.Context) (sinks.Sink, error) { return o.target.open(ctx, stdout) },
 			URL:   raw,

@@ -31,7 +31,7 @@ func bindEnv(cmd *cobra.Command) error {
 	}
 	var first error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "help" || first != nil {
+		if f.Changed || f.Name == "help" || first != nil || len(f.Annotations[noEnvAnnotation]) > 0 {
 			return
 		}
 		name := envName(f.Name)
@@ -50,6 +50,19 @@ func bindEnv(cmd *cobra.Command) error {
 		f.Annotations[envAnnotation] = []string{name}
 	})
 	return first
+}
+
+// noEnvAnnotation marks a flag bindEnv does not set: dev's --brokers and
+// --etcd-endpoints, whose variables the operator commands read (dev
+// --hold prints them to export), and which would turn a later dev into a
+// run against that cluster.
+const noEnvAnnotation = "offsetkeeper-noenv"
+
+// noEnv marks the named flags of fs as not read from the environment.
+func noEnv(fs *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		_ = fs.SetAnnotation(n, noEnvAnnotation, []string{"true"})
+	}
 }
 
 // envAnnotation marks, in a flag's annotations, a flag bindEnv set.
