@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -382,20 +383,37 @@ func interrupted(ctx context.Context) bool {
 // with --hold, which keeps it up; else the flag to add, since the
 // endpoints end with the run, seconds later.
 func (o *devOptions) printTry(w io.Writer, endpoints, brokers, registry string) {
+	cli := cliName()
 	if !o.hold {
 		fmt.Fprintf(w, "try:     this cluster ends with the run; add --hold to keep it up, then in another terminal: "+
-			"offsetkeeper offsets describe --etcd-endpoints %s --brokers %s --group %s\n", endpoints, brokers, o.group)
+			"%s offsets describe --etcd-endpoints %s --brokers %s --group %s\n", cli, endpoints, brokers, o.group)
 		return
 	}
 	fmt.Fprintf(w, "try:     export OFFSETKEEPER_ETCD_ENDPOINTS=%s OFFSETKEEPER_BROKERS=%s OFFSETKEEPER_GROUP=%s\n", endpoints, brokers, o.group)
-	fmt.Fprintln(w, "         offsetkeeper offsets describe")
+	fmt.Fprintf(w, "         %s offsets describe\n", cli)
 	if registry != "" {
 		fmt.Fprintf(w, "         curl %s/schemas/ids/%d\n", registry, dev.SchemaID)
 	}
 	if o.target.outlivesRun() {
 		_, shown := o.target.sinkURL()
-		fmt.Fprintf(w, "         offsetkeeper audit --sink '%s'\n", shown)
+		fmt.Fprintf(w, "         %s audit --sink '%s'\n", cli, shown)
 	}
+}
+
+// cliName is how the try: line calls the CLI: offsetkeeper when it is on
+// PATH, else as `go run` built this one (go install ./cmd/offsetkeeper
+// puts it on PATH).
+func cliName() string {
+	if _, err := exec.LookPath("offsetkeeper"); err == nil {
+		return "offsetkeeper"
+	}
+	if exe, err := os.Executable(); err == nil && strings.Contains(exe, "go-build") {
+		return "go run ./cmd/offsetkeeper"
+	}
+	if exe, err := os.Executable(); err == nil {
+		return exe
+	}
+	return "offsetkeeper"
 }
 
 func (t sinkTarget) String() string {

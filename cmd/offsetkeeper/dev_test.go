@@ -443,7 +443,7 @@ func TestDevHoldRemovesItsFolderOnSIGINT(t *testing.T) {
 	if entries, _ := os.ReadDir(tmp); len(entries) == 0 {
 		t.Fatal("no temporary folder while holding")
 	}
-	for _, w := range []string{"try:     export OFFSETKEEPER_ETCD_ENDPOINTS=", "         offsetkeeper offsets describe\n"} {
+	for _, w := range []string{"try:     export OFFSETKEEPER_ETCD_ENDPOINTS=", "         " + cliName() + " offsets describe\n"} {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr lacks %q", w)
 		}
@@ -526,5 +526,23 @@ func TestDevInterruptedExits130(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("still running a minute after SIGINT\nstderr:\n%s", stderr.String())
+	}
+}
+
+// The try: line calls the CLI as the user can: offsetkeeper when it is on
+// PATH; else as go run built it (it suggested a binary go run had not
+// installed).
+func TestTryLineCallsTheCLIAsItCan(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if got := cliName(); got == "offsetkeeper" {
+		t.Errorf("no offsetkeeper on PATH, yet the try: line calls %q", got)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "offsetkeeper"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	if got := cliName(); got != "offsetkeeper" {
+		t.Errorf("offsetkeeper on PATH, yet the try: line calls %q", got)
 	}
 }
