@@ -934,6 +934,31 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 }
 
+// TestChartReportsEveryMistakeAtOnce: values with several mistakes are
+// refused naming each, in one render, attributed to the Deployment (always
+// rendered), not to whichever template came first, a disabled one too.
+// Before, each render named one, so a user fixed them one helm run at a
+// time.
+func TestChartReportsEveryMistakeAtOnce(t *testing.T) {
+	vals := with(requiredValues(), map[string]any{"group": nil, "brokers": nil, "sink": "file:///x",
+		"settings": map[string]any{"OFFSETKEEPER_KAFKA_PASSWORD": "x"}})
+	_, err := render(t, "orders", vals)
+	if err == nil {
+		t.Fatal("values with four mistakes render")
+	}
+	for _, want := range []string{"4 values to fix", "group is required", "brokers is required", "a file:// sink writes into the pod",
+		"settings.OFFSETKEEPER_KAFKA_PASSWORD: a password goes in secrets", "templates/deployment.yaml"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	for _, not := range []string{"prometheusrule", "servicemonitor", "poddisruptionbudget", "configmap"} {
+		if strings.Contains(err.Error(), not) {
+			t.Errorf("error %q is attributed to %s", err, not)
+		}
+	}
+}
+
 // TestChartAllValuesAreDocumented: every value of values.yaml is set by
 // allValues (so TestChartAllValues renders each away from its default)
 // and allValues sets none that values.yaml lacks.

@@ -122,55 +122,65 @@ together. Renders nothing.
 */}}
 {{- define "offsetkeeper.validate" -}}
 {{- $v := .Values -}}
-{{- $_ := required "group is required: the group (pipeline) name, --group (e.g. --set group=orders)" $v.group -}}
-{{- if not $v.topics -}}
-{{- fail "topics is required: the topics to consume, a list (e.g. --set 'topics={orders,refunds}')" -}}
+{{- $errs := list -}}
+{{- if not $v.group -}}
+{{- $errs = append $errs "group is required: the group (pipeline) name, --group (e.g. --set group=orders)" -}}
 {{- end -}}
-{{- $_ = required "sink is required: where records go, e.g. postgres://offsetkeeper@postgres:5432/offsetkeeper?table=orders (password in secrets) or clickhouse://..." $v.sink -}}
+{{- if not $v.topics -}}
+{{- $errs = append $errs "topics is required: the topics to consume, a list (e.g. --set 'topics={orders,refunds}')" -}}
+{{- end -}}
+{{- if not $v.sink -}}
+{{- $errs = append $errs "sink is required: where records go, e.g. postgres://offsetkeeper@postgres:5432/offsetkeeper?table=orders (password in secrets) or clickhouse://..." -}}
+{{- end -}}
 {{- if not $v.etcdEndpoints -}}
-{{- fail "etcdEndpoints is required: etcd's client endpoints, a list of host:port (e.g. --set 'etcdEndpoints={etcd-0.etcd:2379,etcd-1.etcd:2379}')" -}}
+{{- $errs = append $errs "etcdEndpoints is required: etcd's client endpoints, a list of host:port (e.g. --set 'etcdEndpoints={etcd-0.etcd:2379,etcd-1.etcd:2379}')" -}}
 {{- end -}}
 {{- if not $v.brokers -}}
-{{- fail "brokers is required: Kafka's bootstrap brokers, a list of host:port (e.g. --set 'brokers={kafka:9092}')" -}}
+{{- $errs = append $errs "brokers is required: Kafka's bootstrap brokers, a list of host:port (e.g. --set 'brokers={kafka:9092}')" -}}
 {{- end -}}
+{{- if $v.sink -}}
 {{- $scheme := include "offsetkeeper.sinkScheme" . -}}
 {{- if eq $scheme "file" -}}
-{{- fail (printf "sink %q: a file:// sink writes into the pod, whose filesystem is read-only and lost with it, while partitions move between replicas; use postgres:// or clickhouse://" $v.sink) -}}
-{{- end -}}
-{{- if not (has $scheme (list "postgres" "clickhouse" "stdout" "discard")) -}}
-{{- fail (printf "sink %q: want postgres://, clickhouse://, stdout: or discard:" $v.sink) -}}
+{{- $errs = append $errs (printf "sink %q: a file:// sink writes into the pod, whose filesystem is read-only and lost with it, while partitions move between replicas; use postgres:// or clickhouse://" $v.sink) -}}
+{{- else if not (has $scheme (list "postgres" "clickhouse" "stdout" "discard")) -}}
+{{- $errs = append $errs (printf "sink %q: want postgres://, clickhouse://, stdout: or discard:" $v.sink) -}}
 {{- end -}}
 {{- if regexMatch "^[a-zA-Z]+://[^/@]*:[^/@]*@" $v.sink -}}
-{{- fail "sink: a password in the URL would be in the ConfigMap; give it in secrets (postgresPassword, clickhousePassword) or an existing Secret (secrets.existingSecret)" -}}
+{{- $errs = append $errs "sink: a password in the URL would be in the ConfigMap; give it in secrets (postgresPassword, clickhousePassword) or an existing Secret (secrets.existingSecret)" -}}
 {{- end -}}
 {{- $s := $v.secrets -}}
 {{- if and $s.existingSecret (include "offsetkeeper.createSecret" .) -}}
-{{- fail "secrets: give secrets.existingSecret or the passwords (secrets.postgresPassword, ...), not both" -}}
+{{- $errs = append $errs "secrets: give secrets.existingSecret or the passwords (secrets.postgresPassword, ...), not both" -}}
 {{- end -}}
 {{- if and (eq $scheme "postgres") (not $s.existingSecret) (not $s.postgresPassword) -}}
-{{- fail (printf "sink %q is PostgreSQL: its password is required, as secrets.existingSecret (a Secret with the key postgres-password) or secrets.postgresPassword" $v.sink) -}}
+{{- $errs = append $errs (printf "sink %q is PostgreSQL: its password is required, as secrets.existingSecret (a Secret with the key postgres-password) or secrets.postgresPassword" $v.sink) -}}
 {{- end -}}
 {{- if and $s.postgresPassword (ne $scheme "postgres") -}}
-{{- fail (printf "secrets.postgresPassword: the sink %q is not postgres://" $v.sink) -}}
+{{- $errs = append $errs (printf "secrets.postgresPassword: the sink %q is not postgres://" $v.sink) -}}
 {{- end -}}
 {{- if and $s.clickhousePassword (ne $scheme "clickhouse") -}}
-{{- fail (printf "secrets.clickhousePassword: the sink %q is not clickhouse://" $v.sink) -}}
+{{- $errs = append $errs (printf "secrets.clickhousePassword: the sink %q is not clickhouse://" $v.sink) -}}
 {{- end -}}
+{{- end -}}
+{{- $s := $v.secrets -}}
 {{- range $pw, $user := dict "etcdPassword" "OFFSETKEEPER_ETCD_USER" "kafkaPassword" "OFFSETKEEPER_KAFKA_USER" "schemaRegistryPassword" "OFFSETKEEPER_SCHEMA_REGISTRY_USER" -}}
 {{- if and (get $s $pw) (not (get $v.settings $user)) -}}
-{{- fail (printf "secrets.%s needs its user: settings.%s (a password without a user is refused)" $pw $user) -}}
+{{- $errs = append $errs (printf "secrets.%s needs its user: settings.%s (a password without a user is refused)" $pw $user) -}}
 {{- end -}}
 {{- end -}}
 {{- $own := dict "OFFSETKEEPER_GROUP" "group" "OFFSETKEEPER_TOPICS" "topics" "OFFSETKEEPER_SINK" "sink" "OFFSETKEEPER_ETCD_ENDPOINTS" "etcdEndpoints" "OFFSETKEEPER_BROKERS" "brokers" "OFFSETKEEPER_MAX_BUFFER_BYTES" "maxBufferBytes" "OFFSETKEEPER_SHUTDOWN_TIMEOUT" "shutdownTimeout" "OFFSETKEEPER_HTTP_ADDR" "httpPort" -}}
 {{- range $k, $_ := $v.settings -}}
 {{- if eq $k "OFFSETKEEPER_REPLICA_ID" -}}
-{{- fail "settings.OFFSETKEEPER_REPLICA_ID: each replica's ID is its pod's name (unique among the live pods), not a setting" -}}
+{{- $errs = append $errs "settings.OFFSETKEEPER_REPLICA_ID: each replica's ID is its pod's name (unique among the live pods), not a setting" -}}
+{{- else if hasKey $own $k -}}
+{{- $errs = append $errs (printf "settings.%s: set it with the value %s" $k (get $own $k)) -}}
+{{- else if hasSuffix "_PASSWORD" $k -}}
+{{- $errs = append $errs (printf "settings.%s: a password goes in secrets (or an existing Secret: secrets.existingSecret), not in the ConfigMap" $k) -}}
 {{- end -}}
-{{- if hasKey $own $k -}}
-{{- fail (printf "settings.%s: set it with the value %s" $k (get $own $k)) -}}
 {{- end -}}
-{{- if hasSuffix "_PASSWORD" $k -}}
-{{- fail (printf "settings.%s: a password goes in secrets (or an existing Secret: secrets.existingSecret), not in the ConfigMap" $k) -}}
-{{- end -}}
+{{- if eq (len $errs) 1 -}}
+{{- fail (first $errs) -}}
+{{- else if $errs -}}
+{{- fail (printf "%d values to fix:\n  - %s" (len $errs) (join "\n  - " $errs)) -}}
 {{- end -}}
 {{- end -}}
