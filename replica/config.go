@@ -68,6 +68,9 @@ const (
 	// partitions are read from Kafka for the lag, whatever the partitions
 	// do: a partition stuck in a write fetches nothing.
 	DefaultLogEndInterval = 5 * time.Second
+	// DefaultEtcdStatusInterval is how often a replica reads etcd's
+	// database size and quota.
+	DefaultEtcdStatusInterval = 30 * time.Second
 	// DefaultProgressInterval is how often a replica that catches up says
 	// how far behind it is.
 	DefaultProgressInterval = 30 * time.Second
@@ -216,6 +219,10 @@ type Config struct {
 	// second, when the lag will be gone), and then once "caught up".
 	// Default DefaultProgressInterval, 30s; negative: never.
 	ProgressInterval time.Duration
+	// EtcdStatusInterval is how often the replica reads etcd's database
+	// size and quota (Etcd), and warns past 80 % of the quota. Default
+	// DefaultEtcdStatusInterval, 30s.
+	EtcdStatusInterval time.Duration
 
 	// CompactInterval is how often the replicas compact etcd's history, to
 	// the revision of one interval before, one replica of all that run on
@@ -273,6 +280,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.LogEndInterval, DefaultLogEndInterval)
 	orDefault(&c.KafkaDownAfter, DefaultKafkaDownAfter)
 	orDefault(&c.ProgressInterval, DefaultProgressInterval)
+	orDefault(&c.EtcdStatusInterval, DefaultEtcdStatusInterval)
 	orDefault(&c.CompactInterval, coordinator.DefaultCompactInterval)
 	c.Formats = c.Formats.withDefaults()
 	return c

@@ -12,9 +12,6 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
-// etcdStatusInterval is how often a replica reads etcd's database size.
-const etcdStatusInterval = 30 * time.Second
-
 // etcdNearQuota is the share of etcd's quota past which a replica warns:
 // at the quota etcd refuses every write, commits included.
 const etcdNearQuota = 0.8
@@ -26,7 +23,7 @@ type etcdState struct {
 }
 
 // tendEtcd runs the compaction of etcd's history, unless NoCompaction, and
-// reads the database's size every etcdStatusInterval, warning when it
+// reads the database's size every EtcdStatusInterval, warning when it
 // nears the quota, until ctx ends or the replica is killed.
 func (r *Replica) tendEtcd(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -56,7 +53,7 @@ func (r *Replica) tendEtcd(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		t.Reset(etcdStatusInterval)
+		t.Reset(r.cfg.EtcdStatusInterval)
 		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := coordinator.Status(sctx, r.coord.Client())
 		scancel()
