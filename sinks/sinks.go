@@ -101,6 +101,15 @@ type Block struct {
 	SetAside int
 }
 
+// NoteSetAside sets SetAside to n. It writes the field only when it
+// changes it: a test may write one block from two goroutines (a zombie and
+// the owner), and a block none of which was set aside is then only read.
+func (b *Block) NoteSetAside(n int) {
+	if b.SetAside != n {
+		b.SetAside = n
+	}
+}
+
 // Sink stores blocks. Write must be durable when it returns nil: the offset
 // after the block is committed next.
 //
@@ -114,7 +123,7 @@ type Block struct {
 //     (Truncated), they come again with other records.
 //   - Write is called concurrently for different partitions, never for one
 //     partition; it must not keep or change the block's slices once it
-//     returns.
+//     returns. It may set SetAside (NoteSetAside).
 //   - nil and empty differ for keys and values (nil is a tombstone); times
 //     need millisecond precision only.
 //

@@ -178,8 +178,8 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.DurationVar(&o.timeout, "timeout", dev.DefaultTimeout, "give up (exit 1) if not everything is committed by then")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", dev.DefaultLeaseTTL, "replicas' lease TTL: a crashed replica's partitions move after this")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the chaos schedule (0: random; the report prints it)")
-	fs.StringSliceVar(&o.etcdEndpoints, "etcd-endpoints", nil, "run against this existing etcd (host:port or http://host:port, comma separated) instead of an embedded one: the same replicas, faults, verdict and audit; the run's group (dev-<time>) is deleted from it at the end (not read from $OFFSETKEEPER_ETCD_ENDPOINTS, which other commands read)")
-	fs.StringSliceVar(&o.brokers, "brokers", nil, "run against this existing Kafka (host:port, comma separated) instead of kfake: dev creates its topic there (events-<time>, the cluster's default replication), and it stays (not read from $OFFSETKEEPER_BROKERS)")
+	fs.StringSliceVar(&o.etcdEndpoints, "etcd-endpoints", nil, "run against this existing etcd (host:port or http://host:port, comma separated; plain connections, no TLS or login) instead of an embedded one: the same replicas, faults, verdict and audit; the run's group (dev-<time>) is deleted from it at the end (not read from $OFFSETKEEPER_ETCD_ENDPOINTS, which other commands read)")
+	fs.StringSliceVar(&o.brokers, "brokers", nil, "run against this existing Kafka (host:port, comma separated; PLAINTEXT, no TLS or SASL) instead of kfake: dev creates its topic there (events-<time>, the cluster's default replication), and it stays (not read from $OFFSETKEEPER_BROKERS)")
 	noEnv(fs, "etcd-endpoints", "brokers")
 	o.value = sinks.JSON
 	fs.Var(&parsedFlag[sinks.Format]{&o.value, dev.ParseValueFormat, valueFormatNames()}, "value-format", "how the producer encodes values: json, or avro or protobuf in Confluent's wire format, their schema in a Schema Registry dev embeds (the registry: line), decoded by the replicas into the same JSON for the sink")

@@ -74,7 +74,10 @@ func clusterCommands(root *cobra.Command) []*cobra.Command {
 	var out []*cobra.Command
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
-		if c.Flags().Lookup("etcd-endpoints") != nil {
+		// dev's --etcd-endpoints and --brokers point a test run at an
+		// existing cluster over plain connections (docs/dev.md): not an
+		// operator's command of a secured cluster.
+		if c.Flags().Lookup("etcd-endpoints") != nil && c.Name() != "dev" {
 			out = append(out, c)
 		}
 		for _, s := range c.Commands() {

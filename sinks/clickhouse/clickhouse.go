@@ -378,7 +378,7 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 		s.observe(rows.count())
 	}
 	s.deadLetters.Add(int64(len(dead)))
-	b.SetAside = len(dead)
+	b.NoteSetAside(len(dead))
 	return nil
 }
 

@@ -170,7 +170,7 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 				}
 				s.deadLetters.Add(int64(len(w.dead)))
 				s.ignored.Add(int64(w.ignored))
-				sorted[k].SetAside = len(w.dead) + w.ignored
+				sorted[k].NoteSetAside(len(w.dead) + w.ignored)
 				s.ignoredFields.Add(int64(w.ignoredFields))
 			}
 			return errs
