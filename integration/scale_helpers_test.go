@@ -558,8 +558,13 @@ func (s *latencySink) quantiles(qs ...float64) []time.Duration {
 // ends; then it waits for the acknowledgements and returns how many were
 // acknowledged and the first error. It runs on the caller's goroutine.
 func trickle(ctx context.Context, cl *kgo.Client, topic string, parts, rate, size int) (int64, error) {
+	return trickleCounted(ctx, cl, topic, parts, rate, size, new(atomic.Int64))
+}
+
+// trickleCounted is trickle that counts the records acknowledged in acked
+// as they are, for a caller that watches them.
+func trickleCounted(ctx context.Context, cl *kgo.Client, topic string, parts, rate, size int, acked *atomic.Int64) (int64, error) {
 	var (
-		acked atomic.Int64
 		mu    sync.Mutex
 		first error
 	)
