@@ -11,10 +11,11 @@ var version = "dev"
 
 func init() { version = buildVersion(version, debug.ReadBuildInfo) }
 
-// buildVersion is set, when set with -ldflags; else the module's version
-// when installed with `go install …@v1.2.3` (or a pseudo-version of the
-// commit); else "dev", with the commit and "-dirty" a build from a
-// checkout records.
+// buildVersion is set, when set with -ldflags; else, for a build of the
+// module as `go install …@v1.2.3` (or @commit) fetches it, the version
+// that build records; else set: a build in a checkout records the commit
+// (go version -m), and its pseudo-version would change with every commit
+// the docs' examples show.
 func buildVersion(set string, read func() (*debug.BuildInfo, bool)) string {
 	if set != "dev" {
 		return set
@@ -23,25 +24,13 @@ func buildVersion(set string, read func() (*debug.BuildInfo, bool)) string {
 	if !ok {
 		return set
 	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" && !strings.HasSuffix(v, "+dirty") {
-		return v
-	}
-	var rev string
-	dirty := false
 	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+		if strings.HasPrefix(s.Key, "vcs") {
+			return set // built in a checkout
 		}
 	}
-	if rev == "" {
-		return set
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
 	}
-	out := set + " (" + rev[:min(12, len(rev))]
-	if dirty {
-		out += "-dirty"
-	}
-	return out + ")"
+	return set
 }
