@@ -194,9 +194,10 @@ func (r *Replica) Run(ctx context.Context) error {
 					return dup
 				}
 			}
-			if rerr := coordinator.Refused(ctx, r.coord.Client().Endpoints(), time.Second); rerr != nil {
-				// Not a timeout to puzzle over: a wrong address, or etcd down.
-				err = fmt.Errorf("etcd at %s refused the connection: nothing listens there: %w", strings.Join(r.coord.Client().Endpoints(), ","), rerr)
+			// A timeout may be a refused address, which the client does not
+			// tell apart: one dial of each endpoint does.
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = r.explainJoin(ctx, err)
 			}
 			r.log.Warn("join failed; retrying", zap.Error(err))
 			if b.Wait(ctx) != nil {
@@ -212,6 +213,16 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		r.log.Warn("session lost; rejoining")
 	}
+}
+
+// explainJoin makes a join's timeout say when every etcd endpoint refuses
+// the connection: a wrong address, or etcd down.
+func (r *Replica) explainJoin(ctx context.Context, err error) error {
+	eps := r.coord.Client().Endpoints()
+	if rerr := coordinator.Refused(ctx, eps, time.Second); rerr != nil {
+		return fmt.Errorf("etcd at %s refused the connection: nothing listens there: %w", strings.Join(eps, ","), rerr)
+	}
+	return err
 }
 
 // MissingTopicError is Run's error when a topic of Config.Topics does not
