@@ -30,6 +30,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // The defaults of Config and Chaos.
@@ -113,6 +114,9 @@ type Config struct {
 	Dir string
 	// Sink is where the replicas write; default a file sink in Dir/sink.
 	Sink Sink
+	// Sinks is the table the sink's URL is looked up in to read it back
+	// (audit, dead letters); default builtin.Sinks().
+	Sinks sinks.Table
 	// Ready, if set, is called once the cluster is up and the sink open,
 	// before the replicas start: `offsetkeeper dev` prints how to point
 	// the CLI at the cluster.
@@ -203,6 +207,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
+	}
+	if c.Sinks == nil {
+		c.Sinks = builtin.Sinks()
 	}
 	if c.ValueFormat == "" {
 		c.ValueFormat = sinks.JSON

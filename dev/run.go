@@ -290,7 +290,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 // returns.
 func (r *run) report(ctx context.Context, rep *Report, cli *clientv3.Client, brokers []string, ch *chaos, expect *expect, started time.Time) (*Report, error) {
 	cfg, stderr := r.cfg, r.cfg.Err
-	c := checker{sink: cfg.Sink, group: cfg.Group, topic: cfg.Topic}
+	c := newChecker(cfg.Sinks, cfg.Sink, cfg.Group, cfg.Topic)
 	v, err := c.verdict(ctx, cli, brokers, r.prod.counts(), r.rec)
 	if err != nil {
 		return nil, err

@@ -10,15 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
+	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
-	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
-	"github.com/offsetkeeper/offsetkeeper/sinks/file"
-	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
 // auditKafkaTimeout bounds the audit's reads of Kafka.
@@ -120,38 +116,43 @@ func reportFailure(w io.Writer, fail string, seed uint64, faults []string) {
 // delivered and committed before the verdict is taken. Dead letters are
 // counted either way.
 type checker struct {
-	sink  Sink   // its URL and Shown
-	group string // the replicas'
+	sink  Sink              // its URL and Shown
+	desc  *sinks.Descriptor // the URL's sink, nil for none
+	group string            // the replicas'
 	topic string
 }
 
-// scheme is the sink URL's, "" for none: file, postgres, clickhouse,
-// stdout, discard.
-func (c checker) scheme() string {
-	u, err := url.Parse(c.sink.URL)
-	if err != nil {
-		return ""
+// newChecker is the checker of a run's sink, found in table by its URL's
+// scheme.
+func newChecker(table sinks.Table, sink Sink, group, topic string) checker {
+	c := checker{sink: sink, group: group, topic: topic}
+	if u, err := url.Parse(sink.URL); err == nil && sink.URL != "" {
+		c.desc = table.Lookup(u.Scheme)
 	}
-	if u.Scheme == "postgresql" {
-		return "postgres"
-	}
-	return u.Scheme
+	return c
 }
 
-// exactlyOnce tells whether a duplicate in the sink fails the run: a
-// PostgreSQL sink must hold none.
-func (c checker) exactlyOnce() bool { return c.scheme() == "postgres" }
+// scheme is the sink's, "" for none.
+func (c checker) scheme() string {
+	if c.desc == nil {
+		return ""
+	}
+	return c.desc.Scheme
+}
+
+// exactlyOnce tells whether a duplicate in the sink fails the run.
+func (c checker) exactlyOnce() bool { return c.desc != nil && c.desc.ExactlyOnce }
 
 func (c checker) verdict(ctx context.Context, cli *clientv3.Client, brokers []string, produced map[int]int64, rec *recorder) (Verdict, error) {
 	raw, shown := c.sink.URL, c.sink.shown()
 	var v Verdict
-	var s audit.Sink
+	var s sinks.Reader
 	err := audit.ErrSinkUnsupported
-	if raw != "" {
-		s, err = audit.OpenSink(ctx, raw, shown, c.group)
+	if c.desc != nil && c.desc.Audit != nil {
+		s, err = c.desc.Audit(ctx, raw, shown, c.group)
 	}
 	switch {
-	case errors.Is(err, audit.ErrSinkUnsupported), errors.Is(err, audit.ErrSinkUnreadable):
+	case errors.Is(err, audit.ErrSinkUnsupported), errors.Is(err, sinks.ErrUnreadable):
 		v = rec.tally(c.topic, produced)
 		why := err.Error()
 		switch {
@@ -186,39 +187,24 @@ func (c checker) verdict(ctx context.Context, cli *clientv3.Client, brokers []st
 	return v, nil
 }
 
-// deadLetters counts the records of this run that the sink set aside: in
-// a postgres sink from its dead-letter table (this run's topic, with the
-// first reason), else from what the sink counted.
+// deadLetters counts the records of this run that the sink set aside:
+// where the sink keeps them (a dead-letter table, with the first reason),
+// else from what the sink counted.
 func (c checker) deadLetters(ctx context.Context, rec *recorder, v *Verdict) error {
-	switch c.scheme() {
-	case "postgres":
-		t, err := postgres.ParseTables(c.sink.URL)
-		if err != nil {
-			return fmt.Errorf("count the dead letters: %w", err)
-		}
-		conn, err := pgx.Connect(ctx, t.ConnString)
-		if err != nil {
-			return fmt.Errorf("count the dead letters in %s: %w", t.DeadLetters, err)
-		}
-		defer conn.Close(context.Background())
-		var reason *string
-		err = conn.QueryRow(ctx, `SELECT count(*), min(error) FROM `+t.DeadLetters+` WHERE topic = $1`, c.topic).Scan(&v.DeadLetters, &reason)
-		if err != nil {
-			return fmt.Errorf("count the dead letters in %s: %w", t.DeadLetters, err)
-		}
-		if v.DeadLetters > 0 && reason != nil {
-			v.deadWhere = fmt.Sprintf(" %s (the first reason: %s)", t.DeadLetters, *reason)
-		}
-	case "clickhouse":
-		if dl, ok := sinks.As[sinks.DeadLetterCounter](rec); ok {
-			v.DeadLetters = dl.DeadLetters()
-		}
-		table := clickhouse.DefaultDeadLetterTable
-		if u, err := url.Parse(c.sink.URL); err == nil && u.Query().Get("dead_letter_table") != "" {
-			table = u.Query().Get("dead_letter_table")
-		}
-		v.deadWhere = " " + table
+	if c.desc == nil || c.desc.DeadLetters == nil {
+		return nil
 	}
+	n, where, err := c.desc.DeadLetters(ctx, c.sink.URL, c.topic)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		n = 0
+		if dl, ok := sinks.As[sinks.DeadLetterCounter](rec); ok {
+			n = dl.DeadLetters()
+		}
+	}
+	v.DeadLetters, v.deadWhere = n, " "+where
 	return nil
 }
 
@@ -256,27 +242,18 @@ func auditVerdict(rep *audit.Report, produced map[int]int64) Verdict {
 // raw-mode database sink read back; ok is false for a sink that cannot be
 // read back so (a columns table, stdout:, discard:).
 func (c checker) readBack(ctx context.Context, produced map[int]int64) (Verdict, bool, error) {
-	var read func(p int) ([]sinks.Record, error)
-	switch c.scheme() {
-	case "file":
-		dir := strings.TrimPrefix(c.sink.URL, "file://")
-		read = func(p int) ([]sinks.Record, error) { return file.ReadAll(dir, c.topic, p) }
-	case "postgres":
-		read = func(p int) ([]sinks.Record, error) { return postgres.ReadAll(ctx, c.sink.URL, c.topic, p) }
-	case "clickhouse":
-		read = func(p int) ([]sinks.Record, error) { return clickhouse.ReadAll(ctx, c.sink.URL, c.topic, p) }
-	default:
+	if c.desc == nil || c.desc.ReadBack == nil {
 		return Verdict{}, false, nil
 	}
 	var v Verdict
 	for _, p := range sortedKeys(produced) {
 		n := produced[p]
-		records, err := read(p)
-		if errors.Is(err, postgres.ErrURL) || errors.Is(err, clickhouse.ErrURL) {
-			return Verdict{}, false, nil // a columns table: no records to read back
-		}
+		records, ok, err := c.desc.ReadBack(ctx, c.sink.URL, c.topic, p)
 		if err != nil {
 			return Verdict{}, false, fmt.Errorf("read the sink back: %s/%d: %w", c.topic, p, err)
+		}
+		if !ok {
+			return Verdict{}, false, nil // a columns table: no records to read back
 		}
 		seen := make(map[int64]int, len(records))
 		for _, r := range records {

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
+	"github.com/offsetkeeper/offsetkeeper/audit"
 )
 
 func TestParseFaults(t *testing.T) {

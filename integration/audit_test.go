@@ -15,9 +15,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"

@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // reconcile plans from one snapshot, claims the free partitions planned to
@@ -100,10 +100,10 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		// offsets of is read while they are claimed, not after: at
 		// 10,000 partitions of a new group the read is 60 ms of a 0.4 s
 		// start. The claims' own offsets still decide (start).
-		var fresh []kafka.TopicPartition
+		var fresh []sinks.Partition
 		for _, p := range toClaim {
 			if _, ok := snap.Offsets[p]; !ok {
-				fresh = append(fresh, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+				fresh = append(fresh, sinks.Partition{Topic: p.Topic, Partition: p.Partition})
 			}
 		}
 		if len(fresh) > 0 {
@@ -185,9 +185,9 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 		}
 	}
 	if len(unplaced) > 0 {
-		tps := make([]kafka.TopicPartition, len(unplaced))
+		tps := make([]sinks.Partition, len(unplaced))
 		for i, pt := range unplaced {
-			tps[i] = kafka.TopicPartition{Topic: pt.p.Topic, Partition: pt.p.Partition}
+			tps[i] = sinks.Partition{Topic: pt.p.Topic, Partition: pt.p.Partition}
 		}
 		sb := r.readStarts(hard, tps)
 		for _, pt := range unplaced {
@@ -208,8 +208,8 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 // readStarts reads where the start policy puts tps, one request per broker
 // for all of them, on the side: the session's loop does not wait on Kafka,
 // and a partition that this misses finds its bounds alone.
-func (r *Replica) readStarts(ctx context.Context, tps []kafka.TopicPartition) *startBounds {
-	sb := &startBounds{done: make(chan struct{}), asked: make(map[kafka.TopicPartition]bool, len(tps))}
+func (r *Replica) readStarts(ctx context.Context, tps []sinks.Partition) *startBounds {
+	sb := &startBounds{done: make(chan struct{}), asked: make(map[sinks.Partition]bool, len(tps))}
 	for _, tp := range tps {
 		sb.asked[tp] = true
 	}
@@ -227,7 +227,7 @@ func (r *Replica) readStarts(ctx context.Context, tps []kafka.TopicPartition) *s
 
 // covers reports whether p was asked for. sb may be nil.
 func (sb *startBounds) covers(p coordinator.Partition) bool {
-	return sb != nil && sb.asked[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+	return sb != nil && sb.asked[sinks.Partition{Topic: p.Topic, Partition: p.Partition}]
 }
 
 // start returns where the start policy puts p, if the shared read found it.
@@ -237,16 +237,16 @@ func (sb *startBounds) start(ctx context.Context, p coordinator.Partition) (int6
 	case <-ctx.Done():
 		return 0, false
 	}
-	at, ok := sb.starts[kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+	at, ok := sb.starts[sinks.Partition{Topic: p.Topic, Partition: p.Partition}]
 	return at, ok
 }
 
 // startBounds are where the start policy puts newly claimed partitions,
 // read for all of them at once; starts is set when done is closed.
 type startBounds struct {
-	asked  map[kafka.TopicPartition]bool
+	asked  map[sinks.Partition]bool
 	done   chan struct{}
-	starts map[kafka.TopicPartition]int64
+	starts map[sinks.Partition]int64
 }
 
 // firstN is at most the first n of s, for a log line.

@@ -274,7 +274,7 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 	t := time.NewTicker(r.cfg.LogEndInterval)
 	defer t.Stop()
 	var pts []*partition
-	var tps []kafka.TopicPartition
+	var tps []sinks.Partition
 	for {
 		select {
 		case <-ctx.Done():
@@ -288,7 +288,7 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 		tps = tps[:0]
 		for p, pt := range r.owned {
 			pts = append(pts, pt)
-			tps = append(tps, kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+			tps = append(tps, sinks.Partition{Topic: p.Topic, Partition: p.Partition})
 		}
 		r.mu.Unlock()
 		if len(tps) == 0 {

@@ -2,10 +2,6 @@ package main
 
 import (
 	"cmp"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-	"github.com/offsetkeeper/offsetkeeper/replica"
-
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,7 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
 // checkAccess is run's start-up check of the credentials: when etcd or Kafka

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 )
 
 // refusedProbeTimeout bounds the probe of the etcd endpoints that tells a
@@ -73,9 +74,9 @@ func (f *adminFlags) etcdContext(ctx context.Context) (context.Context, context.
 func (f *adminFlags) etcdError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("etcd at %s did not answer within --etcd-timeout %s: %w",
-			strings.Join(redactURLs(f.cluster.etcdEndpoints), ","), f.etcdTimeout, err)
+			strings.Join(redact.URLs(f.cluster.etcdEndpoints), ","), f.etcdTimeout, err)
 	}
-	return fmt.Errorf("etcd at %s: %w", strings.Join(redactURLs(f.cluster.etcdEndpoints), ","), err)
+	return fmt.Errorf("etcd at %s: %w", strings.Join(redact.URLs(f.cluster.etcdEndpoints), ","), err)
 }
 
 // loadGroup reads the group's state at one revision.
@@ -116,7 +117,7 @@ func unknownGroup(group string, known []string) error {
 func refused(ctx context.Context, endpoints []string) error {
 	if err := coordinator.Refused(ctx, endpoints, refusedProbeTimeout); err != nil {
 		return fmt.Errorf("etcd at %s refused the connection (nothing listens there; check --etcd-endpoints): %w",
-			strings.Join(redactURLs(endpoints), ","), err)
+			strings.Join(redact.URLs(endpoints), ","), err)
 	}
 	return nil
 }

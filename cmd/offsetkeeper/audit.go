@@ -12,8 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
+	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // auditOptions is `offsetkeeper audit`.
@@ -24,14 +25,20 @@ type auditOptions struct {
 
 	target sinkTarget
 	scopes []topicScope
+
+	sinks sinks.Table // what --sink may name
 }
+
+// auditOpenTimeout bounds opening the sink to audit: a connection and a
+// look at its tables.
+const auditOpenTimeout = 30 * time.Second
 
 // progressEvery is how often, at most, a long audit says on stderr how far
 // it is.
 const progressEvery = time.Second
 
-func newAuditCommand() *cobra.Command {
-	o := &auditOptions{}
+func newAuditCommand(table sinks.Table) *cobra.Command {
+	o := &auditOptions{sinks: table}
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Check a sink against Kafka and etcd: records missing, held twice, not Kafka's, not committed, aborted",
@@ -135,15 +142,21 @@ func (o *auditOptions) validate() error {
 		return err
 	}
 	if o.sink == "" {
-		return usagef("--sink is required: the sink to audit, file:///DIR, postgres://… or clickhouse://…")
+		return usagef("--sink is required: the sink to audit, %s", audit.Audited(o.sinks))
 	}
-	t, err := parseSink(o.sink)
+	t, err := parseSink(o.sinks, o.sink)
 	if err != nil {
 		return err
 	}
-	if t.scheme != "file" && t.scheme != "postgres" && t.scheme != "clickhouse" {
-		return usagef("--sink: sink URL %q %v (stdout: and discard: keep nothing the audit reads)",
-			shownSink(o.sink), audit.ErrSinkUnsupported)
+	if t.Sink.Audit == nil {
+		var none []string
+		for _, d := range o.sinks {
+			if d.Audit == nil {
+				none = append(none, d.Scheme+":")
+			}
+		}
+		return usagef("--sink: sink URL %q %v: want %s (%s keep nothing the audit reads)",
+			t.Shown(), audit.ErrSinkUnsupported, audit.Audited(o.sinks), strings.Join(none, " and "))
 	}
 	o.target = t
 	if o.scopes, err = parseScopes(o.topics); err != nil {
@@ -168,12 +181,12 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		scope = append(scope, audit.Scope{Topic: sc.topic, Partitions: sc.partitions})
 	}
 
-	shown := shownSink(o.sink)
-	octx, cancel := context.WithTimeout(ctx, postgresOpenTimeout)
-	sink, err := audit.OpenSink(octx, o.sink, shown, o.admin.cluster.group)
+	shown := o.target.Shown()
+	octx, cancel := context.WithTimeout(ctx, auditOpenTimeout)
+	sink, err := audit.OpenSink(octx, o.sinks, o.sink, o.admin.cluster.group)
 	cancel()
 	if err != nil {
-		if errors.Is(err, audit.ErrSinkUnsupported) || errors.Is(err, audit.ErrSinkUnreadable) {
+		if errors.Is(err, audit.ErrSinkUnsupported) || errors.Is(err, sinks.ErrUnreadable) {
 			return usage(fmt.Errorf("--sink %q: %w", shown, err))
 		}
 		return fmt.Errorf("--sink %q: %w", shown, err)
@@ -207,7 +220,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		switch {
 		case errors.Is(err, audit.ErrNotInGroup):
 			return usage(fmt.Errorf("--topic: %w", err))
-		case errors.Is(err, audit.ErrSinkUnreadable):
+		case errors.Is(err, sinks.ErrUnreadable):
 			return usage(fmt.Errorf("--sink %q: %w", shown, err))
 		}
 		if errors.Is(err, audit.ErrKafkaTimeout) {

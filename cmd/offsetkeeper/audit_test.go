@@ -8,23 +8,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/audit"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // testReport is a report with one finding of each kind.
 func testReport(t *testing.T) *audit.Report {
 	t.Helper()
-	held := audit.Offsets(0, 1, 3, 4, 5, 7, 7, 8, 9, 10, 11, 20)
-	delivered := audit.Offsets(0, 1, 2, 3, 4, 7, 8, 9)
+	held := sinks.Offsets(0, 1, 3, 4, 5, 7, 7, 8, 9, 10, 11, 20)
+	delivered := sinks.Offsets(0, 1, 2, 3, 4, 7, 8, 9)
 	b := audit.Bounds{Committed: 10, InFlight: audit.Range{From: 10, Next: 12}, CheckMissing: true}
 	p, err := audit.Merge(context.Background(), "orders", 0, b, held, delivered, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &audit.Report{Group: "g", Sink: "file:///data", Capabilities: audit.Capabilities{Missing: true, Duplicates: true, RecordsNote: "offsets only here"},
+	return &audit.Report{Group: "g", Sink: "file:///data", Capabilities: sinks.Capabilities{Missing: true, Duplicates: true, RecordsNote: "offsets only here"},
 		Partitions: []audit.Partition{*p}}
 }
 
@@ -38,11 +38,11 @@ func TestAuditViewMismatched(t *testing.T) {
 	delivered := []sinks.Record{rec(0, "a"), rec(1, "b"), rec(2, "c"), rec(3, "d")}
 	held := []sinks.Record{rec(0, "a"), rec(1, "another run's"), rec(2, "another run's"), rec(3, "d")}
 	p, err := audit.Merge(context.Background(), "orders", 0, audit.Bounds{Committed: 4, CheckMissing: true},
-		audit.Records(held...), audit.Records(delivered...), 0, nil)
+		sinks.Records(held...), sinks.Records(delivered...), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &audit.Report{Group: "g", Sink: "postgres://db?table=t", Capabilities: audit.Capabilities{Missing: true, Duplicates: true, Records: true},
+	rep := &audit.Report{Group: "g", Sink: "postgres://db?table=t", Capabilities: sinks.Capabilities{Missing: true, Duplicates: true, Records: true},
 		Partitions: []audit.Partition{*p}}
 	v := &auditView{rep: rep}
 	var buf bytes.Buffer
@@ -67,7 +67,7 @@ func TestAuditViewMismatched(t *testing.T) {
 	}
 
 	p, err = audit.Merge(context.Background(), "orders", 0, audit.Bounds{Committed: 4, CheckMissing: true},
-		audit.Records(delivered...), audit.Records(delivered...), 0, nil)
+		sinks.Records(delivered...), sinks.Records(delivered...), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // TestBadInputPerCommand: bad input to every command, on the command line
@@ -271,7 +272,7 @@ func TestRefusedEtcdFailsAtOnce(t *testing.T) {
 // miss of one this command reads: OFFSETKEEPER_TOPIC for run, which reads
 // --topics, was ignored silently.
 func TestVariableOfAnotherCommand(t *testing.T) {
-	root := newRootCommand()
+	root := newRootCommand(builtin.Sinks())
 	for _, tc := range []struct {
 		cmd, env, want string
 	}{

@@ -21,8 +21,9 @@ import (
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
 
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
-	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
 // The CLI reference, generated from the commands (cobra/doc) so that it
@@ -336,12 +337,12 @@ func cliDocsIndex(cmds []*cobra.Command) []byte {
 	return b.Bytes()
 }
 
-// The SQL sinks' URL parameter tables in docs/postgresql.md and
-// docs/clickhouse.md, generated from the parameters the sinks' URL parsers
-// accept (postgres.Params, postgres.ConnParams, clickhouse.Params), each
-// between <!-- params:NAME --> and <!-- /params --> in its page. The rest
-// of the page is not touched. TestCLIDocsUpToDate checks them with docs/cli,
-// and cliDocsRegenerate rewrites them too.
+// The sinks' URL parameter tables in docs/ (docs/postgresql.md,
+// docs/clickhouse.md), generated from the Params of each sink's
+// Descriptor, each between <!-- params:NAME --> and <!-- /params --> in the
+// page its Doc names. The rest of the page is not touched.
+// TestCLIDocsUpToDate checks them with docs/cli, and cliDocsRegenerate
+// rewrites them too.
 
 const sinkParamsEnd = "<!-- /params -->"
 
@@ -349,25 +350,31 @@ const sinkParamsEnd = "<!-- /params -->"
 type sinkParamBlock struct {
 	page string // the page, in the docs directory: postgresql.md
 	name string // the block's marker name: postgres for <!-- params:postgres -->
-	text func() string
+	text string
 }
 
-var sinkParamBlocks = []sinkParamBlock{
-	{"postgresql.md", "postgres", func() string {
-		var rows [][3]string
-		for _, p := range postgres.Params() {
-			rows = append(rows, [3]string{p.Name, p.Default, p.Meaning})
+// sinkParamBlocks are the blocks of the sinks of table: a table of each
+// sink's own parameters, and a list of those it passes on.
+func sinkParamBlocks(table sinks.Table) []sinkParamBlock {
+	var blocks []sinkParamBlock
+	for _, d := range table {
+		var own [][3]string
+		var passed []sinks.Param
+		for _, p := range d.Params {
+			if p.PassedTo != "" {
+				passed = append(passed, p)
+				continue
+			}
+			own = append(own, [3]string{p.Name, p.Default, p.Meaning})
 		}
-		return sinkParamTable("postgres.Params (sinks/postgres/params.go)", rows)
-	}},
-	{"postgresql.md", "postgres-conn", postgresConnParamList},
-	{"clickhouse.md", "clickhouse", func() string {
-		var rows [][3]string
-		for _, p := range clickhouse.Params() {
-			rows = append(rows, [3]string{p.Name, p.Default, p.Meaning})
+		if len(own) > 0 {
+			blocks = append(blocks, sinkParamBlock{d.Doc, d.Scheme, sinkParamTable(d.Scheme+".Descriptor's Params", own)})
 		}
-		return sinkParamTable("clickhouse.Params (sinks/clickhouse/params.go)", rows)
-	}},
+		if len(passed) > 0 {
+			blocks = append(blocks, sinkParamBlock{d.Doc, d.Scheme + "-conn", passedParamList(passed)})
+		}
+	}
+	return blocks
 }
 
 // sinkParamTable is a block of a parameter table, on lines of its own
@@ -384,18 +391,17 @@ func sinkParamTable(from string, rows [][3]string) string {
 	return b.String()
 }
 
-// postgresConnParamList is the PostgreSQL sink's connection parameters,
-// inline in a sentence: libpq's `host`, ...; pgx's `database`, ...;
-// pgxpool's `pool_max_conns`, ... (by who defines them, in the parser's
-// order).
-func postgresConnParamList() string {
+// passedParamList is the parameters a sink passes on, inline in a
+// sentence: libpq's `host`, ...; pgx's `database`, ...; pgxpool's
+// `pool_max_conns`, ... (by who defines them, in the parser's order).
+func passedParamList(ps []sinks.Param) string {
 	var from []string
 	names := map[string][]string{}
-	for _, p := range postgres.ConnParams() {
-		if _, ok := names[p.From]; !ok {
-			from = append(from, p.From)
+	for _, p := range ps {
+		if _, ok := names[p.PassedTo]; !ok {
+			from = append(from, p.PassedTo)
 		}
-		names[p.From] = append(names[p.From], "`"+p.Name+"`")
+		names[p.PassedTo] = append(names[p.PassedTo], "`"+p.Name+"`")
 	}
 	var parts []string
 	for _, f := range from {
@@ -410,7 +416,7 @@ func postgresConnParamList() string {
 // an error.
 func sinkParamDocs(docsDir string) (map[string][]byte, error) {
 	pages := map[string][]byte{}
-	for _, blk := range sinkParamBlocks {
+	for _, blk := range sinkParamBlocks(builtin.Sinks()) {
 		page, ok := pages[blk.page]
 		if !ok {
 			b, err := os.ReadFile(filepath.Join(docsDir, blk.page))
@@ -430,7 +436,7 @@ func sinkParamDocs(docsDir string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("sink parameter docs: %s: %s has no %s after it", blk.page, start, sinkParamsEnd)
 		}
 		out := slices.Clone(page[:i])
-		out = append(out, blk.text()...)
+		out = append(out, blk.text...)
 		pages[blk.page] = append(out, page[i+j:]...)
 	}
 	return pages, nil

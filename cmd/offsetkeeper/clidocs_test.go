@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // cliDocsDir is the generated CLI reference, from this package.
@@ -31,14 +33,14 @@ const sinkDocsDir = "../../docs"
 func TestCLIDocsUpToDate(t *testing.T) {
 	t.Run("sink parameters", testSinkParamDocs)
 	if os.Getenv("OFFSETKEEPER_UPDATE_DOCS") != "" {
-		if err := writeCLIDocs(newRootCommand(), cliDocsDir); err != nil {
+		if err := writeCLIDocs(newRootCommand(builtin.Sinks()), cliDocsDir); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("regenerated %s", cliDocsDir)
 		return
 	}
 	tmp := t.TempDir()
-	if err := writeCLIDocs(newRootCommand(), tmp); err != nil {
+	if err := writeCLIDocs(newRootCommand(builtin.Sinks()), tmp); err != nil {
 		t.Fatal(err)
 	}
 	want, got := readTree(t, tmp), readTree(t, cliDocsDir)
@@ -148,7 +150,7 @@ func firstDiff(want, got []byte) string {
 // the completion and group commands, and a variable said to be refused
 // (cliOnlyFlags) is refused.
 func TestCLIDocsEnvironment(t *testing.T) {
-	root := newRootCommand()
+	root := newRootCommand(builtin.Sinks())
 	find := func(args ...string) []cliEnvVar {
 		t.Helper()
 		c, _, err := root.Find(args)

@@ -26,7 +26,9 @@ const hasDev = true
 // extraCommands are the commands of this build beyond the production ones:
 // dev, which links an embedded etcd and kfake. A -tags nodev build leaves
 // it out (nodev.go).
-func extraCommands() []*cobra.Command { return []*cobra.Command{newDevCommand()} }
+func extraCommands(table sinks.Table) []*cobra.Command {
+	return []*cobra.Command{newDevCommand(table)}
+}
 
 // faultHelp is the menu of --faults, for --help.
 const faultHelp = `  kill       crash a replica (no block finished, nothing released) and start a fresh one
@@ -64,6 +66,7 @@ type devOptions struct {
 	seed                   uint64
 	value                  sinks.Format // --value-format
 
+	sinks       sinks.Table // what --sink may name
 	target      sinkTarget
 	faults      []string // parsed --faults
 	durationSet bool     // --duration given
@@ -72,8 +75,8 @@ type devOptions struct {
 	ownTopic bool
 }
 
-func newDevCommand() *cobra.Command {
-	o := &devOptions{}
+func newDevCommand(table sinks.Table) *cobra.Command {
+	o := &devOptions{sinks: table}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a whole local cluster in one process and check that nothing is lost",
@@ -168,7 +171,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 	fs.IntVar(&o.rate, "rate", 0, "records produced per second (0: as fast as the broker takes them; with --chaos or --duration, --messages spread evenly over --duration)")
 	fs.StringVar(&o.topic, "topic", dev.DefaultTopic, "topic name (with a --sink that outlives the run, and unless given, with the run's time as a suffix)")
 	fs.StringVar(&o.group, "group", dev.DefaultGroup, "group name (with a postgres or clickhouse --sink, and unless given, dev-<time>)")
-	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp+" (default: file:// in a new temporary folder, removed at exit unless --keep)")
+	fs.StringVar(&o.sink, "sink", "", "where records go: "+table.Usage()+" (default: file:// in a new temporary folder, removed at exit unless --keep)")
 	fs.BoolVar(&o.chaos, "chaos", false, "inject a random fault of --faults every --chaos-every")
 	fs.DurationVar(&o.chaosEvery, "chaos-every", dev.DefaultChaosEvery, "time between faults with --chaos")
 	fs.StringVar(&o.faultsFlag, "faults", "all", "faults of --chaos: all or a comma list of "+strings.Join(dev.Faults(), ", "))
@@ -198,7 +201,7 @@ Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
 // same ranges (clickhouse).
 func (o *devOptions) complete(cmd *cobra.Command) error {
 	var err error
-	if o.target, err = parseSinkFlag(o.sink); err != nil {
+	if o.target, err = parseSinkFlag(o.sinks, o.sink); err != nil {
 		return err
 	}
 	if cmd.Flags().Changed("faults") && !o.chaos {
@@ -217,7 +220,7 @@ func (o *devOptions) complete(cmd *cobra.Command) error {
 	// The run's time to the millisecond, readable in a table or a
 	// directory listing: runs take seconds.
 	run := strings.Replace(time.Now().UTC().Format("20060102-150405.000"), ".", "-", 1)
-	if (o.target.scheme == "postgres" || o.target.scheme == "clickhouse" || len(o.etcdEndpoints) > 0) && o.group == dev.DefaultGroup {
+	if (o.target.Sink != nil && o.target.Sink.ByGroup || len(o.etcdEndpoints) > 0) && o.group == dev.DefaultGroup {
 		// An etcd or a table that outlives the run: a group of its own.
 		o.group = "dev-" + run
 	}
@@ -241,9 +244,7 @@ func valueFormatNames() []string {
 
 // outlivesRun tells whether the sink keeps its records after dev exits:
 // a --sink given as a file directory or a database.
-func (t sinkTarget) outlivesRun() bool {
-	return t.scheme == "file" || t.scheme == "postgres" || t.scheme == "clickhouse"
-}
+func (t sinkTarget) outlivesRun() bool { return t.Sink != nil && t.Sink.Keeps }
 
 func (o *devOptions) validate() error {
 	switch {
@@ -278,14 +279,7 @@ func (o *devOptions) validate() error {
 
 // sinkURL is the sink as a URL the audit reads, and as it may be shown.
 func (t sinkTarget) sinkURL() (raw, shown string) {
-	if t.scheme == "file" {
-		raw = "file://" + t.dir
-		return raw, raw
-	}
-	if t.url == "" {
-		return t.scheme + ":", t.scheme + ":"
-	}
-	return t.url, shownSink(t.url)
+	return t.URL, t.Shown()
 }
 
 // run runs dev.Run with the flags. The temporary folder (etcd's data and
@@ -301,7 +295,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("dev: temporary folder: %w", err)
 	}
-	defaultSink := o.target.scheme == ""
+	defaultSink := o.target.Sink == nil
 	defer func() {
 		if o.keep && defaultSink {
 			_ = os.RemoveAll(filepath.Join(tmp, "etcd"))
@@ -315,7 +309,9 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return fmt.Errorf("dev: sink folder: %w", err)
 		}
-		o.target = sinkTarget{scheme: "file", dir: dir}
+		if o.target, err = parseSink(o.sinks, "file://"+dir); err != nil {
+			return err
+		}
 	}
 	raw, shown := o.target.sinkURL()
 	cfg := dev.Config{
@@ -333,6 +329,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		Dir:         tmp,
 		Etcd:        o.etcdEndpoints,
 		Brokers:     o.brokers,
+		Sinks:       o.sinks,
 		Sink: dev.Sink{
 			Open:  func(ctx context.Context) (sinks.Sink, error) { return o.target.open(ctx, stdout) },
 			URL:   raw,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 )
 
 // The flags every command that talks to a group shares, and the flag types
@@ -65,7 +66,7 @@ func (f *clusterFlags) check(needGroup bool) error {
 	}
 	for _, e := range f.etcdEndpoints {
 		if err := checkEndpoint(e); err != nil {
-			return usagef("--etcd-endpoints %q: %v", redactURL(e), err)
+			return usagef("--etcd-endpoints %q: %v", redact.URL(e), err)
 		}
 	}
 	if len(f.brokers) == 0 {
@@ -91,7 +92,7 @@ func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		err = f.security.explainEtcd(err, f.etcdEndpoints) // a TLS refusal, not a timeout
-		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redactURLs(f.etcdEndpoints), ","), err)
+		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redact.URLs(f.etcdEndpoints), ","), err)
 	}
 	return cli, nil
 }

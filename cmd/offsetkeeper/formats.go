@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -64,7 +65,7 @@ func (f *formatFlags) build() (replica.Formats, error) {
 	case needs && f.registry == "":
 		return replica.Formats{}, usagef("--key-format %s --value-format %s read schemas from a Schema Registry: set --schema-registry http://host:8081", f.key, f.value)
 	case !needs && f.registry != "":
-		return replica.Formats{}, usagef("--schema-registry %q is set but neither --key-format nor --value-format is avro, protobuf or json-schema: drop it, or name the format", redactURL(f.registry))
+		return replica.Formats{}, usagef("--schema-registry %q is set but neither --key-format nor --value-format is avro, protobuf or json-schema: drop it, or name the format", redact.URL(f.registry))
 	case f.timeout <= 0:
 		return replica.Formats{}, usagef("--schema-registry-timeout must be positive; the value given, %s, is not: want a duration such as 10s", f.timeout)
 	case f.cacheSize < 1:
@@ -89,13 +90,13 @@ func (f *formatFlags) build() (replica.Formats, error) {
 		}
 		parsed, err := url.Parse(strings.TrimSpace(u))
 		if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
-			return replica.Formats{}, usagef("--schema-registry %q: want http://host:port or https://host:port (comma-separated for several)", redactURL(u))
+			return replica.Formats{}, usagef("--schema-registry %q: want http://host:port or https://host:port (comma-separated for several)", redact.URL(u))
 		}
 		if tlsCfg != nil && parsed.Scheme != "https" {
-			return replica.Formats{}, usagef("--schema-registry %q is http:// but --schema-registry-cacert or --schema-registry-cert ask for TLS: use https://", redactURL(u))
+			return replica.Formats{}, usagef("--schema-registry %q is http:// but --schema-registry-cacert or --schema-registry-cert ask for TLS: use https://", redact.URL(u))
 		}
 		if parsed.User != nil {
-			return replica.Formats{}, usagef("--schema-registry %q holds credentials: use --schema-registry-user and $%s (or --schema-registry-password-file), which stay out of process listings", redactURL(u), envRegistryPassword)
+			return replica.Formats{}, usagef("--schema-registry %q holds credentials: use --schema-registry-user and $%s (or --schema-registry-password-file), which stay out of process listings", redact.URL(u), envRegistryPassword)
 		}
 	}
 	return out, nil

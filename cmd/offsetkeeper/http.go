@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -204,52 +203,4 @@ func (o *runOps) stop() {
 	} else if o.ln != nil {
 		_ = o.ln.Close()
 	}
-}
-
-// redactURL hides the secrets of a URL, for logs and errors: its user
-// info, and the values of query parameters that name a password, secret,
-// token or key (postgres://u:pw@h/db?password=pw). A host:port with user
-// info but no scheme loses the user info; anything else that does not parse
-// as a URL with a scheme is returned as is.
-func redactURL(raw string) string {
-	if !strings.Contains(raw, "://") {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "xxxxx" + raw[i:]
-		}
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return raw
-	}
-	if u.User != nil {
-		u.User = url.User("xxxxx")
-	}
-	redactQuery(u)
-	return u.String()
-}
-
-// redactQuery masks the values of u's query parameters that name a
-// password, secret, token or key; a query without any is left as written.
-func redactQuery(u *url.URL) {
-	q := u.Query()
-	changed := false
-	for k := range q {
-		lk := strings.ToLower(k)
-		if strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || strings.Contains(lk, "key") {
-			q.Set(k, "xxxxx")
-			changed = true
-		}
-	}
-	if changed {
-		u.RawQuery = q.Encode()
-	}
-}
-
-// redactURLs is redactURL of each.
-func redactURLs(raws []string) []string {
-	out := make([]string, len(raws))
-	for i, r := range raws {
-		out[i] = redactURL(r)
-	}
-	return out
 }

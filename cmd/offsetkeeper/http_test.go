@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 )
 
 // runArgs is a run command line that passes validation but for what a
@@ -133,17 +135,17 @@ func TestRedactURL(t *testing.T) {
 		{"discard:", "discard:"},
 	}
 	for _, tc := range tests {
-		got := redactURL(tc.in)
+		got := redact.URL(tc.in)
 		if got != tc.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+			t.Errorf("redact.URL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 		for _, secret := range []string{"s3cret", "tok3n", ":pw@", "=pw", "=t&", "=c"} {
 			if strings.Contains(tc.in, secret) && strings.Contains(got, secret) {
-				t.Errorf("redactURL(%q) = %q still holds %q", tc.in, got, secret)
+				t.Errorf("redact.URL(%q) = %q still holds %q", tc.in, got, secret)
 			}
 		}
 	}
-	if got := strings.Join(redactURLs([]string{"http://u:p@a:1", "b:2"}), ","); got != "http://xxxxx@a:1,b:2" {
+	if got := strings.Join(redact.URLs([]string{"http://u:p@a:1", "b:2"}), ","); got != "http://xxxxx@a:1,b:2" {
 		t.Errorf("redactURLs: %q", got)
 	}
 }

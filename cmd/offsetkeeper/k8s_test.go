@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/offsetkeeper/offsetkeeper/replica/metrics"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // deploy/kubernetes is checked as data, as docker-compose.yml is
@@ -339,7 +340,7 @@ func TestK8sReplicaCommandIsValid(t *testing.T) {
 // and neither refuse nor warn.
 func TestK8sServiceLinksAreIgnored(t *testing.T) {
 	g := loadK8s(t)
-	root := newRootCommand()
+	root := newRootCommand(builtin.Sinks())
 	own := map[string]bool{}
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // kafkaAdmin asks Kafka the few questions the operator commands have: which
@@ -100,9 +101,9 @@ func (k *kafkaAdmin) offsetsAt(ctx context.Context, ps []coordinator.Partition, 
 // partition in ps at ts (kafka.ListEarliest, kafka.ListLatest or a time in
 // milliseconds), read_committed. what names the offset in errors.
 func (k *kafkaAdmin) listOffsets(ctx context.Context, ps []coordinator.Partition, ts int64, what string) (map[coordinator.Partition]int64, error) {
-	tps := make([]kafka.TopicPartition, len(ps))
+	tps := make([]sinks.Partition, len(ps))
 	for i, p := range ps {
-		tps[i] = kafka.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+		tps[i] = sinks.Partition{Topic: p.Topic, Partition: p.Partition}
 	}
 	if k.err != nil {
 		return nil, k.err

@@ -3,12 +3,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // Exit codes, documented in the root command's help.
@@ -34,11 +38,17 @@ func main() {
 
 // execute runs the CLI and returns the exit code; tests call it directly.
 func execute(args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand()
+	return executeWith(context.Background(), builtin.Sinks(), args, stdout, stderr)
+}
+
+// executeWith is execute with the sinks of table, what --sink may name;
+// ending ctx stops a command as SIGTERM does.
+func executeWith(ctx context.Context, table sinks.Table, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(table)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -55,7 +65,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
-func newRootCommand() *cobra.Command {
+func newRootCommand(table sinks.Table) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "offsetkeeper",
 		Short: "Move Kafka records into a store, with offsets kept in etcd",
@@ -91,8 +101,8 @@ a run of dev interrupted (SIGINT) before its report.`,
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.SetHelpCommand(newHelpCommand())
-	root.AddCommand(newRunCommand(), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand(), newAuditCommand())
-	root.AddCommand(extraCommands()...)
+	root.AddCommand(newRunCommand(table), newClaimsCommand(), newGroupsCommand(), newOffsetsCommand(), newReplicasCommand(), newAuditCommand(table))
+	root.AddCommand(extraCommands(table)...)
 	strictCompletion(root)
 	return root
 }

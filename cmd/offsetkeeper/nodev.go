@@ -2,14 +2,18 @@
 
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
 
 // hasDev tells whether this build has the dev command.
 const hasDev = false
 
 // extraCommands: a -tags nodev build, as the container image is, links
 // neither an embedded etcd nor kfake (dev.go). Its dev command only says so.
-func extraCommands() []*cobra.Command {
+func extraCommands(sinks.Table) []*cobra.Command {
 	return []*cobra.Command{{
 		Use:                "dev",
 		Short:              "Not in this build (-tags nodev)",

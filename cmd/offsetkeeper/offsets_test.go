@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
 
 var describeHeaders = []string{"TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER", "EPOCH", "LAST-COMMIT", "IN-FLIGHT"}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +22,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )

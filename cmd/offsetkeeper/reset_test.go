@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 )
 
 // resetEnv is a group that no replica runs, over topic orders of three

@@ -11,7 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // runOptions is `offsetkeeper run`.
@@ -48,10 +50,12 @@ type runOptions struct {
 	// Built by complete.
 	cfg    replica.Config
 	target sinkTarget
+
+	sinks sinks.Table // what --sink may name
 }
 
-func newRunCommand() *cobra.Command {
-	o := &runOptions{}
+func newRunCommand(table sinks.Table) *cobra.Command {
+	o := &runOptions{sinks: table}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one replica of a group against etcd and Kafka",
@@ -118,7 +122,7 @@ once. Exit status 0.`,
 	o.cluster.register(cmd)
 	fs := cmd.Flags()
 	fs.StringSliceVar(&o.topics, "topics", nil, "topics to consume, comma-separated, each with all its partitions (the operator commands' --topic T:P,P picks partitions)")
-	fs.StringVar(&o.sink, "sink", "", "where records go: "+sinkURLHelp)
+	fs.StringVar(&o.sink, "sink", "", "where records go: "+table.Usage())
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows (at least 1)")
@@ -157,7 +161,7 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		return usagef("--replica-id is empty: want a name unique in the group, such as the pod's name, or leave the flag out for host-pid (%s)", replica.DefaultID())
 	}
 	var err error
-	if o.target, err = parseSinkFlag(o.sink); err != nil {
+	if o.target, err = parseSinkFlag(o.sinks, o.sink); err != nil {
 		return err
 	}
 	if err := o.target.setGroup(o.cluster.group); err != nil {
@@ -190,7 +194,7 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		ShutdownTimeout:  o.shutdown,
 		KafkaDownAfter:   o.kafkaDownAfter,
 		WriteTimeout:     o.writeTimeout,
-		Sink:             o.target.identity(),
+		Sink:             o.target.Identity(),
 		AllowSinkChange:  o.allowSinkChange,
 		AllowTopicChange: o.allowTopicChange,
 		Version:          version,
@@ -211,7 +215,7 @@ func (o *runOptions) validate() error {
 		return err
 	}
 	if o.sink == "" {
-		return usagef("--sink is required: want %s", sinkURLHelp)
+		return usagef("--sink is required: want %s", o.sinks.Usage())
 	}
 	if len(o.topics) == 0 {
 		return usagef("--topics is required: name at least one topic, e.g. --topics orders,refunds")
@@ -303,8 +307,8 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return usage(err)
 	}
 	log.Info("replica starting", zap.String("replica", o.cfg.ReplicaID), zap.String("group", o.cfg.Group),
-		zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme),
-		zap.Strings("brokers", o.cfg.Kafka.Brokers), zap.Strings("etcd", redactURLs(o.cluster.etcdEndpoints)),
+		zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme()),
+		zap.Strings("brokers", o.cfg.Kafka.Brokers), zap.Strings("etcd", redact.URLs(o.cluster.etcdEndpoints)),
 		zap.Duration("lease_ttl", o.cfg.LeaseTTL), zap.Stringer("commit_mode", o.cfg.CommitMode), zap.String("version", version))
 	ops.start(ctx, r)
 	fctx, stopFollow := context.WithCancel(ctx)

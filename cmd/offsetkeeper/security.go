@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 )
 
@@ -105,7 +106,7 @@ func (s *securityFlags) validate(etcdEndpoints []string) error {
 	if etcdTLS != nil {
 		for _, e := range etcdEndpoints {
 			if scheme, _, ok := strings.Cut(e, "://"); ok && scheme != "https" && scheme != "unixs" {
-				return usagef("--etcd-endpoints %q is %s:// but --etcd-cacert or --etcd-cert ask for TLS: use https://host:port or host:port", redactURL(e), scheme)
+				return usagef("--etcd-endpoints %q is %s:// but --etcd-cacert or --etcd-cert ask for TLS: use https://host:port or host:port", redact.URL(e), scheme)
 			}
 		}
 	}

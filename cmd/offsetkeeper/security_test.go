@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,8 +23,10 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
 // testSecret is the password of the tests below; no output may show it.
@@ -46,7 +46,7 @@ var securityFlagNames = []string{
 // and what it printed.
 func dryRun(t *testing.T, args ...string) (*cobra.Command, string, error) {
 	t.Helper()
-	root := newRootCommand()
+	root := newRootCommand(builtin.Sinks())
 	root.SetArgs(args)
 	var out syncBuffer
 	root.SetOut(&out)
@@ -91,7 +91,7 @@ func clusterCommands(root *cobra.Command) []*cobra.Command {
 func TestSecurityFlagsOnEveryClusterCommand(t *testing.T) {
 	t.Setenv(envEtcdPassword, testSecret)
 	t.Setenv(envKafkaPassword, testSecret)
-	cmds := clusterCommands(newRootCommand())
+	cmds := clusterCommands(newRootCommand(builtin.Sinks()))
 	if len(cmds) < 6 {
 		t.Fatalf("only %d commands take --etcd-endpoints", len(cmds))
 	}

@@ -16,6 +16,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/internal/redact"
+	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 
 // TestParseSinkForms: what each sink URL form becomes, and the forms
@@ -47,7 +50,7 @@ func TestParseSinkForms(t *testing.T) {
 		{raw: "postgres://app:secret@db/shop?tabel=x", want: []string{`unknown parameter "tabel"`, "table", "sslmode", "application_name"}},
 	} {
 		t.Run(tc.raw, func(t *testing.T) {
-			got, err := parseSink(tc.raw)
+			got, err := parseSink(builtin.Sinks(), tc.raw)
 			if tc.want != nil {
 				var ue *usageError
 				if !errors.As(err, &ue) {
@@ -66,8 +69,12 @@ func TestParseSinkForms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.scheme != tc.scheme || got.dir != tc.dir {
-				t.Errorf("parseSink = %s %q, want %s %q", got.scheme, got.dir, tc.scheme, tc.dir)
+			var dir string
+			if got.scheme() == "file" {
+				dir, _ = file.Dir(got.URL)
+			}
+			if got.scheme() != tc.scheme || dir != tc.dir {
+				t.Errorf("parseSink = %s %q, want %s %q", got.scheme(), dir, tc.scheme, tc.dir)
 			}
 		})
 	}
@@ -87,8 +94,8 @@ func TestShownSink(t *testing.T) {
 		"postgres://app:p%40ss%3As3cret@db/shop?mode=raw":   "postgres://app:xxxxx@db/shop?mode=raw",
 		"postgres://app:s3cret@db/shop?tabel=x&table=y#frg": "postgres://app:xxxxx@db/shop?tabel=x&table=y#frg",
 	} {
-		if got := shownSink(raw); got != want {
-			t.Errorf("shownSink(%q) = %q, want %q", raw, got, want)
+		if got := redact.Sink(raw); got != want {
+			t.Errorf("redact.Sink(%q) = %q, want %q", raw, got, want)
 		}
 	}
 }
@@ -143,7 +150,7 @@ func TestOpenClaimsTheDestination(t *testing.T) {
 	ctx := context.Background()
 	target := func(group string, shared bool, log *zap.Logger) sinkTarget {
 		t.Helper()
-		tg, err := parseSink("file://" + dir)
+		tg, err := parseSink(builtin.Sinks(), "file://"+dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +217,7 @@ func TestOpenRefusesATableOfAnotherShape(t *testing.T) {
 		{chs.DSN() + "?table=shaped", []string{"`shaped` as a mode=raw table", "kafka_generation Int64", "use mode=columns"}},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			tg, err := parseSink(tc.url)
+			tg, err := parseSink(builtin.Sinks(), tc.url)
 			if err != nil {
 				t.Fatal(err)
 			}

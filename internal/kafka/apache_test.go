@@ -317,7 +317,7 @@ func leadersAgree(t *testing.T, k *harness.Kafka, c *Consumer, topic string, par
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for p := range parts {
-		cur := c.cursors[TopicPartition{topic, p}]
+		cur := c.cursors[sinks.Partition{Topic: topic, Partition: p}]
 		if cur == nil || cur.leader != leaders[p] {
 			return false
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // What a real broker does that the fake does not by default, made to show:
@@ -357,7 +358,7 @@ func TestABacklogIsFetchedTwoRequestsAtATime(t *testing.T) {
 		c.cfg.NoFetchSessions = true
 		var curs []*Cursor
 		for p := range 8 {
-			cur := &Cursor{c: c, tp: TopicPartition{"t", p}, loop: b, leader: 1, epoch: -1, hw: -1, lso: -1, quiet: quiet,
+			cur := &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: p}, loop: b, leader: 1, epoch: -1, hw: -1, lso: -1, quiet: quiet,
 				signal: make(chan struct{}, 1)}
 			c.cursors[cur.tp] = cur
 			b.cursors = append(b.cursors, cur)
@@ -411,7 +412,7 @@ func partsOf(r *fetchRequest) int {
 func TestCursorWakesItsLoopOnlyWhenFetchable(t *testing.T) {
 	c, b := loopOfOne()
 	c.cfg.MaxBufferBytes, c.cfg.MaxBytes = 1<<20, 1<<20
-	cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, epoch: -1, hw: -1, lso: -1, fetchAt: unset, expect: unset,
+	cur := &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: 0}, epoch: -1, hw: -1, lso: -1, fetchAt: unset, expect: unset,
 		signal: make(chan struct{}, 1)}
 	c.cursors[cur.tp] = cur
 	woken := func() bool {

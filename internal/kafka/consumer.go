@@ -10,6 +10,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Consumer reads many partitions with one fetch loop per broker: each loop
@@ -38,7 +40,7 @@ type Consumer struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	cursors map[TopicPartition]*Cursor
+	cursors map[sinks.Partition]*Cursor
 	brokers map[int32]*brokerLoop
 	closed  bool
 
@@ -76,14 +78,6 @@ type Consumer struct {
 	requestBytes       atomic.Int64 // bytes of the fetch requests written
 }
 
-// TopicPartition names one partition.
-type TopicPartition struct {
-	Topic     string
-	Partition int
-}
-
-func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
-
 // maxInFlight is how many fetch requests a broker loop keeps in flight: one
 // long poll over the quiet partitions and one for partitions that became
 // fetchable while it waits, so that these do not wait out MaxWait.
@@ -109,7 +103,7 @@ func NewConsumer(cfg Config, log *zap.Logger, topics ...string) (*Consumer, erro
 		log:       log,
 		ctx:       ctx,
 		cancel:    cancel,
-		cursors:   map[TopicPartition]*Cursor{},
+		cursors:   map[sinks.Partition]*Cursor{},
 		brokers:   map[int32]*brokerLoop{},
 		refresh:   make(chan struct{}, 1),
 
@@ -150,21 +144,21 @@ func (c *Consumer) Close() error {
 // (ListOffsets), so a fetching replica asks for none: at 10,000 idle
 // partitions the ListOffsets every few seconds cost more than the fetches.
 // A partition the brokers did not answer for gets -1.
-func (c *Consumer) EndOffsets(ctx context.Context, tps []TopicPartition, maxAge time.Duration) ([]int64, error) {
+func (c *Consumer) EndOffsets(ctx context.Context, tps []sinks.Partition, maxAge time.Duration) ([]int64, error) {
 	return c.logEnds(ctx, tps, maxAge, c.cfg.IsolationLevel)
 }
 
 // HighWatermarks is EndOffsets of the high watermarks, whatever the
 // isolation level: beside the last stable offsets of read_committed, they
 // tell the records of transactions still open.
-func (c *Consumer) HighWatermarks(ctx context.Context, tps []TopicPartition, maxAge time.Duration) ([]int64, error) {
+func (c *Consumer) HighWatermarks(ctx context.Context, tps []sinks.Partition, maxAge time.Duration) ([]int64, error) {
 	return c.logEnds(ctx, tps, maxAge, ReadUncommitted)
 }
 
 // logEnds answers EndOffsets at level.
-func (c *Consumer) logEnds(ctx context.Context, tps []TopicPartition, maxAge time.Duration, level IsolationLevel) ([]int64, error) {
+func (c *Consumer) logEnds(ctx context.Context, tps []sinks.Partition, maxAge time.Duration, level IsolationLevel) ([]int64, error) {
 	ends := make([]int64, len(tps))
-	var ask []TopicPartition
+	var ask []sinks.Partition
 	c.mu.Lock()
 	now := time.Now()
 	for i, tp := range tps {
@@ -254,7 +248,7 @@ func (c *Consumer) Stats() Stats {
 // starts where SeekTo puts it (or by the start policy). Opening a partition
 // that is open already is an error.
 func (c *Consumer) Open(topic string, partition int) (*Cursor, error) {
-	tp := TopicPartition{topic, partition}
+	tp := sinks.Partition{Topic: topic, Partition: partition}
 	// Every cursor's Fetcher (its slow paths: resets, gaps, bounds) shares
 	// the consumer's client.
 	f, err := newFetcher(c.kc, false, topic, partition, c.log)

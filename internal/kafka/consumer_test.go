@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // reader is what drain needs: a Fetcher or a Cursor.
@@ -206,9 +207,9 @@ func TestStartOffsetsOneRequestPerBroker(t *testing.T) {
 		lists.Add(1)
 		return nil, nil, false
 	})
-	tps := make([]TopicPartition, parts)
+	tps := make([]sinks.Partition, parts)
 	for p := range tps {
-		tps[p] = TopicPartition{"starts", p}
+		tps[p] = sinks.Partition{Topic: "starts", Partition: p}
 	}
 	for _, policy := range []StartPolicy{StartEarliest, StartLatest} {
 		cfg := testFetchConfig(k)
@@ -531,9 +532,9 @@ func TestEndOffsetsFromFetchAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p0, p1 := TopicPartition{"ends", 0}, TopicPartition{"ends", 1}
+	p0, p1 := sinks.Partition{Topic: "ends", Partition: 0}, sinks.Partition{Topic: "ends", Partition: 1}
 	before := lists.Load()
-	ends, err := c.EndOffsets(ctx, []TopicPartition{p0}, time.Minute)
+	ends, err := c.EndOffsets(ctx, []sinks.Partition{p0}, time.Minute)
 	if err != nil || ends[0] != 3 {
 		t.Fatalf("EndOffsets = %v, %v; want p0 at 3", ends, err)
 	}
@@ -542,13 +543,13 @@ func TestEndOffsetsFromFetchAnswers(t *testing.T) {
 	}
 	k.ProduceValues(t, "ends", 0, "d", "e", "f", "g")
 	harness.Await(t, 10*time.Second, "the fetch answers to tell the new log end", func() bool {
-		ends, err := c.EndOffsets(ctx, []TopicPartition{p0}, time.Minute)
+		ends, err := c.EndOffsets(ctx, []sinks.Partition{p0}, time.Minute)
 		return err == nil && ends[0] == 7
 	})
 	if n := lists.Load() - before; n != 0 {
 		t.Fatalf("%d ListOffsets while the cursor fetches", n)
 	}
-	ends, err = c.EndOffsets(ctx, []TopicPartition{p0, p1}, time.Minute)
+	ends, err = c.EndOffsets(ctx, []sinks.Partition{p0, p1}, time.Minute)
 	if err != nil || ends[0] != 7 || ends[1] != 2 {
 		t.Fatalf("EndOffsets = %v, %v; want p0 at 7, p1 at 2", ends, err)
 	}
@@ -556,7 +557,7 @@ func TestEndOffsetsFromFetchAnswers(t *testing.T) {
 		t.Fatal("no ListOffsets for a partition without a cursor")
 	}
 	before = lists.Load()
-	ends, err = c.EndOffsets(ctx, []TopicPartition{p0}, 0)
+	ends, err = c.EndOffsets(ctx, []sinks.Partition{p0}, 0)
 	if err != nil || ends[0] != 7 || lists.Load() == before {
 		t.Fatalf("EndOffsets(maxAge 0) = %v, %v after %d ListOffsets; want p0 at 7, asked of the broker", ends, err, lists.Load()-before)
 	}

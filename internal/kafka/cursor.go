@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // maxQueued is how many fetched batches a cursor keeps ahead of its reader:
@@ -45,7 +47,7 @@ type Cursor struct {
 	preferredUntil time.Time
 
 	c  *Consumer
-	tp TopicPartition
+	tp sinks.Partition
 	// f does what is rare and per partition: the start offset, resets
 	// when out of range, gaps left by compaction, bounds. Its offset is
 	// the reader's position.
@@ -86,7 +88,7 @@ type Cursor struct {
 }
 
 // Partition names the cursor's partition.
-func (cur *Cursor) Partition() TopicPartition { return cur.tp }
+func (cur *Cursor) Partition() sinks.Partition { return cur.tp }
 
 // TopicID returns the id of the cursor's topic as first seen (zero until
 // the metadata gave it, and with brokers before Kafka 2.8).

@@ -386,9 +386,9 @@ func (f *Fetcher) reset(ctx context.Context, from int64, streak int) (PolledBatc
 func (f *Fetcher) boundsOnce(ctx context.Context, level IsolationLevel) (earliest, logEnd int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	tp := TopicPartition{f.topic, f.partition}
+	tp := sinks.Partition{Topic: f.topic, Partition: f.partition}
 	for i, ts := range []int64{ListEarliest, ListLatest} {
-		got, errs, err := f.kc.listOffsetsOnce(ctx, level, ts, []TopicPartition{tp})
+		got, errs, err := f.kc.listOffsetsOnce(ctx, level, ts, []sinks.Partition{tp})
 		if err == nil {
 			err = errs[tp]
 		}
@@ -520,7 +520,7 @@ func (f *Fetcher) locate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pm, ok := m.partition(TopicPartition{f.topic, f.partition})
+	pm, ok := m.partition(sinks.Partition{Topic: f.topic, Partition: f.partition})
 	switch {
 	case !ok:
 		if t := m.topics[f.topic]; t != nil && t.err != nil {

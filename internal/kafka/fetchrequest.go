@@ -15,6 +15,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // fetchRequest is one request in flight and, once back, its outcome.
@@ -37,7 +39,7 @@ type fetchRequest struct {
 	// whose fetch the broker's session does not hold; and the partitions
 	// the session is to forget (session.go).
 	listed    []*fetchPart
-	forgotten []TopicPartition
+	forgotten []sinks.Partition
 	session   bool // it is a request of the loop's fetch session
 	// Its session id and epoch; outside a session 0 and -1.
 	sessionID, sessionEpoch int32
@@ -145,12 +147,12 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 		r.err = err
 		return r
 	}
-	got := make(map[TopicPartition]*rawFetchPartition, len(r.parts))
+	got := make(map[sinks.Partition]*rawFetchPartition, len(r.parts))
 	for i := range res.Topics {
 		t := &res.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			got[TopicPartition{t.Topic, int(p.Partition)}] = p
+			got[sinks.Partition{Topic: t.Topic, Partition: int(p.Partition)}] = p
 		}
 	}
 	var work []*fetchPart

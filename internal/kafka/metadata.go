@@ -11,6 +11,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Cluster metadata is asked for here, from a broker, every time: kafka-go's
@@ -62,7 +64,7 @@ type clusterMeta struct {
 
 // partition returns what the answer says of tp; ok is false when the answer
 // does not hold it (or holds an error for its topic).
-func (m *clusterMeta) partition(tp TopicPartition) (partitionMeta, bool) {
+func (m *clusterMeta) partition(tp sinks.Partition) (partitionMeta, bool) {
 	t := m.topics[tp.Topic]
 	if t == nil || t.err != nil {
 		return partitionMeta{}, false

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	retrypolicy "github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // ListOffsets asks each partition's leader, one request per broker, for many
@@ -40,7 +41,7 @@ func (e *missingTopicError) Unwrap() error { return kafkago.UnknownTopicOrPartit
 // start, or its log end: under read_committed the last stable offset), with
 // one ListOffsets request per broker. A partition missing from the result
 // (its leader unknown, or an error for it) is left to find its own.
-func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[TopicPartition]int64, error) {
+func (c *Consumer) StartOffsets(ctx context.Context, tps []sinks.Partition) (map[sinks.Partition]int64, error) {
 	ts := int64(ListEarliest)
 	if c.cfg.StartPolicy == StartLatest {
 		ts = ListLatest
@@ -62,9 +63,9 @@ func (c *Consumer) StartOffsets(ctx context.Context, tps []TopicPartition) (map[
 // election) are retried with fresh metadata and a backoff until ctx ends;
 // a partition that still has one then, or that has another, has it in
 // errs. err is set only when no broker answered at all.
-func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64, tps []TopicPartition) (offsets map[TopicPartition]int64, errs map[TopicPartition]error, err error) {
-	offsets = make(map[TopicPartition]int64, len(tps))
-	errs = map[TopicPartition]error{}
+func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64, tps []sinks.Partition) (offsets map[sinks.Partition]int64, errs map[sinks.Partition]error, err error) {
+	offsets = make(map[sinks.Partition]int64, len(tps))
+	errs = map[sinks.Partition]error{}
 	pending := slices.Clone(tps)
 	answered := false
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -73,7 +74,7 @@ func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64
 			return nil, nil, err
 		}
 		answered = answered || err == nil
-		var again []TopicPartition
+		var again []sinks.Partition
 		for _, tp := range pending {
 			if off, ok := got[tp]; ok {
 				offsets[tp] = off
@@ -103,7 +104,7 @@ func (c *Client) ListOffsets(ctx context.Context, level IsolationLevel, ts int64
 
 // listOffsetsOnce asks once: the leaders from the metadata, then each
 // leader for its partitions.
-func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts int64, tps []TopicPartition) (map[TopicPartition]int64, map[TopicPartition]error, error) {
+func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts int64, tps []sinks.Partition) (map[sinks.Partition]int64, map[sinks.Partition]error, error) {
 	var names []string
 	for _, tp := range tps {
 		if !slices.Contains(names, tp.Topic) {
@@ -114,8 +115,8 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 	if err != nil {
 		return nil, nil, err
 	}
-	offsets := make(map[TopicPartition]int64, len(tps))
-	errs := map[TopicPartition]error{}
+	offsets := make(map[sinks.Partition]int64, len(tps))
+	errs := map[sinks.Partition]error{}
 	byBroker := map[int32]*kmsg.ListOffsetsRequest{}
 	for _, tp := range tps {
 		pm, ok := meta.partition(tp)
@@ -181,7 +182,7 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 				}
 				for _, rt := range req.Topics {
 					for _, rp := range rt.Partitions {
-						errs[TopicPartition{rt.Topic, int(rp.Partition)}] = err
+						errs[sinks.Partition{Topic: rt.Topic, Partition: int(rp.Partition)}] = err
 					}
 				}
 				return
@@ -189,7 +190,7 @@ func (c *Client) listOffsetsOnce(ctx context.Context, level IsolationLevel, ts i
 			answered = true
 			for _, t := range m.(*kmsg.ListOffsetsResponse).Topics {
 				for _, p := range t.Partitions {
-					tp := TopicPartition{t.Topic, int(p.Partition)}
+					tp := sinks.Partition{Topic: t.Topic, Partition: int(p.Partition)}
 					if p.ErrorCode != 0 {
 						errs[tp] = kafkago.Error(p.ErrorCode)
 						continue

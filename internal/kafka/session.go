@@ -9,6 +9,8 @@ import (
 
 	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Fetch sessions (KIP-227, Fetch v7 and later): a broker keeps the
@@ -81,7 +83,7 @@ type fetchSession struct {
 	// left are the partitions of cursors that left the loop (moved to
 	// another leader, closed) while the session held them: the next
 	// request forgets them.
-	left []TopicPartition
+	left []sinks.Partition
 	busy bool // a request of the session is in flight
 	// spoiled: a request of the loop failed while the session's was in
 	// flight: the session starts anew once that one is back.
@@ -150,7 +152,7 @@ func (s *fetchSession) begin(r *fetchRequest) {
 		// A partition listed again, by a cursor that came back or a new
 		// one, is not forgotten: the broker adds a request's partitions
 		// before it forgets, so it would be dropped.
-		listed := make(map[TopicPartition]bool, len(r.listed))
+		listed := make(map[sinks.Partition]bool, len(r.listed))
 		for _, p := range r.listed {
 			listed[p.cur.tp] = true
 		}
@@ -161,7 +163,7 @@ func (s *fetchSession) begin(r *fetchRequest) {
 		}
 		s.left = s.left[:0]
 	}
-	slices.SortFunc(r.forgotten, func(a, b TopicPartition) int {
+	slices.SortFunc(r.forgotten, func(a, b sinks.Partition) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}

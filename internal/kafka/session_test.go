@@ -19,13 +19,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // sentFetch is a fetch request as kfake received it.
 type sentFetch struct {
 	id, epoch int32
-	listed    []TopicPartition
-	forgotten []TopicPartition
+	listed    []sinks.Partition
+	forgotten []sinks.Partition
 	injected  bool // answered with an injected session error
 }
 
@@ -48,12 +49,12 @@ func watchFetches(k *harness.Kafka, inject func(*kmsg.FetchRequest) kmsg.Respons
 		f := sentFetch{id: req.SessionID, epoch: req.SessionEpoch}
 		for _, t := range req.Topics {
 			for _, p := range t.Partitions {
-				f.listed = append(f.listed, TopicPartition{t.Topic, int(p.Partition)})
+				f.listed = append(f.listed, sinks.Partition{Topic: t.Topic, Partition: int(p.Partition)})
 			}
 		}
 		for _, t := range req.ForgottenTopics {
 			for _, p := range t.Partitions {
-				f.forgotten = append(f.forgotten, TopicPartition{t.Topic, int(p)})
+				f.forgotten = append(f.forgotten, sinks.Partition{Topic: t.Topic, Partition: int(p)})
 			}
 		}
 		var resp kmsg.Response
@@ -134,10 +135,10 @@ func round(t *testing.T, k *harness.Kafka, curs map[int]*Cursor, topic string, r
 	}
 }
 
-func partitionsOf(topic string, ps ...int) []TopicPartition {
-	out := make([]TopicPartition, len(ps))
+func partitionsOf(topic string, ps ...int) []sinks.Partition {
+	out := make([]sinks.Partition, len(ps))
 	for i, p := range ps {
-		out[i] = TopicPartition{topic, p}
+		out[i] = sinks.Partition{Topic: topic, Partition: p}
 	}
 	return out
 }
@@ -173,7 +174,7 @@ func TestSessionPartitionsJoinAndLeave(t *testing.T) {
 	}
 	round(t, k, curs, topic, 1, 10)
 	harness.Await(t, drainTimeout, "idle requests after the join", func() bool { return log.idleRun() >= 3 })
-	listed := map[TopicPartition]bool{}
+	listed := map[sinks.Partition]bool{}
 	for _, f := range log.all()[joined:] {
 		if f.epoch > 0 {
 			for _, tp := range f.listed {
@@ -196,11 +197,11 @@ func TestSessionPartitionsJoinAndLeave(t *testing.T) {
 		delete(curs, p)
 	}
 	harness.Await(t, drainTimeout, "a request forgetting the closed partitions", func() bool {
-		var forgot []TopicPartition
+		var forgot []sinks.Partition
 		for _, f := range log.all()[left:] {
 			forgot = append(forgot, f.forgotten...)
 		}
-		return slices.Contains(forgot, TopicPartition{topic, 0}) && slices.Contains(forgot, TopicPartition{topic, 1})
+		return slices.Contains(forgot, sinks.Partition{Topic: topic, Partition: 0}) && slices.Contains(forgot, sinks.Partition{Topic: topic, Partition: 1})
 	})
 	round(t, k, curs, topic, 2, 10)
 	harness.Await(t, drainTimeout, "idle requests after the leave", func() bool { return log.idleRun() >= 3 })
@@ -304,7 +305,7 @@ func TestSessionErrorFallsBackToFullFetch(t *testing.T) {
 				t.Fatalf("after %s in session %d, the next request: session %d epoch %d; want epoch 0 closing %d",
 					kerr.ErrorForCode(code), lost.id, next.id, next.epoch, lost.id)
 			}
-			slices.SortFunc(next.listed, func(a, b TopicPartition) int { return a.Partition - b.Partition })
+			slices.SortFunc(next.listed, func(a, b sinks.Partition) int { return a.Partition - b.Partition })
 			if want := partitionsOf(topic, 0, 1, 2, 3); !slices.Equal(next.listed, want) {
 				t.Fatalf("the request opening the new session listed %v, want %v", next.listed, want)
 			}
@@ -350,7 +351,7 @@ func TestSessionOffAfterRepeatedErrors(t *testing.T) {
 
 // The session's bookkeeping, request by request.
 func TestSessionBookkeeping(t *testing.T) {
-	cur := func(p int) *Cursor { return &Cursor{tp: TopicPartition{"t", p}} }
+	cur := func(p int) *Cursor { return &Cursor{tp: sinks.Partition{Topic: "t", Partition: p}} }
 	c0, c1, c2 := cur(0), cur(1), cur(2)
 	part := func(c *Cursor, from int64) *fetchPart { return &fetchPart{cur: c, from: from, max: 100, epoch: 3} }
 	req := func(ps ...*fetchPart) *fetchRequest { return &fetchRequest{parts: ps} }
@@ -527,7 +528,7 @@ func BenchmarkSessionBeginIdle(b *testing.B) {
 	const n = 10000
 	parts := make([]*fetchPart, n)
 	for i := range parts {
-		parts[i] = &fetchPart{cur: &Cursor{tp: TopicPartition{"idle", i}}, from: 5, max: 1 << 20, epoch: 1}
+		parts[i] = &fetchPart{cur: &Cursor{tp: sinks.Partition{Topic: "idle", Partition: i}}, from: 5, max: 1 << 20, epoch: 1}
 	}
 	var s fetchSession
 	s.begin(&fetchRequest{parts: parts})
@@ -549,7 +550,7 @@ func BenchmarkSessionBeginIdle(b *testing.B) {
 // broker adds a request's partitions before it forgets, so listing and
 // forgetting one partition would drop it from the session.
 func TestSessionCursorLeavesAndReturns(t *testing.T) {
-	cur := func(p int) *Cursor { return &Cursor{tp: TopicPartition{"t", p}} }
+	cur := func(p int) *Cursor { return &Cursor{tp: sinks.Partition{Topic: "t", Partition: p}} }
 	c0, c1, c2 := cur(0), cur(1), cur(2)
 	part := func(c *Cursor) *fetchPart { return &fetchPart{cur: c, from: 10, max: 100, epoch: 3} }
 	var s fetchSession
@@ -614,7 +615,7 @@ func TestAnswerLeavingAPartitionOut(t *testing.T) {
 		{"full, at the log end told", -1, at, false, true},
 		{"full, no log end told yet", -1, -1, false, true},
 	} {
-		cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, loop: b, leader: 1, epoch: -1, fetchAt: at, hw: tc.end, lso: tc.end,
+		cur := &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: 0}, loop: b, leader: 1, epoch: -1, fetchAt: at, hw: tc.end, lso: tc.end,
 			signal: make(chan struct{}, 1)}
 		p := &fetchPart{cur: cur, seq: cur.seq, from: at, limit: 1 << 20, max: 1 << 20}
 		r := &fetchRequest{parts: []*fetchPart{p}, reserve: 1 << 20, sessionID: 7, sessionEpoch: tc.epoch}
@@ -651,7 +652,7 @@ func TestStarvedPartitionAsksForTheAnswersLargestBatch(t *testing.T) {
 	} {
 		c, b := loopOfOne()
 		open := func(partition int) *Cursor {
-			return &Cursor{c: c, tp: TopicPartition{"t", partition}, loop: b, leader: 1, epoch: -1, fetchAt: 0, hw: -1, lso: -1,
+			return &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: partition}, loop: b, leader: 1, epoch: -1, fetchAt: 0, hw: -1, lso: -1,
 				signal: make(chan struct{}, 1)}
 		}
 		got, starved := open(0), open(1)
@@ -690,7 +691,7 @@ func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
 		{"from a backlog", false},
 	} {
 		c, b := loopOfOne()
-		cur := &Cursor{c: c, tp: TopicPartition{"t", 0}, loop: b, leader: 1, epoch: -1, fetchAt: 100, hw: 100, lso: 100,
+		cur := &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: 0}, loop: b, leader: 1, epoch: -1, fetchAt: 100, hw: 100, lso: 100,
 			quiet: tc.quiet, signal: make(chan struct{}, 1)}
 		r := &fetchRequest{reserve: 1 << 20, sessionEpoch: -1}
 		p := &fetchPart{cur: cur, seq: cur.seq, from: 100, limit: 1 << 20, max: 1 << 20, present: true, hw: 101, lso: 101,
@@ -715,7 +716,7 @@ func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
 // broker (1), for tests that drive pick and handle by hand: requests of at
 // most 16 MiB.
 func loopOfOne() (*Consumer, *brokerLoop) {
-	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[TopicPartition]*Cursor{}}
+	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[sinks.Partition]*Cursor{}}
 	c.cfg.MaxRequestBytes = 16 << 20
 	b := newBrokerLoop(c, 1)
 	c.brokers[1] = b

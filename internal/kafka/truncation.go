@@ -9,6 +9,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Log truncation (KIP-320). A leader that takes over without every record
@@ -55,7 +57,7 @@ func (b PolledBatch) LeaderEpoch() (epoch int32, ok bool) { return b.epoch, b.ep
 
 // epochAsk is one partition of an OffsetForLeaderEpoch request.
 type epochAsk struct {
-	tp      TopicPartition
+	tp      sinks.Partition
 	current int32 // the leader epoch the metadata gave: a stale leader refuses
 	epoch   int32 // the epoch whose end is asked
 }
@@ -71,7 +73,7 @@ type epochEnd struct {
 }
 
 // epochEnds asks broker leader where its log of each epoch asked ends.
-func (c *Client) epochEnds(ctx context.Context, leader int32, asks []epochAsk) (map[TopicPartition]epochEnd, error) {
+func (c *Client) epochEnds(ctx context.Context, leader int32, asks []epochAsk) (map[sinks.Partition]epochEnd, error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1
 	for _, a := range asks {
@@ -94,14 +96,14 @@ func (c *Client) epochEnds(ctx context.Context, leader int32, asks []epochAsk) (
 	if err != nil {
 		return nil, fmt.Errorf("offset for leader epoch at broker %d: %w", leader, err)
 	}
-	out := make(map[TopicPartition]epochEnd, len(asks))
+	out := make(map[sinks.Partition]epochEnd, len(asks))
 	for _, t := range m.(*kmsg.OffsetForLeaderEpochResponse).Topics {
 		for _, p := range t.Partitions {
 			e := epochEnd{epoch: p.LeaderEpoch, end: p.EndOffset}
 			if p.ErrorCode != 0 {
 				e.err = kafkago.Error(p.ErrorCode)
 			}
-			out[TopicPartition{t.Topic, int(p.Partition)}] = e
+			out[sinks.Partition{Topic: t.Topic, Partition: int(p.Partition)}] = e
 		}
 	}
 	return out, nil
@@ -226,7 +228,7 @@ func (c *Consumer) validateFlagged(ctx context.Context) (failed bool) {
 	}
 	type answer struct {
 		asks []asked
-		ends map[TopicPartition]epochEnd
+		ends map[sinks.Partition]epochEnd
 		err  error
 	}
 	answers := make(chan answer, len(byLeader))
@@ -344,7 +346,7 @@ func (f *Fetcher) validate(ctx context.Context, at int64, epoch int32, cause str
 	if err != nil {
 		return nil, err
 	}
-	tp := TopicPartition{f.topic, f.partition}
+	tp := sinks.Partition{Topic: f.topic, Partition: f.partition}
 	pm, ok := m.partition(tp)
 	if !ok || pm.leader < 0 {
 		return nil, errNoLeader

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"slices"
 
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
@@ -29,11 +30,7 @@ var params = sqlsink.Params([][3]string{
 // paramNames are params' names, as the parser checks and lists them.
 var paramNames = sqlsink.Names(params, sqlsink.ParamName)
 
-// Param is one of the sink's URL query parameters, as its documentation
-// shows it: Name, Default and Meaning.
-type Param = sqlsink.Param
-
 // Params returns the sink's URL query parameters, with their defaults and
 // meanings: the ones the URL parser accepts and lists when it refuses an
 // unknown one.
-func Params() []Param { return slices.Clone(params) }
+func Params() []sinks.Param { return slices.Clone(params) }

@@ -3,13 +3,9 @@ package postgres
 import (
 	"slices"
 
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
-
-// Param is one of the sink's own URL query parameters, as its
-// documentation shows it: Name, Default and Meaning. The parser takes
-// exactly these names out of the URL before the rest goes to pgx.
-type Param = sqlsink.Param
 
 // params are the sink's own parameters, in the order the unknown-parameter
 // error lists them. The parser accepts these names and no others of its
@@ -31,7 +27,7 @@ var params = sqlsink.Params([][3]string{
 // Params returns the sink's own URL query parameters, with their defaults
 // and meanings: the ones the URL parser accepts and lists when it refuses
 // an unknown one.
-func Params() []Param { return slices.Clone(params) }
+func Params() []sinks.Param { return slices.Clone(params) }
 
 // ConnParam is a connection parameter the sink's URL passes on to pgx.
 type ConnParam struct {

@@ -34,3 +34,23 @@ func Records(rows Rows, what string, scan func(*sinks.Record) error) ([]sinks.Re
 	}
 	return out, nil
 }
+
+// CheckColumnsScope refuses, for a sink's Reader, partitions a table cannot tell apart: without
+// kafka_topic (kafka_partition), the offsets of two topics (partitions)
+// share one column.
+func CheckColumnsScope(ps []sinks.Partition, hasTopic, hasPartition bool, shown, table string) error {
+	topics, parts := map[string]bool{}, map[sinks.Partition]bool{}
+	for _, p := range ps {
+		topics[p.Topic] = true
+		parts[p] = true
+	}
+	if !hasTopic && len(topics) > 1 {
+		return fmt.Errorf("%w: %s: table %s has no kafka_topic column, so its rows of the group's %d topics cannot be told apart; audit one topic (--topic T)",
+			sinks.ErrUnreadable, shown, table, len(topics))
+	}
+	if !hasPartition && len(parts) > 1 {
+		return fmt.Errorf("%w: %s: table %s has no kafka_partition column, so its rows of %d partitions cannot be told apart; audit one partition (--topic T:P)",
+			sinks.ErrUnreadable, shown, table, len(parts))
+	}
+	return nil
+}

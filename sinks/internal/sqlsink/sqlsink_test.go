@@ -88,7 +88,7 @@ func TestJoinRefusals(t *testing.T) {
 
 func TestParams(t *testing.T) {
 	ps := Params([][3]string{{"table", "`t`", "the rows' table"}, {"mode", "`raw`", "how"}})
-	if len(ps) != 2 || ps[1] != (Param{Name: "mode", Default: "`raw`", Meaning: "how"}) {
+	if len(ps) != 2 || ps[1] != (sinks.Param{Name: "mode", Default: "`raw`", Meaning: "how"}) {
 		t.Fatalf("Params = %+v", ps)
 	}
 	if names := Names(ps, ParamName); strings.Join(names, ",") != "table,mode" {

@@ -1,13 +1,63 @@
-package audit
+package sinks
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"strconv"
 	"time"
-
-	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
+
+// Reader is a sink read back, as `offsetkeeper audit` reads it: the
+// offsets it holds of each partition, with the copies of each, compared by
+// package audit with what Kafka delivered and etcd committed. A sink
+// package that can be audited returns one from its Descriptor's Audit.
+type Reader interface {
+	// Describe names the sink in messages, without secrets.
+	Describe() string
+	Capabilities() Capabilities
+	// CheckScope refuses partitions the sink cannot tell apart (a table
+	// without a topic column, read for two topics), as ErrUnreadable.
+	CheckScope(ps []Partition) error
+	// Offsets streams the offsets the sink holds of a partition, rising,
+	// with the copies of each.
+	Offsets(ctx context.Context, topic string, partition int) (Stream, error)
+	// SinkNext is the next offset the sink itself records for the
+	// partition, for a sink that commits its offsets with its rows.
+	SinkNext(ctx context.Context, topic string, partition int) (next int64, ok bool, err error)
+	Close() error
+}
+
+// ErrUnreadable: a sink of a kind that can be read back, but not this one
+// (a missing directory or table, a table without kafka_offset).
+var ErrUnreadable = errors.New("sink cannot be read")
+
+// Partition names one topic-partition, as a Reader is asked about it.
+type Partition struct {
+	Topic     string
+	Partition int
+}
+
+// String is "topic/partition", the form of logs and errors.
+func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
+
+// Capabilities say what an audit of a sink can find.
+type Capabilities struct {
+	// Missing: the sink should hold every delivered record (not so in an
+	// upsert table, which keeps one row per key).
+	Missing bool `json:"missing"`
+	// Duplicates: the sink can hold an offset twice (not so in a table
+	// keyed by offset: the audit then finds none, by construction).
+	Duplicates bool `json:"duplicates"`
+	// Records: the sink keeps each record's key, value and timestamp as
+	// Kafka had them, so the record held at each offset is compared with
+	// Kafka's. RecordsNote says why records are not compared when Records
+	// is false, and which are not when it is true (records decoded through
+	// a Schema Registry, in a file sink).
+	Records     bool   `json:"records"`
+	RecordsNote string `json:"records_note,omitempty"`
+}
 
 // Stream gives a partition's offsets in rising order, one Entry each; ok
 // is false at the end. Close ends it early.
@@ -68,8 +118,8 @@ func Checksum(key, value []byte, at time.Time) Sum {
 	return s
 }
 
-// RecordSum is the Sum of r.
-func RecordSum(r *sinks.Record) Sum { return Checksum(r.Key, r.Value, r.Time) }
+// Sum is the Sum of r.
+func (r *Record) Sum() Sum { return Checksum(r.Key, r.Value, r.Time) }
 
 // sliceStream is a Stream of entries in memory, rising. For tests and for
 // small sets.
@@ -96,10 +146,10 @@ func Offsets(offs ...int64) Stream {
 // Records returns a Stream of recs, whose offsets must rise, each summed;
 // a record repeated at one offset counts as held that many times (Mixed
 // when the copies differ).
-func Records(recs ...sinks.Record) Stream {
+func Records(recs ...Record) Stream {
 	var es []Entry
 	for i := range recs {
-		s := RecordSum(&recs[i])
+		s := recs[i].Sum()
 		if n := len(es); n > 0 && es[n-1].Offset == recs[i].Offset {
 			es[n-1].Copies++
 			es[n-1].Mixed = es[n-1].Mixed || es[n-1].Sum != s

@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"fmt"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Bounds is what Kafka and etcd say of a partition, against which its sink
@@ -96,7 +98,7 @@ func (p *Partition) Clean() bool {
 // sink holds there. It holds nothing but the findings' listed ranges,
 // however long the streams. progress, if not nil, is called with the count of offsets read
 // from either stream, now and then. Merge does not close the streams.
-func Merge(ctx context.Context, topic string, partition int, b Bounds, held, delivered Stream, maxRanges int, progress func(read int64)) (*Partition, error) {
+func Merge(ctx context.Context, topic string, partition int, b Bounds, held, delivered sinks.Stream, maxRanges int, progress func(read int64)) (*Partition, error) {
 	if maxRanges <= 0 {
 		maxRanges = DefaultMaxRanges
 	}
@@ -124,7 +126,7 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 
 	// d is the next delivered record not yet matched; dOK false once the
 	// delivered stream ended.
-	var d Entry
+	var d sinks.Entry
 	dOK := true
 	nextDelivered := func() error {
 		for {
@@ -219,7 +221,7 @@ func Merge(ctx context.Context, topic string, partition int, b Bounds, held, del
 
 // compare checks the record held at an offset against the one delivered
 // there, where both are summed.
-func (p *Partition) compare(held, delivered Entry) {
+func (p *Partition) compare(held, delivered sinks.Entry) {
 	if !held.Summed || !delivered.Summed {
 		p.NotCompared++
 		return

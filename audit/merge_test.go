@@ -73,7 +73,7 @@ func TestMergeFindsWhatIsPlanted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := Merge(context.Background(), "t", 0, tt.bounds, Offsets(tt.held...), Offsets(tt.delivered...), 0, nil)
+			p, err := Merge(context.Background(), "t", 0, tt.bounds, sinks.Offsets(tt.held...), sinks.Offsets(tt.delivered...), 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func TestRangesCapKeepsCountExact(t *testing.T) {
 	for o := int64(0); o < 1000; o += 2 {
 		held = append(held, o) // every odd offset missing: 500 ranges
 	}
-	p, err := Merge(context.Background(), "t", 0, Bounds{Committed: 1000, CheckMissing: true}, Offsets(held...), Offsets(span(0, 1000)...), 10, nil)
+	p, err := Merge(context.Background(), "t", 0, Bounds{Committed: 1000, CheckMissing: true}, sinks.Offsets(held...), sinks.Offsets(span(0, 1000)...), 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRangesCapKeepsCountExact(t *testing.T) {
 }
 
 func TestMergeRefusesUnorderedSink(t *testing.T) {
-	if _, err := Merge(context.Background(), "t", 0, Bounds{Committed: 3, CheckMissing: true}, Offsets(2, 1), Offsets(0, 1, 2), 0, nil); err == nil {
+	if _, err := Merge(context.Background(), "t", 0, Bounds{Committed: 3, CheckMissing: true}, sinks.Offsets(2, 1), sinks.Offsets(0, 1, 2), 0, nil); err == nil {
 		t.Fatal("offsets out of order: no error")
 	}
 }
@@ -147,7 +147,7 @@ func TestMergeComparesRecords(t *testing.T) {
 		rec(4, "e", 1),
 	}
 	b := Bounds{Committed: 5, CheckMissing: true}
-	p, err := Merge(context.Background(), "t", 0, b, Records(held...), Records(delivered...), 0, nil)
+	p, err := Merge(context.Background(), "t", 0, b, sinks.Records(held...), sinks.Records(delivered...), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestMergeComparesRecords(t *testing.T) {
 		t.Error("Clean() with mismatched records")
 	}
 
-	p, err = Merge(context.Background(), "t", 0, b, Records(delivered...), Records(delivered...), 0, nil)
+	p, err = Merge(context.Background(), "t", 0, b, sinks.Records(delivered...), sinks.Records(delivered...), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestMergeComparesRecords(t *testing.T) {
 		t.Errorf("the same records: clean %v, compared %d, mismatched %d; want true, 5, 0", p.Clean(), p.Compared, p.Mismatched.Count)
 	}
 
-	p, err = Merge(context.Background(), "t", 0, b, Offsets(0, 1, 2, 3, 4), Records(delivered...), 0, nil)
+	p, err = Merge(context.Background(), "t", 0, b, sinks.Offsets(0, 1, 2, 3, 4), sinks.Records(delivered...), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestMergeComparesRecords(t *testing.T) {
 
 func TestChecksumTellsRecordsApart(t *testing.T) {
 	at := time.UnixMilli(1700000000123)
-	base := Checksum([]byte("k"), []byte("v"), at)
+	base := sinks.Checksum([]byte("k"), []byte("v"), at)
 	for _, tc := range []struct {
 		name       string
 		key, value []byte
@@ -193,15 +193,15 @@ func TestChecksumTellsRecordsApart(t *testing.T) {
 		{"key and value shifted", []byte("kv"), []byte{}, at},
 		{"a millisecond later", []byte("k"), []byte("v"), at.Add(time.Millisecond)},
 	} {
-		if Checksum(tc.key, tc.value, tc.at) == base {
+		if sinks.Checksum(tc.key, tc.value, tc.at) == base {
 			t.Errorf("%s: same sum as k/v", tc.name)
 		}
 	}
-	if Checksum(nil, []byte{}, at) == Checksum([]byte{}, nil, at) {
+	if sinks.Checksum(nil, []byte{}, at) == sinks.Checksum([]byte{}, nil, at) {
 		t.Error("nil key and empty value: same sum as empty key and nil value")
 	}
 	// Kafka's precision: what is below the millisecond is not the record's.
-	if Checksum([]byte("k"), []byte("v"), at.Add(999*time.Microsecond)) != base {
+	if sinks.Checksum([]byte("k"), []byte("v"), at.Add(999*time.Microsecond)) != base {
 		t.Error("a sub-millisecond difference changed the sum")
 	}
 }

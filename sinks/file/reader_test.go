@@ -1,8 +1,7 @@
-package audit
+package file
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
-	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
 
 // writeFile writes a block file [from, next) of t/0 with the lines of offs,
@@ -24,7 +22,7 @@ func writeFile(t *testing.T, dir string, from, next int64, offs ...int64) {
 	}
 	var b []byte
 	for _, o := range offs {
-		b = file.AppendLine(b, "t", 0, &sinks.Record{Offset: o, Value: []byte(`{}`), Time: time.Unix(0, 0)})
+		b = AppendLine(b, "t", 0, &sinks.Record{Offset: o, Value: []byte(`{}`), Time: time.Unix(0, 0)})
 	}
 	if err := os.WriteFile(filepath.Join(pdir, fmt.Sprintf("%020d-%020d.jsonl", from, next)), b, 0o644); err != nil {
 		t.Fatal(err)
@@ -34,7 +32,7 @@ func writeFile(t *testing.T, dir string, from, next int64, offs ...int64) {
 // held reads back what the file reader holds: offset, copies.
 func held(t *testing.T, dir string) [][2]int64 {
 	t.Helper()
-	s, err := openFileSink(dir)
+	s, err := openReader(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +75,7 @@ func TestFileSinkReadsAsReadAll(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("held %v, want %v", got, want)
 	}
-	recs, err := file.ReadAll(dir, "t", 0)
+	recs, err := ReadAll(dir, "t", 0)
 	if err == nil {
 		t.Fatalf("ReadAll read %d records of a file whose offsets do not rise", len(recs))
 	}
@@ -86,30 +84,13 @@ func TestFileSinkReadsAsReadAll(t *testing.T) {
 func TestFileSinkRefusesLinesOutOfPlace(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, 0, 2, 0, 1, 2) // 2 is outside [0, 2)
-	s, _ := openFileSink(dir)
+	s, _ := openReader(dir)
 	st, err := s.Offsets(context.Background(), "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.Next(context.Background()); err == nil {
 		t.Fatal("a line outside its block's range: no error")
-	}
-}
-
-func TestOpenSinkRefusals(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		url  string
-		want error
-	}{
-		{"stdout:", ErrSinkUnsupported},
-		{"discard:", ErrSinkUnsupported},
-		{"s3://bucket/key", ErrSinkUnsupported},
-		{"file://" + filepath.Join(t.TempDir(), "nosuch"), ErrSinkUnreadable},
-	} {
-		if _, err := OpenSink(ctx, tc.url, tc.url, "g"); !errors.Is(err, tc.want) {
-			t.Errorf("OpenSink(%q) = %v, want %v", tc.url, err, tc.want)
-		}
 	}
 }
 
@@ -132,12 +113,12 @@ func TestFileSinkSumsRecords(t *testing.T) {
 	}
 	var b []byte
 	for i := range recs {
-		b = file.AppendLine(b, "t", 0, &recs[i])
+		b = AppendLine(b, "t", 0, &recs[i])
 	}
 	if err := os.WriteFile(filepath.Join(pdir, fmt.Sprintf("%020d-%020d.jsonl", 0, 4)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openFileSink(dir)
+	s, err := openReader(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +126,7 @@ func TestFileSinkSumsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []Entry
+	var got []sinks.Entry
 	for {
 		e, ok, err := st.Next(context.Background())
 		if err != nil {
@@ -156,10 +137,10 @@ func TestFileSinkSumsRecords(t *testing.T) {
 		}
 		got = append(got, e)
 	}
-	want := []Entry{
-		{Offset: 0, Copies: 1, Sum: RecordSum(&recs[0]), Summed: true},
-		{Offset: 1, Copies: 1, Sum: RecordSum(&recs[1]), Summed: true},
-		{Offset: 2, Copies: 2, Sum: RecordSum(&recs[2]), Summed: true, Mixed: true},
+	want := []sinks.Entry{
+		{Offset: 0, Copies: 1, Sum: recs[0].Sum(), Summed: true},
+		{Offset: 1, Copies: 1, Sum: recs[1].Sum(), Summed: true},
+		{Offset: 2, Copies: 2, Sum: recs[2].Sum(), Summed: true, Mixed: true},
 		{Offset: 3, Copies: 1},
 	}
 	if !slices.Equal(got, want) {

@@ -1,4 +1,4 @@
-package audit
+package file
 
 import (
 	"bufio"
@@ -15,31 +15,31 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/offsetkeeper/offsetkeeper/sinks/file"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // fileSink reads the records of a file:// sink's directory as
-// file.ReadAll reads them: block files in From order, each only up
+// ReadAll reads them: block files in From order, each only up
 // to the From of the next (a later block supersedes the offsets from its
 // From onward), temporary files ignored. An offset on two lines that this
 // reading keeps (a line copied within a block's file) is held twice.
 type fileSink struct{ dir string }
 
-func openFileSink(dir string) (*fileSink, error) {
+func openReader(dir string) (sinks.Reader, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: file://%s: %w", ErrSinkUnreadable, dir, err)
+		return nil, fmt.Errorf("%w: file://%s: %w", sinks.ErrUnreadable, dir, err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%w: file://%s: not a directory", ErrSinkUnreadable, dir)
+		return nil, fmt.Errorf("%w: file://%s: not a directory", sinks.ErrUnreadable, dir)
 	}
 	return &fileSink{dir: dir}, nil
 }
 
 func (s *fileSink) Describe() string { return "file://" + s.dir }
 
-func (s *fileSink) Capabilities() Capabilities {
-	return Capabilities{Missing: true, Duplicates: true, Records: true,
+func (s *fileSink) Capabilities() sinks.Capabilities {
+	return sinks.Capabilities{Missing: true, Duplicates: true, Records: true,
 		RecordsNote: "records decoded through a Schema Registry are not compared: their lines hold the decoded JSON, not Kafka's bytes"}
 }
 
@@ -47,15 +47,15 @@ func (s *fileSink) Capabilities() Capabilities {
 // say what is in flight).
 func (s *fileSink) SinkNext(context.Context, string, int) (int64, bool, error) { return 0, false, nil }
 
-func (s *fileSink) CheckScope([]TopicPartition) error { return nil }
+func (s *fileSink) CheckScope([]sinks.Partition) error { return nil }
 
 func (s *fileSink) Close() error { return nil }
 
-func (s *fileSink) Offsets(_ context.Context, topic string, partition int) (Stream, error) {
+func (s *fileSink) Offsets(_ context.Context, topic string, partition int) (sinks.Stream, error) {
 	pdir := filepath.Join(s.dir, topic, strconv.Itoa(partition))
 	entries, err := os.ReadDir(pdir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Offsets(), nil
+		return sinks.Offsets(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", pdir, err)
@@ -110,17 +110,17 @@ type fileStream struct {
 // then holds its JSON, not Kafka's bytes).
 type fileLine struct {
 	off    int64
-	sum    Sum
+	sum    sinks.Sum
 	summed bool
 }
 
-func (s *fileStream) Next(ctx context.Context) (Entry, bool, error) {
+func (s *fileStream) Next(ctx context.Context) (sinks.Entry, bool, error) {
 	for s.i >= len(s.lines) {
 		if s.fi >= len(s.files) {
-			return Entry{}, false, nil
+			return sinks.Entry{}, false, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return Entry{}, false, err
+			return sinks.Entry{}, false, err
 		}
 		f := s.files[s.fi]
 		s.fi++
@@ -133,12 +133,12 @@ func (s *fileStream) Next(ctx context.Context) (Entry, bool, error) {
 		}
 		lines, err := s.readFile(f, limit)
 		if err != nil {
-			return Entry{}, false, err
+			return sinks.Entry{}, false, err
 		}
 		s.lines, s.i = lines, 0
 	}
 	first := s.lines[s.i]
-	e := Entry{Offset: first.off, Sum: first.sum, Summed: true}
+	e := sinks.Entry{Offset: first.off, Sum: first.sum, Summed: true}
 	for s.i < len(s.lines) && s.lines[s.i].off == first.off {
 		l := s.lines[s.i]
 		e.Copies++
@@ -162,7 +162,7 @@ func (s *fileStream) readFile(f blockFile, limit int64) ([]fileLine, error) {
 	for n := 1; ; n++ {
 		line, rerr := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			l, err := file.ParseLine(line)
+			l, err := ParseLine(line)
 			if err != nil {
 				return nil, fmt.Errorf("read %s line %d: not a record's line: %w", f.path, n, err)
 			}
@@ -176,7 +176,7 @@ func (s *fileStream) readFile(f blockFile, limit int64) ([]fileLine, error) {
 			if off < limit {
 				fl := fileLine{off: off}
 				if l.Record.Decoded == nil {
-					fl.sum, fl.summed = RecordSum(&l.Record), true
+					fl.sum, fl.summed = l.Record.Sum(), true
 				}
 				lines = append(lines, fl)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // deliveredStream is the records a read_committed reader of one partition
@@ -17,7 +18,7 @@ type deliveredStream struct {
 	end int64
 	// entries of the batch in hand: offsets and sums, copied, so that its
 	// memory is freed at once.
-	entries []Entry
+	entries []sinks.Entry
 	i       int
 	// sums tells whether to sum the records: not for a sink that keeps
 	// none to compare.
@@ -34,14 +35,14 @@ func newDeliveredStream(cur *kafka.Cursor, from, end int64, sums bool) *delivere
 	return &deliveredStream{cur: cur, pos: from, end: end, sums: sums}
 }
 
-func (s *deliveredStream) Next(ctx context.Context) (Entry, bool, error) {
+func (s *deliveredStream) Next(ctx context.Context) (sinks.Entry, bool, error) {
 	for s.i >= len(s.entries) {
 		if s.pos >= s.end {
-			return Entry{}, false, nil
+			return sinks.Entry{}, false, nil
 		}
 		b, err := s.fetch(ctx)
 		if err != nil {
-			return Entry{}, false, fmt.Errorf("read %s at %d: %w", s.cur.Partition(), s.pos, err)
+			return sinks.Entry{}, false, fmt.Errorf("read %s at %d: %w", s.cur.Partition(), s.pos, err)
 		}
 		s.entries, s.i = s.entries[:0], 0
 		for j := range b.Records {
@@ -50,9 +51,9 @@ func (s *deliveredStream) Next(ctx context.Context) (Entry, bool, error) {
 			if r.Offset < s.pos || r.Offset >= s.end {
 				continue
 			}
-			e := Entry{Offset: r.Offset, Copies: 1}
+			e := sinks.Entry{Offset: r.Offset, Copies: 1}
 			if s.sums {
-				e.Sum, e.Summed = RecordSum(r), true
+				e.Sum, e.Summed = r.Sum(), true
 			}
 			s.entries = append(s.entries, e)
 		}

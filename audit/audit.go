@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // auditBufferBytes bounds what the audit's Kafka consumer holds when
@@ -38,10 +38,7 @@ var (
 	// ErrNotInGroup: a topic or partition asked for is not the group's.
 	ErrNotInGroup = errors.New("not in the group")
 	// ErrSinkUnsupported: the sink URL's kind cannot be audited.
-	ErrSinkUnsupported = errors.New("cannot be audited: want file:///DIR, postgres://… or clickhouse://…")
-	// ErrSinkUnreadable: the sink URL can be audited but not this one (a
-	// missing directory or table, a table without kafka_offset).
-	ErrSinkUnreadable = errors.New("sink cannot be read")
+	ErrSinkUnsupported = errors.New("cannot be audited")
 	// ErrKafkaTimeout: Kafka did not answer one exchange within
 	// Config.KafkaTimeout; the error names the brokers asked.
 	ErrKafkaTimeout = errors.New("kafka did not answer in time")
@@ -61,65 +58,41 @@ func kafkaTimeout(ctx, xctx context.Context, brokers []string, d time.Duration, 
 	return fmt.Errorf("%w: brokers %s, within %s: %w", ErrKafkaTimeout, strings.Join(brokers, ","), d, err)
 }
 
-// TopicPartition names one partition.
-type TopicPartition = kafka.TopicPartition
-
-// Capabilities say what an audit of a sink can find.
-type Capabilities struct {
-	// Missing: the sink should hold every delivered record (not so in an
-	// upsert table, which keeps one row per key).
-	Missing bool `json:"missing"`
-	// Duplicates: the sink can hold an offset twice (not so in a table
-	// keyed by offset: the audit then finds none, by construction).
-	Duplicates bool `json:"duplicates"`
-	// Records: the sink keeps each record's key, value and timestamp as
-	// Kafka had them, so the record held at each offset is compared with
-	// Kafka's (Partition.Compared). RecordsNote says why records are not
-	// compared when Records is false, and which are not when it is true
-	// (records decoded through a Schema Registry, in a file sink).
-	Records     bool   `json:"records"`
-	RecordsNote string `json:"records_note,omitempty"`
-}
-
-// Sink is a sink as the audit reads it.
-type Sink interface {
-	// Describe names the sink in messages, without secrets.
-	Describe() string
-	Capabilities() Capabilities
-	// CheckScope refuses partitions the sink cannot tell apart.
-	CheckScope(ps []TopicPartition) error
-	// Offsets streams the offsets the sink holds of a partition, rising,
-	// with the copies of each.
-	Offsets(ctx context.Context, topic string, partition int) (Stream, error)
-	// SinkNext is the next offset the sink itself records for the
-	// partition, for a sink that commits its offsets with its rows.
-	SinkNext(ctx context.Context, topic string, partition int) (next int64, ok bool, err error)
-	Close() error
-}
-
-// OpenSink opens the sink of a --sink URL for reading. A URL of a kind
-// that cannot be audited is ErrSinkUnsupported; one whose directory or
-// table is not there, ErrSinkUnreadable. shown is the URL as messages may
-// show it (no password); group is the group whose offsets a postgres
-// sink's offsets table keys, unless the URL says group=.
-func OpenSink(ctx context.Context, raw, shown, group string) (Sink, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("sink URL %q %w", shown, ErrSinkUnsupported)
+// OpenSink opens the sink of a sink URL for reading, through its entry in
+// table. A URL of a sink that keeps nothing to read back is
+// ErrSinkUnsupported; one whose directory or table is not there,
+// sinks.ErrUnreadable. group is the group whose offsets a sink's own
+// offsets table keys, unless the URL says group=.
+func OpenSink(ctx context.Context, table sinks.Table, raw, group string) (sinks.Reader, error) {
+	shown := sinks.Redact(raw)
+	var d *sinks.Descriptor
+	if u, err := url.Parse(raw); err == nil {
+		d = table.Lookup(u.Scheme)
 	}
-	switch u.Scheme {
-	case "file":
-		if u.Path == "" || !filepath.IsAbs(u.Path) || (u.Host != "" && u.Host != "localhost") {
-			return nil, fmt.Errorf("%w: %s: want file:///DIR, an absolute directory", ErrSinkUnreadable, shown)
+	if d == nil || d.Audit == nil {
+		return nil, fmt.Errorf("sink URL %q %w: want %s", shown, ErrSinkUnsupported, Audited(table))
+	}
+	return d.Audit(ctx, raw, shown, group)
+}
+
+// Audited lists the sink URLs of table that can be audited, for messages:
+// file:///DIR, postgres://… or clickhouse://….
+func Audited(table sinks.Table) string {
+	var forms []string
+	for _, d := range table {
+		if d.Audit == nil {
+			continue
 		}
-		return openFileSink(filepath.Clean(u.Path))
-	case "postgres", "postgresql":
-		return openPostgresSink(ctx, raw, shown, group)
-	case "clickhouse":
-		return openClickHouseSink(ctx, raw, shown)
-	default:
-		return nil, fmt.Errorf("sink URL %q %w", shown, ErrSinkUnsupported)
+		form, _, _ := strings.Cut(d.Usage, " ")
+		if len(form) > 20 {
+			form = d.Scheme + "://…"
+		}
+		forms = append(forms, form)
 	}
+	if len(forms) < 2 {
+		return strings.Join(forms, "")
+	}
+	return strings.Join(forms[:len(forms)-1], ", ") + " or " + forms[len(forms)-1]
 }
 
 // Config is one audit.
@@ -135,7 +108,7 @@ type Config struct {
 	// Zero waits until ctx ends; the fetches retry broker errors meanwhile.
 	KafkaTimeout time.Duration
 	// Sink is the sink to audit (OpenSink). Run does not close it.
-	Sink Sink
+	Sink sinks.Reader
 	// Scope limits the audit to these topics, each whole (Partitions nil)
 	// or to some partitions; nil audits every partition of the group's
 	// topics. A topic or partition not the group's is ErrNotInGroup.
@@ -166,10 +139,10 @@ type Progress struct {
 // Report is an audit's outcome: one Partition per partition audited, in
 // topic and partition order.
 type Report struct {
-	Group        string       `json:"group"`
-	Sink         string       `json:"sink"`
-	Capabilities Capabilities `json:"checks"`
-	Partitions   []Partition  `json:"partitions"`
+	Group        string             `json:"group"`
+	Sink         string             `json:"sink"`
+	Capabilities sinks.Capabilities `json:"checks"`
+	Partitions   []Partition        `json:"partitions"`
 }
 
 // Clean tells that no partition has a finding.
@@ -307,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap *coordinator.Snapshot, tp TopicPartition, caps Capabilities, progress func(int64)) (*Partition, error) {
+func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap *coordinator.Snapshot, tp sinks.Partition, caps sinks.Capabilities, progress func(int64)) (*Partition, error) {
 	cp := coordinator.Partition{Topic: tp.Topic, Partition: tp.Partition}
 	cur, err := cons.Open(tp.Topic, tp.Partition)
 	if err != nil {
@@ -423,7 +396,7 @@ func snapTopics(s *coordinator.Snapshot) []string {
 
 // scope lists the partitions to audit: those Kafka has of the group's
 // topics, narrowed by the scope asked for.
-func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string, asked []Scope) ([]TopicPartition, error) {
+func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string, asked []Scope) ([]sinks.Partition, error) {
 	for _, s := range asked {
 		if !slices.Contains(topics, s.Topic) {
 			return nil, fmt.Errorf("topic %q: %w %s (its topics in etcd: %s)", s.Topic, ErrNotInGroup, group, strings.Join(topics, ", "))
@@ -438,9 +411,9 @@ func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string
 	if err != nil {
 		return nil, fmt.Errorf("partitions of %v: %w", topics, err)
 	}
-	var out []TopicPartition
-	seen := map[TopicPartition]bool{}
-	add := func(tp TopicPartition) {
+	var out []sinks.Partition
+	seen := map[sinks.Partition]bool{}
+	add := func(tp sinks.Partition) {
 		if !seen[tp] {
 			seen[tp] = true
 			out = append(out, tp)
@@ -448,14 +421,14 @@ func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string
 	}
 	for _, t := range topics {
 		for _, id := range known[t] {
-			add(TopicPartition{Topic: t, Partition: id})
+			add(sinks.Partition{Topic: t, Partition: id})
 		}
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("audit: topics of group %s not in Kafka: %v", group, missing)
 	}
 	if asked != nil {
-		var in []TopicPartition
+		var in []sinks.Partition
 		for _, tp := range out {
 			for _, s := range asked {
 				if s.Topic == tp.Topic && (s.Partitions == nil || slices.Contains(s.Partitions, tp.Partition)) {
@@ -465,14 +438,14 @@ func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string
 		}
 		for _, s := range asked {
 			for _, id := range s.Partitions {
-				if !seen[TopicPartition{Topic: s.Topic, Partition: id}] {
+				if !seen[sinks.Partition{Topic: s.Topic, Partition: id}] {
 					return nil, fmt.Errorf("partition %s/%d: %w (topic %s has partitions %v)", s.Topic, id, ErrNotInGroup, s.Topic, known[s.Topic])
 				}
 			}
 		}
 		out = in
 	}
-	slices.SortFunc(out, func(a, b TopicPartition) int {
+	slices.SortFunc(out, func(a, b sinks.Partition) int {
 		return coordinator.Partition{Topic: a.Topic, Partition: a.Partition}.Compare(coordinator.Partition{Topic: b.Topic, Partition: b.Partition})
 	})
 	return out, nil

@@ -1,11 +1,12 @@
-package audit
+package clickhouse
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // chSink reads a clickhouse:// sink's table by its kafka_offset column,
@@ -13,15 +14,15 @@ import (
 // only, so an offset can be held twice), with the dead-letter table's
 // offsets as held. It reads offsets only: records are not compared.
 type chSink struct {
-	r     *clickhouse.OffsetReader
+	r     *OffsetReader
 	shown string
 }
 
 func openClickHouseSink(ctx context.Context, raw, shown string) (*chSink, error) {
-	r, err := clickhouse.OpenOffsetReader(ctx, raw)
+	r, err := OpenOffsetReader(ctx, raw)
 	switch {
-	case errors.Is(err, clickhouse.ErrURL), errors.Is(err, clickhouse.ErrNoTable), errors.Is(err, clickhouse.ErrNoOffsetColumn):
-		return nil, fmt.Errorf("%w: %s: %w", ErrSinkUnreadable, shown, err)
+	case errors.Is(err, ErrURL), errors.Is(err, ErrNoTable), errors.Is(err, ErrNoOffsetColumn):
+		return nil, fmt.Errorf("%w: %s: %w", sinks.ErrUnreadable, shown, err)
 	case err != nil:
 		return nil, fmt.Errorf("audit %s: %w", shown, err)
 	}
@@ -36,19 +37,19 @@ func (s *chSink) Describe() string { return s.shown }
 // read within bounded memory.
 const chRecordsNote = "the ClickHouse reader reads offsets only: which record each offset holds is not checked"
 
-func (s *chSink) Capabilities() Capabilities {
-	return Capabilities{Missing: true, Duplicates: true, RecordsNote: chRecordsNote}
+func (s *chSink) Capabilities() sinks.Capabilities {
+	return sinks.Capabilities{Missing: true, Duplicates: true, RecordsNote: chRecordsNote}
 }
 
-func (s *chSink) CheckScope(ps []TopicPartition) error {
-	return checkColumnsScope(ps, s.r.HasTopic(), s.r.HasPartition(), s.shown, s.r.Table())
+func (s *chSink) CheckScope(ps []sinks.Partition) error {
+	return sqlsink.CheckColumnsScope(ps, s.r.HasTopic(), s.r.HasPartition(), s.shown, s.r.Table())
 }
 
 // SinkNext: the ClickHouse sink keeps intents in etcd (its replays need
 // the exact range), so etcd says what is in flight.
 func (s *chSink) SinkNext(context.Context, string, int) (int64, bool, error) { return 0, false, nil }
 
-func (s *chSink) Offsets(ctx context.Context, topic string, partition int) (Stream, error) {
+func (s *chSink) Offsets(ctx context.Context, topic string, partition int) (sinks.Stream, error) {
 	rows, err := s.r.Offsets(ctx, topic, partition)
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", s.shown, err)
@@ -58,11 +59,11 @@ func (s *chSink) Offsets(ctx context.Context, topic string, partition int) (Stre
 
 func (s *chSink) Close() error { return s.r.Close() }
 
-type chStream struct{ rows *clickhouse.OffsetRows }
+type chStream struct{ rows *OffsetRows }
 
-func (s chStream) Next(context.Context) (Entry, bool, error) {
+func (s chStream) Next(context.Context) (sinks.Entry, bool, error) {
 	off, n, ok, err := s.rows.Next()
-	return Entry{Offset: off, Copies: n}, ok, err
+	return sinks.Entry{Offset: off, Copies: n}, ok, err
 }
 
 func (s chStream) Close() error { return s.rows.Close() }

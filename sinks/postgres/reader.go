@@ -1,4 +1,4 @@
-package audit
+package postgres
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // pgSink reads a postgres:// sink's table. Raw mode: the (topic, partition,
@@ -23,7 +24,7 @@ import (
 // they are not compared.
 type pgSink struct {
 	conn                    *pgx.Conn
-	t                       postgres.Tables
+	t                       Tables
 	group                   string
 	shown                   string
 	hasTopic, hasPartition  bool
@@ -31,9 +32,9 @@ type pgSink struct {
 }
 
 func openPostgresSink(ctx context.Context, raw, shown, group string) (*pgSink, error) {
-	t, err := postgres.ParseTables(raw)
+	t, err := ParseTables(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrSinkUnreadable, shown, err)
+		return nil, fmt.Errorf("%w: %s: %w", sinks.ErrUnreadable, shown, err)
 	}
 	if t.Group != "" {
 		group = t.Group
@@ -66,12 +67,12 @@ func (s *pgSink) inspect(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: %s: table %s does not exist", ErrSinkUnreadable, s.shown, s.t.Table)
+		return fmt.Errorf("%w: %s: table %s does not exist", sinks.ErrUnreadable, s.shown, s.t.Table)
 	}
 	if s.hasOffs, err = s.exists(ctx, s.t.Offsets); err != nil {
 		return err
 	}
-	if s.t.Mode == postgres.Raw {
+	if s.t.Mode == Raw {
 		s.hasTopic, s.hasPartition = true, true
 		return nil
 	}
@@ -88,7 +89,7 @@ func (s *pgSink) inspect(ctx context.Context) error {
 	}
 	if !slices.Contains(cols, "kafka_offset") {
 		return fmt.Errorf("%w: %s: table %s has no kafka_offset column (mode=%s): nothing says which records it holds; add one (bigint), which the sink fills",
-			ErrSinkUnreadable, s.shown, s.t.Table, s.t.Mode)
+			sinks.ErrUnreadable, s.shown, s.t.Table, s.t.Mode)
 	}
 	s.hasTopic, s.hasPartition = slices.Contains(cols, "kafka_topic"), slices.Contains(cols, "kafka_partition")
 	return nil
@@ -96,41 +97,21 @@ func (s *pgSink) inspect(ctx context.Context) error {
 
 func (s *pgSink) Describe() string { return s.shown }
 
-func (s *pgSink) Capabilities() Capabilities {
+func (s *pgSink) Capabilities() sinks.Capabilities {
 	// Upsert keeps one row per key: an older record of a key is rightly
 	// gone, so a record absent from the table is not known to be lost.
-	c := Capabilities{Missing: s.t.Mode != postgres.Upsert, Duplicates: s.t.Mode != postgres.Raw, Records: s.t.Mode == postgres.Raw}
+	c := sinks.Capabilities{Missing: s.t.Mode != Upsert, Duplicates: s.t.Mode != Raw, Records: s.t.Mode == Raw}
 	switch s.t.Mode {
-	case postgres.Columns:
+	case Columns:
 		c.RecordsNote = "a columns table holds fields of each value, not the record's key, value and timestamp as Kafka had them"
-	case postgres.Upsert:
+	case Upsert:
 		c.RecordsNote = "an upsert table holds the last value of each key, not each record as Kafka had it"
 	}
 	return c
 }
 
-func (s *pgSink) CheckScope(ps []TopicPartition) error {
-	return checkColumnsScope(ps, s.hasTopic, s.hasPartition, s.shown, s.t.Table)
-}
-
-// checkColumnsScope refuses partitions a table cannot tell apart: without
-// kafka_topic (kafka_partition), the offsets of two topics (partitions)
-// share one column.
-func checkColumnsScope(ps []TopicPartition, hasTopic, hasPartition bool, shown, table string) error {
-	topics, parts := map[string]bool{}, map[TopicPartition]bool{}
-	for _, p := range ps {
-		topics[p.Topic] = true
-		parts[p] = true
-	}
-	if !hasTopic && len(topics) > 1 {
-		return fmt.Errorf("%w: %s: table %s has no kafka_topic column, so its rows of the group's %d topics cannot be told apart; audit one topic (--topic T)",
-			ErrSinkUnreadable, shown, table, len(topics))
-	}
-	if !hasPartition && len(parts) > 1 {
-		return fmt.Errorf("%w: %s: table %s has no kafka_partition column, so its rows of %d partitions cannot be told apart; audit one partition (--topic T:P)",
-			ErrSinkUnreadable, shown, table, len(parts))
-	}
-	return nil
+func (s *pgSink) CheckScope(ps []sinks.Partition) error {
+	return sqlsink.CheckColumnsScope(ps, s.hasTopic, s.hasPartition, s.shown, s.t.Table)
 }
 
 // SinkNext is the next offset the sink's offsets table holds for the
@@ -152,8 +133,8 @@ func (s *pgSink) SinkNext(ctx context.Context, topic string, partition int) (int
 	return next, true, nil
 }
 
-func (s *pgSink) Offsets(ctx context.Context, topic string, partition int) (Stream, error) {
-	if s.t.Mode == postgres.Raw {
+func (s *pgSink) Offsets(ctx context.Context, topic string, partition int) (sinks.Stream, error) {
+	if s.t.Mode == Raw {
 		rows, err := s.conn.Query(ctx, `SELECT "offset", key, value_bytes, "timestamp" FROM `+s.t.Table+
 			` WHERE topic = $1 AND partition = $2 ORDER BY "offset"`, topic, partition)
 		if err != nil {
@@ -191,13 +172,13 @@ func (s *pgSink) Close() error { return s.conn.Close(context.Background()) }
 // reads them off the wire.
 type pgStream struct{ rows pgx.Rows }
 
-func (s *pgStream) Next(context.Context) (Entry, bool, error) {
+func (s *pgStream) Next(context.Context) (sinks.Entry, bool, error) {
 	if !s.rows.Next() {
-		return Entry{}, false, s.rows.Err()
+		return sinks.Entry{}, false, s.rows.Err()
 	}
-	var e Entry
+	var e sinks.Entry
 	if err := s.rows.Scan(&e.Offset, &e.Copies, &e.DeadLetters); err != nil {
-		return Entry{}, false, err
+		return sinks.Entry{}, false, err
 	}
 	return e, true, nil
 }
@@ -208,17 +189,17 @@ func (s *pgStream) Close() error { s.rows.Close(); return s.rows.Err() }
 // off the wire.
 type pgRawStream struct{ rows pgx.Rows }
 
-func (s *pgRawStream) Next(context.Context) (Entry, bool, error) {
+func (s *pgRawStream) Next(context.Context) (sinks.Entry, bool, error) {
 	if !s.rows.Next() {
-		return Entry{}, false, s.rows.Err()
+		return sinks.Entry{}, false, s.rows.Err()
 	}
 	var off int64
 	var key, value []byte
 	var at time.Time
 	if err := s.rows.Scan(&off, &key, &value, &at); err != nil {
-		return Entry{}, false, err
+		return sinks.Entry{}, false, err
 	}
-	return Entry{Offset: off, Copies: 1, Sum: Checksum(key, value, at), Summed: true}, true, nil
+	return sinks.Entry{Offset: off, Copies: 1, Sum: sinks.Checksum(key, value, at), Summed: true}, true, nil
 }
 
 func (s *pgRawStream) Close() error { s.rows.Close(); return s.rows.Err() }

@@ -1,0 +1,56 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"net/url"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
+)
+
+// Descriptor is the ClickHouse sink's entry in a sinks.Table:
+// clickhouse://.
+var Descriptor = &sinks.Descriptor{
+	Scheme: "clickhouse",
+	Usage: "clickhouse://[USER@]HOST[:PORT]/DB[?table=T&mode=raw|columns&protocol=native|http] (exactly-once by deduplication tokens; " +
+		"port 9000 by default; password in $" + PasswordEnv + " or password_file=)",
+	Params: Params(),
+	Doc:    "clickhouse.md",
+	Check:  func(raw string) error { return ValidateURL(raw, false) },
+	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
+		var opts []Option
+		if o.Group != "" {
+			opts = append(opts, WithGroup(o.Group))
+		}
+		if o.Log != nil {
+			opts = append(opts, WithLogger(o.Log))
+		}
+		return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
+			func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
+	},
+	// A ClickHouse server answers the native protocol and HTTP on two
+	// ports: the table is the same, so the port is left out.
+	Identity: func(raw string) string { return sqlsink.Identity("clickhouse", raw, DefaultTable, "") },
+	Keeps:    true,
+	ByGroup:  true,
+	Audit: func(ctx context.Context, raw, shown, _ string) (sinks.Reader, error) {
+		return sqlsink.Reader(openClickHouseSink(ctx, raw, shown))
+	},
+	ReadBack: func(ctx context.Context, raw, topic string, partition int) ([]sinks.Record, bool, error) {
+		recs, err := ReadAll(ctx, raw, topic, partition)
+		if errors.Is(err, ErrURL) {
+			return nil, false, nil // a columns table: no records to read back
+		}
+		return recs, err == nil, err
+	},
+	// The sink counts what it set aside (sinks.DeadLetterCounter); the
+	// table is named for the reader to look.
+	DeadLetters: func(_ context.Context, raw, _ string) (int64, string, error) {
+		table := DefaultDeadLetterTable
+		if u, err := url.Parse(raw); err == nil && u.Query().Get("dead_letter_table") != "" {
+			table = u.Query().Get("dead_letter_table")
+		}
+		return -1, table, nil
+	},
+}
