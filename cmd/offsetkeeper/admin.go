@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 )
 
@@ -59,9 +60,11 @@ func (f *adminFlags) openGroup(ctx context.Context) (*etcdSession, error) {
 
 // kafka opens the Kafka client of the topics, and a context bounded by
 // --kafka-timeout. done closes both.
-func (f *adminFlags) kafka(ctx context.Context, topics []string) (k *kafkaAdmin, kctx context.Context, done func()) {
+func (f *adminFlags) kafka(ctx context.Context, topics []string) (k *admin.Kafka, kctx context.Context, done func()) {
 	kctx, cancel := context.WithTimeout(ctx, f.kafkaTimeout)
-	k = newKafkaAdmin(f.cluster.brokers, f.kafkaTimeout, topics, f.cluster.security.kafkaAuth())
+	cfg := kafka.Config{Brokers: f.cluster.brokers, DialTimeout: f.kafkaTimeout, RequestTimeout: f.kafkaTimeout, ClientID: "offsetkeeper-cli"}
+	f.cluster.security.kafkaAuth().apply(&cfg) // TLS and SASL (sasl.go)
+	k = admin.NewKafka(cfg, topics...)
 	return k, kctx, func() { k.Close(); cancel() }
 }
 
@@ -120,41 +123,4 @@ func refused(ctx context.Context, endpoints []string) error {
 			strings.Join(redact.URLs(endpoints), ","), err)
 	}
 	return nil
-}
-
-// groupTopics lists the topics named in the group's claims, offsets and
-// intents, sorted.
-func groupTopics(s *coordinator.Snapshot) []string {
-	var out []string
-	for _, p := range groupPartitions(s) {
-		if len(out) == 0 || out[len(out)-1] != p.Topic {
-			out = append(out, p.Topic)
-		}
-	}
-	return out
-}
-
-// groupPartitions lists the partitions that have a claim, offsets or an
-// intent, sorted.
-func groupPartitions(s *coordinator.Snapshot) []coordinator.Partition {
-	seen := map[coordinator.Partition]bool{}
-	for p := range s.Claims {
-		seen[p] = true
-	}
-	for p := range s.Offsets {
-		seen[p] = true
-	}
-	for p := range s.Intents {
-		seen[p] = true
-	}
-	out := make([]coordinator.Partition, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
-	}
-	sortPartitions(out)
-	return out
-}
-
-func sortPartitions(ps []coordinator.Partition) {
-	slices.SortFunc(ps, coordinator.Partition.Compare)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -24,7 +25,7 @@ type auditOptions struct {
 	topics []string
 
 	target sinkTarget
-	scopes []topicScope
+	scopes []admin.TopicScope
 
 	sinks sinks.Table // what --sink may name
 }
@@ -159,7 +160,7 @@ func (o *auditOptions) validate() error {
 			t.Shown(), audit.ErrSinkUnsupported, audit.Audited(o.sinks), strings.Join(none, " and "))
 	}
 	o.target = t
-	if o.scopes, err = parseScopes(o.topics); err != nil {
+	if o.scopes, err = admin.ParseScopes(o.topics); err != nil {
 		return err
 	}
 	return nil
@@ -171,14 +172,14 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer s.Close()
-	topics := groupTopics(s.snap)
+	topics := admin.GroupTopics(s.snap)
 	var scope []audit.Scope
 	for _, sc := range o.scopes {
-		if !slices.Contains(topics, sc.topic) {
+		if !slices.Contains(topics, sc.Topic) {
 			return usagef("--topic %q: topic %s is not in group %s; want one of its topics in etcd: %s",
-				sc.arg, sc.topic, o.admin.cluster.group, strings.Join(topics, ", "))
+				sc.Arg, sc.Topic, o.admin.cluster.group, strings.Join(topics, ", "))
 		}
-		scope = append(scope, audit.Scope{Topic: sc.topic, Partitions: sc.partitions})
+		scope = append(scope, audit.Scope{Topic: sc.Topic, Partitions: sc.Partitions})
 	}
 
 	shown := o.target.Shown()

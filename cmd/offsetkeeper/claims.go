@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
@@ -94,7 +95,7 @@ func (o *claimsReleaseOptions) validate() error {
 	case o.p.Partition < 0:
 		return usagef("--partition %d: want a partition number, 0 or more", o.p.Partition)
 	}
-	if err := validTopic(o.p.Topic); err != nil {
+	if err := admin.ValidTopic(o.p.Topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)
 	}
 	return o.waiting.validate()
@@ -104,7 +105,7 @@ func (o *claimsReleaseOptions) validate() error {
 // whether the group knows the partition, and which of the topic's it knows.
 func notClaimed(snap *coordinator.Snapshot, p coordinator.Partition, group string) error {
 	var ids []int
-	for _, q := range groupPartitions(snap) {
+	for _, q := range admin.GroupPartitions(snap) {
 		if q.Topic == p.Topic {
 			ids = append(ids, q.Partition)
 		}
@@ -112,7 +113,7 @@ func notClaimed(snap *coordinator.Snapshot, p coordinator.Partition, group strin
 	switch {
 	case len(ids) == 0:
 		return usagef("partition %s: group %q has no partition of topic %q in etcd (its topics: %s); nothing to release",
-			p, group, p.Topic, strings.Join(groupTopics(snap), ", "))
+			p, group, p.Topic, strings.Join(admin.GroupTopics(snap), ", "))
 	case !slices.Contains(ids, p.Partition) && p.Partition > ids[len(ids)-1]:
 		return usagef("partition %s does not exist in group %q: etcd knows %d partitions of %s (%d to %d); nothing to release",
 			p, group, len(ids), p.Topic, ids[0], ids[len(ids)-1])

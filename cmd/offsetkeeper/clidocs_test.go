@@ -14,8 +14,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/clidocs"
 	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
+
+// cliEnv is how the commands' flags map to variables (env.go), for the
+// reference.
+var cliEnv = clidocs.Env{
+	Name:   envName,
+	Prefix: envPrefix,
+	// Flags that bindEnv sets from the environment but whose command
+	// then refuses the variable.
+	CLIOnly: map[string]string{
+		"offsetkeeper offsets reset --execute": "command line only, so that a reset is never applied by accident",
+	},
+	Passwords: [][2]string{{"etcd-user", envEtcdPassword}, {"kafka-user", envKafkaPassword}, {"schema-registry-user", envRegistryPassword}},
+}
 
 // cliDocsDir is the generated CLI reference, from this package.
 const cliDocsDir = "../../docs/cli"
@@ -26,21 +40,21 @@ const sinkDocsDir = "../../docs"
 // TestCLIDocsUpToDate: docs/cli is what writeCLIDocs makes of the
 // commands, byte for byte: a changed flag, help text or command fails here
 // until the reference is regenerated. With OFFSETKEEPER_UPDATE_DOCS=1 it
-// regenerates docs/cli instead (cliDocsRegenerate). The reference is of the
+// regenerates docs/cli instead (clidocs.Regenerate). The reference is of the
 // default build, which has dev (clidocs.go is not in a -tags nodev build).
 // The sinks' URL parameter tables in docs/postgresql.md and
 // docs/clickhouse.md are checked and regenerated the same way.
 func TestCLIDocsUpToDate(t *testing.T) {
 	t.Run("sink parameters", testSinkParamDocs)
 	if os.Getenv("OFFSETKEEPER_UPDATE_DOCS") != "" {
-		if err := writeCLIDocs(newRootCommand(builtin.Sinks()), cliDocsDir); err != nil {
+		if err := clidocs.Write(newRootCommand(builtin.Sinks()), cliDocsDir, cliEnv); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("regenerated %s", cliDocsDir)
 		return
 	}
 	tmp := t.TempDir()
-	if err := writeCLIDocs(newRootCommand(builtin.Sinks()), tmp); err != nil {
+	if err := clidocs.Write(newRootCommand(builtin.Sinks()), tmp, cliEnv); err != nil {
 		t.Fatal(err)
 	}
 	want, got := readTree(t, tmp), readTree(t, cliDocsDir)
@@ -72,7 +86,7 @@ func TestCLIDocsUpToDate(t *testing.T) {
 		stale = true
 	}
 	if stale {
-		t.Fatalf("docs/cli does not match the commands: regenerate it with\n\t%s", cliDocsRegenerate)
+		t.Fatalf("docs/cli does not match the commands: regenerate it with\n\t%s", clidocs.Regenerate)
 	}
 }
 
@@ -81,13 +95,13 @@ func TestCLIDocsUpToDate(t *testing.T) {
 // OFFSETKEEPER_UPDATE_DOCS=1 they are regenerated instead.
 func testSinkParamDocs(t *testing.T) {
 	if os.Getenv("OFFSETKEEPER_UPDATE_DOCS") != "" {
-		if err := writeSinkParamDocs(sinkDocsDir); err != nil {
+		if err := clidocs.WriteSinkParams(sinkDocsDir, builtin.Sinks()); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("regenerated the sink parameter tables in %s", sinkDocsDir)
 		return
 	}
-	want, err := sinkParamDocs(sinkDocsDir)
+	want, err := clidocs.SinkParams(sinkDocsDir, builtin.Sinks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +111,7 @@ func testSinkParamDocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(want[name], got) {
-			t.Errorf("docs/%s: a sink parameter table is stale: %s\nregenerate it with\n\t%s", name, firstDiff(want[name], got), cliDocsRegenerate)
+			t.Errorf("docs/%s: a sink parameter table is stale: %s\nregenerate it with\n\t%s", name, firstDiff(want[name], got), clidocs.Regenerate)
 		}
 	}
 }
@@ -151,18 +165,18 @@ func firstDiff(want, got []byte) string {
 // (cliOnlyFlags) is refused.
 func TestCLIDocsEnvironment(t *testing.T) {
 	root := newRootCommand(builtin.Sinks())
-	find := func(args ...string) []cliEnvVar {
+	find := func(args ...string) []clidocs.EnvVar {
 		t.Helper()
 		c, _, err := root.Find(args)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cliEnvVars(c)
+		return clidocs.EnvVars(c, cliEnv)
 	}
-	byName := func(vars []cliEnvVar) map[string]cliEnvVar {
-		m := map[string]cliEnvVar{}
+	byName := func(vars []clidocs.EnvVar) map[string]clidocs.EnvVar {
+		m := map[string]clidocs.EnvVar{}
 		for _, v := range vars {
-			m[v.name] = v
+			m[v.Name] = v
 		}
 		return m
 	}
@@ -174,7 +188,7 @@ func TestCLIDocsEnvironment(t *testing.T) {
 		"OFFSETKEEPER_SHUTDOWN_TIMEOUT": "30s",
 	} {
 		v, ok := run[name]
-		if !ok || v.def != def {
+		if !ok || v.Default != def {
 			t.Errorf("run: %s %+v, want it with default %q", name, v, def)
 		}
 	}
@@ -194,7 +208,7 @@ func TestCLIDocsEnvironment(t *testing.T) {
 	reaches := map[string][]string{
 		"offsetkeeper offsets reset --execute": {"offsets", "reset", "--group", "g", "--topic", "t", "--to-earliest"},
 	}
-	for key, why := range cliOnlyFlags {
+	for key, why := range cliEnv.CLIOnly {
 		path, flag, _ := strings.Cut(key, " --")
 		args, ok := reaches[key]
 		if !ok {
@@ -203,7 +217,7 @@ func TestCLIDocsEnvironment(t *testing.T) {
 		}
 		vars := byName(find(strings.Fields(path)[1:]...))
 		name := envName(flag)
-		if v, ok := vars[name]; !ok || !v.refused || !strings.Contains(v.comment, why) {
+		if v, ok := vars[name]; !ok || !v.Refused || !strings.Contains(v.Comment, why) {
 			t.Errorf("%s: %+v, want it listed as refused", key, v)
 		}
 		t.Run(name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/dev"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -265,7 +266,7 @@ func (o *devOptions) validate() error {
 	case (o.chaos || o.durationSet) && o.duration >= o.timeout:
 		return usagef("--duration %s: want less than --timeout %s, which bounds the whole run", o.duration, o.timeout)
 	}
-	if err := validTopic(o.topic); err != nil {
+	if err := admin.ValidTopic(o.topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)
 	}
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
@@ -59,7 +60,8 @@ func executeWith(ctx context.Context, table sinks.Table, args []string, stdout, 
 	}
 	fmt.Fprintln(stderr, "Error:", err)
 	var ue *usageError
-	if errors.As(err, &ue) {
+	var bad *admin.InputError
+	if errors.As(err, &ue) || errors.As(err, &bad) {
 		return exitUsage
 	}
 	return exitError

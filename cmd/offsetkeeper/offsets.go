@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -173,8 +174,8 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	now := time.Now()
 
-	parts := groupPartitions(snap)
-	topics := groupTopics(snap)
+	parts := admin.GroupPartitions(snap)
+	topics := admin.GroupTopics(snap)
 	for _, t := range o.topics {
 		if !slices.Contains(topics, t) {
 			topics = append(topics, t)
@@ -240,7 +241,7 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 	}
 	k, kctx, done := o.admin.kafka(ctx, topics)
 	defer done()
-	known, missing, err := k.partitions(kctx, topics)
+	known, missing, err := k.Partitions(kctx, topics)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -258,14 +259,14 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 			}
 		}
 	}
-	sortPartitions(*parts)
-	b, err := k.bounds(kctx, ask)
+	slices.SortFunc(*parts, coordinator.Partition.Compare)
+	b, err := k.Bounds(kctx, ask)
 	if err != nil {
 		return nil, missing, err
 	}
 	ends := make(map[coordinator.Partition]int64, len(b))
 	for p, lb := range b {
-		ends[p] = lb.end
+		ends[p] = lb.End
 	}
 	return ends, missing, nil
 }
@@ -273,19 +274,9 @@ func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts 
 // validTopics checks the topics of flag.
 func validTopics(flag string, topics []string) error {
 	for _, t := range topics {
-		if err := validTopic(t); err != nil {
+		if err := admin.ValidTopic(t); err != nil {
 			return usage(fmt.Errorf("%s: %w", flag, err))
 		}
-	}
-	return nil
-}
-
-// validTopic checks a topic name as Kafka does.
-func validTopic(t string) error {
-	if t == "" || len(t) > 249 || t == "." || t == ".." || strings.IndexFunc(t, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-	}) >= 0 {
-		return fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -137,7 +138,7 @@ func (o *replicasListOptions) run(ctx context.Context, cmd *cobra.Command) error
 	defer cancel()
 	for _, m := range snap.Members {
 		ps := claims[m.ID]
-		sortPartitions(ps)
+		slices.SortFunc(ps, coordinator.Partition.Compare)
 		names := make([]string, len(ps))
 		for i, p := range ps {
 			names[i] = p.String()

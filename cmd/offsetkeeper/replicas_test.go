@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -27,7 +28,7 @@ func TestReplicasList(t *testing.T) {
 	})
 	snap := e.snapshot()
 	claims := map[string][]string{}
-	for _, p := range groupPartitions(snap) {
+	for _, p := range admin.GroupPartitions(snap) {
 		if c, ok := snap.Claims[p]; ok {
 			claims[c.Replica] = append(claims[c.Replica], p.String())
 		}

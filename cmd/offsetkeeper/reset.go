@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/admin"
 )
 
 // testHookBeforeApply, when set, runs after the plan is read and before it
@@ -38,10 +37,10 @@ type resetOptions struct {
 	target     string   // the one target, when there is one
 	outputSet  bool
 	executeEnv bool
-	scopes     []topicScope
-	at         time.Time     // --to-datetime
-	ago        time.Duration // --by-duration: run plans at now minus it
-	lines      []fileLine    // --from-file
+	scopes     []admin.TopicScope
+	at         time.Time        // --to-datetime
+	ago        time.Duration    // --by-duration: run plans at now minus it
+	lines      []admin.PlanLine // --from-file
 }
 
 func newOffsetsResetCommand() *cobra.Command {
@@ -121,15 +120,15 @@ needs the log bounds.`,
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable (run and offsets describe take whole topics: --topics T,T)")
 	fs.BoolVar(&o.allTopics, "all-topics", false, "scope: every topic found in the group's keys in etcd")
-	fs.BoolVar(&o.earliest, toEarliest, false, "target: the log start offset")
-	fs.BoolVar(&o.latest, toLatest, false, "target: the log end (last stable offset)")
-	fs.BoolVar(&o.current, toCurrent, false, "target: the committed offset itself (a running owner re-reads from it)")
-	fs.Var(&int64Flag{&o.offset, "offset", "want an offset, an integer 0 or more"}, toOffset, "target: this offset (an integer, 0 or more)")
-	fs.Var(&int64Flag{&o.shift, "delta", "want an integer, negative to go back (-100) or positive to skip ahead (100)"}, shiftBy,
+	fs.BoolVar(&o.earliest, admin.ToEarliest, false, "target: the log start offset")
+	fs.BoolVar(&o.latest, admin.ToLatest, false, "target: the log end (last stable offset)")
+	fs.BoolVar(&o.current, admin.ToCurrent, false, "target: the committed offset itself (a running owner re-reads from it)")
+	fs.Var(&int64Flag{&o.offset, "offset", "want an offset, an integer 0 or more"}, admin.ToOffset, "target: this offset (an integer, 0 or more)")
+	fs.Var(&int64Flag{&o.shift, "delta", "want an integer, negative to go back (-100) or positive to skip ahead (100)"}, admin.ShiftBy,
 		"target: the committed offset plus this (an integer; negative goes back)")
-	fs.StringVar(&o.datetime, toDatetime, "", "target: the first offset at or after this RFC 3339 time, e.g. 2026-12-01T10:00:00Z")
-	fs.StringVar(&o.duration, byDuration, "", "target: --to-datetime now minus this: PT1H, P1DT12H, 90m, 1h30m")
-	fs.StringVar(&o.file, fromFile, "", "target and scope: a CSV file of topic,partition,offset lines, as --export prints")
+	fs.StringVar(&o.datetime, admin.ToDatetime, "", "target: the first offset at or after this RFC 3339 time, e.g. 2026-12-01T10:00:00Z")
+	fs.StringVar(&o.duration, admin.ByDuration, "", "target: --to-datetime now minus this: PT1H, P1DT12H, 90m, 1h30m")
+	fs.StringVar(&o.file, admin.FromFile, "", "target and scope: a CSV file of topic,partition,offset lines, as --export prints")
 	fs.BoolVar(&o.execute, "execute", false, "apply the plan (default: only print it)")
 	fs.BoolVar(&o.export, "export", false, "print the plan as CSV (topic,partition,offset) for --from-file")
 	return cmd
@@ -142,7 +141,7 @@ func (o *resetOptions) complete(cmd *cobra.Command) error {
 	o.executeEnv = fromEnv(fs.Lookup("execute")) && o.execute
 	o.outputSet = fs.Changed("output")
 	o.targets = nil
-	for _, name := range resetTargets {
+	for _, name := range admin.Targets {
 		if !fs.Changed(name) {
 			continue
 		}
@@ -151,7 +150,7 @@ func (o *resetOptions) complete(cmd *cobra.Command) error {
 		}
 		o.targets = append(o.targets, name)
 	}
-	scopes, err := parseScopes(o.topics)
+	scopes, err := admin.ParseScopes(o.topics)
 	if err != nil {
 		return err
 	}
@@ -161,16 +160,16 @@ func (o *resetOptions) complete(cmd *cobra.Command) error {
 	}
 	o.target = o.targets[0]
 	switch o.target {
-	case toDatetime:
-		if o.at, err = parseDatetime(o.datetime); err != nil {
+	case admin.ToDatetime:
+		if o.at, err = admin.ParseDatetime(o.datetime); err != nil {
 			return usage(fmt.Errorf("--to-datetime %w", err))
 		}
-	case byDuration:
-		if o.ago, err = parseAgo(o.duration); err != nil {
+	case admin.ByDuration:
+		if o.ago, err = admin.ParseAgo(o.duration); err != nil {
 			return usage(fmt.Errorf("--by-duration %w", err))
 		}
-	case fromFile:
-		if o.lines, err = readPlanFile(o.file); err != nil {
+	case admin.FromFile:
+		if o.lines, err = admin.ReadPlanFile(o.file); err != nil {
 			return usage(err)
 		}
 	}
@@ -183,10 +182,10 @@ func (o *resetOptions) validate() error {
 	}
 	switch len(o.targets) {
 	case 0:
-		return usagef("no target: give exactly one of %s", targetList())
+		return usagef("no target: give exactly one of %s", admin.TargetList())
 	case 1:
 	default:
-		return usagef("--%s conflict: give exactly one of %s", strings.Join(o.targets, " and --"), targetList())
+		return usagef("--%s conflict: give exactly one of %s", strings.Join(o.targets, " and --"), admin.TargetList())
 	}
 	switch {
 	case o.executeEnv:
@@ -197,18 +196,18 @@ func (o *resetOptions) validate() error {
 		return usagef("--export and -o %s conflict: --export prints CSV", o.admin.output.format)
 	}
 	switch {
-	case o.target == fromFile && (len(o.topics) > 0 || o.allTopics):
+	case o.target == admin.FromFile && (len(o.topics) > 0 || o.allTopics):
 		return usagef("--from-file and %s conflict: the file names its own partitions", scopeFlag(o))
-	case o.target == fromFile:
+	case o.target == admin.FromFile:
 	case len(o.topics) > 0 && o.allTopics:
 		return usagef("--topic and --all-topics conflict: give one")
 	case len(o.topics) == 0 && !o.allTopics:
 		return usagef("no scope: give --topic TOPIC (repeatable), --topic TOPIC:P,P... or --all-topics")
 	}
 	switch {
-	case o.target == toOffset && o.offset < 0:
+	case o.target == admin.ToOffset && o.offset < 0:
 		return usagef("--to-offset %d: offsets are never negative; want 0 or more (to go back from the committed offset use --shift-by %d)", o.offset, o.offset)
-	case o.target == byDuration && time.Now().Add(-o.ago).UnixMilli() < 0:
+	case o.target == admin.ByDuration && time.Now().Add(-o.ago).UnixMilli() < 0:
 		return usagef("--by-duration %q: reaches back to %s, before 1970, when Kafka's record times start; want a shorter duration",
 			o.duration, time.Now().Add(-o.ago).UTC().Format(time.RFC3339))
 	}
@@ -223,61 +222,28 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	defer s.Close()
 	coord, snap := s.coord, s.snap
-	if o.target == byDuration {
+	if o.target == admin.ByDuration {
 		o.at = time.Now().Add(-o.ago)
 	}
 
-	// The topics in scope.
-	var topics []string
-	switch {
-	case o.target == fromFile:
-		for _, l := range o.lines {
-			if !slices.Contains(topics, l.p.Topic) {
-				topics = append(topics, l.p.Topic)
-			}
-		}
-	case o.allTopics:
-		topics = groupTopics(snap)
-		if len(topics) == 0 {
-			return usagef("--all-topics: group %q has no offsets, claims or intents, so no topics; name them with --topic", o.admin.cluster.group)
-		}
-	default:
-		for _, s := range o.scopes {
-			topics = append(topics, s.topic)
-		}
-	}
-
-	k, kctx, done := o.admin.kafka(ctx, topics)
-	defer done()
-	known, missing, err := k.partitions(kctx, topics)
-	if err != nil {
-		return o.kafkaError(err)
-	}
-	parts, err := o.partitionsInScope(snap, known, missing, stderr)
+	r := admin.Reset{Target: admin.Target{Kind: o.target, Offset: o.offset, Shift: o.shift}, At: o.at,
+		Topics: o.scopes, AllTopics: o.allTopics, File: o.file, Lines: o.lines}
+	topics, err := r.ScopeTopics(o.admin.cluster.group, snap)
 	if err != nil {
 		return err
 	}
-	bounds, err := k.bounds(kctx, parts)
+	k, kctx, done := o.admin.kafka(ctx, topics)
+	defer done()
+	p, err := r.Plan(kctx, o.admin.cluster.group, snap, k, func(w string) { fmt.Fprintf(stderr, "warning: %s\n", w) })
 	if err != nil {
 		return o.kafkaError(err)
 	}
-	var atTime map[coordinator.Partition]int64
-	if o.target == toDatetime || o.target == byDuration {
-		if atTime, err = k.offsetsAt(kctx, parts, o.at); err != nil {
-			return o.kafkaError(err)
-		}
-	}
 	k.Close()
-
-	rows, warnings := planReset(o.resetTarget(atTime), parts, snap.Offsets, bounds)
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-	}
-	plan := &planView{Group: o.admin.cluster.group, Partitions: rows}
+	plan := &planView{p}
 
 	out := cmd.OutOrStdout()
 	if o.export {
-		return writeExport(out, plan.Partitions)
+		return admin.WriteExport(out, plan.Partitions)
 	}
 	if !o.execute {
 		if err := o.admin.output.print(out, plan); err != nil {
@@ -294,32 +260,31 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if testHookBeforeApply != nil {
 		testHookBeforeApply()
 	}
-	applyErr := o.apply(ctx, coord, plan)
+	applyErr := plan.Apply(ctx, coord, o.admin.etcdTimeout, o.admin.etcdError)
 	if err := o.admin.output.print(out, plan); err != nil {
 		return err
 	}
 	return applyErr
 }
 
-// resetTarget is the planner's target from the flags; atTime is Kafka's
-// answer for the time targets.
-func (o *resetOptions) resetTarget(atTime map[coordinator.Partition]int64) resetTarget {
-	t := resetTarget{kind: o.target, offset: o.offset, shift: o.shift, atTime: atTime}
-	if o.target == fromFile {
-		t.file = make(map[coordinator.Partition]int64, len(o.lines))
-		for _, l := range o.lines {
-			t.file[l.p] = l.offset
-		}
-	}
-	return t
-}
-
 func (o *resetOptions) kafkaError(err error) error {
+	var ie *admin.InputError
+	if errors.As(err, &ie) {
+		return err
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w (waited --kafka-timeout %s)", err, o.admin.kafkaTimeout)
 	}
-	if errors.Is(err, errKafkaUnreachable) {
+	if errors.Is(err, admin.ErrKafkaUnreachable) {
 		return fmt.Errorf("%w: a reset needs the log bounds to plan; nothing changed", err)
 	}
 	return fmt.Errorf("%w; nothing changed", err)
+}
+
+// scopeFlag is the scope flag given, for messages.
+func scopeFlag(o *resetOptions) string {
+	if o.allTopics {
+		return "--all-topics"
+	}
+	return "--topic"
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -161,7 +162,7 @@ func resetLive(t *testing.T, e *opsEnv, target string, next, generation int64) {
 		t.Fatalf("reset %s: %+v, want one partition", target, plan)
 	}
 	row := plan.Partitions[0]
-	if !plan.Executed || row.Status != statusReset || row.New != next || row.Generation == nil || *row.Generation != generation {
+	if !plan.Executed || row.Status != admin.StatusReset || row.New != next || row.Generation == nil || *row.Generation != generation {
 		t.Fatalf("reset %s: %+v, want live/0 reset to %d, generation %d", target, row, next, generation)
 	}
 	// The owner sees the reset through its watch and may have delivered

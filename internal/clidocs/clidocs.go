@@ -1,10 +1,13 @@
 //go:build !nodev
 
-// The reference is of the default build, the one with dev; a -tags nodev
-// build (the container image) leaves this file out, and with it cobra/doc
-// and its Markdown and roff renderers (about 350 kB of the binary).
-
-package main
+// Package clidocs generates the CLI reference from the commands (cobra/doc)
+// so that it cannot drift from them: a Markdown page per command in
+// docs/cli, a man page per command in docs/cli/man, and the sinks' URL
+// parameter tables in their pages of docs/. Only cmd/offsetkeeper's tests
+// call it; a -tags nodev build (the container image) leaves it out, and
+// with it cobra/doc and its Markdown and roff renderers (about 350 kB of
+// the binary).
+package clidocs
 
 import (
 	"bytes"
@@ -22,19 +25,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
-	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 )
 
-// The CLI reference, generated from the commands (cobra/doc) so that it
-// cannot drift from them: a Markdown page per command in docs/cli and a
-// man page per command in docs/cli/man. TestCLIDocsUpToDate fails when
-// docs/cli is not what writeCLIDocs makes of the default build's commands;
-// cliDocsRegenerate says how to regenerate it.
+// TestCLIDocsUpToDate (cmd/offsetkeeper) fails when docs/cli is not what
+// Write makes of the default build's commands; Regenerate says how to
+// regenerate it.
 
 const (
-	// cliDocsRegenerate is the command that rewrites docs/cli.
-	cliDocsRegenerate = "OFFSETKEEPER_UPDATE_DOCS=1 go test ./cmd/offsetkeeper -run TestCLIDocsUpToDate"
+	// Regenerate is the command that rewrites docs/cli.
+	Regenerate = "OFFSETKEEPER_UPDATE_DOCS=1 go test ./cmd/offsetkeeper -run TestCLIDocsUpToDate"
 	// cliDocsManSubdir holds the man pages, under the Markdown pages' directory.
 	cliDocsManSubdir = "man"
 )
@@ -45,14 +45,20 @@ const (
 // the reference was laid out.
 var cliDocsManDate = time.Date(2026, time.December, 1, 0, 0, 0, 0, time.UTC)
 
-// cliOnlyFlags are the flags that bindEnv sets from the environment but
-// whose command then refuses the variable: they are taken from the command
-// line only. Keyed by "<command path> --<flag>"; the value says why.
-var cliOnlyFlags = map[string]string{
-	"offsetkeeper offsets reset --execute": "command line only, so that a reset is never applied by accident",
+// Env says how flags map to environment variables: Name is the variable
+// of a flag; CLIOnly are the flags whose command refuses the variable
+// (taken from the command line only), keyed by "<command path> --<flag>",
+// the value saying why.
+// Prefix is the variables' prefix (OFFSETKEEPER_); Passwords are the
+// variables of passwords, each beside the flag of its user (etcd-user).
+type Env struct {
+	Name      func(flag string) string
+	Prefix    string
+	CLIOnly   map[string]string
+	Passwords [][2]string
 }
 
-// writeCLIDocs writes the reference of root's command tree into dir: a
+// Write writes the reference of root's command tree into dir: a
 // Markdown page per available command (offsetkeeper_offsets_reset.md), each
 // with a table of its flags' OFFSETKEEPER_* variables and defaults, a
 // README.md index, and the man pages in dir/man
@@ -61,7 +67,7 @@ var cliOnlyFlags = map[string]string{
 // man/offsetkeeper*.1) that root no longer has are removed; nothing else
 // in dir is touched. root is changed (its help commands and flags are
 // initialised, the auto-generated tag turned off): pass a fresh tree.
-func writeCLIDocs(root *cobra.Command, dir string) error {
+func Write(root *cobra.Command, dir string, env Env) error {
 	manDir := filepath.Join(dir, cliDocsManSubdir)
 	if err := os.MkdirAll(manDir, 0o755); err != nil {
 		return fmt.Errorf("cli docs: %w", err)
@@ -97,14 +103,14 @@ func writeCLIDocs(root *cobra.Command, dir string) error {
 		Manual:  "offsetkeeper manual",
 	}
 	for _, c := range cmds {
-		vars := cliEnvVars(c)
+		vars := EnvVars(c, env)
 
 		var md bytes.Buffer
-		fmt.Fprintf(&md, "<!-- Generated from the commands' help by writeCLIDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", cliDocsRegenerate)
+		fmt.Fprintf(&md, "<!-- Generated from the commands' help by writeCLIDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", Regenerate)
 		if err := doc.GenMarkdownCustom(c, &md, func(s string) string { return s }); err != nil {
 			return fmt.Errorf("cli docs: %s: %w", c.CommandPath(), err)
 		}
-		page := insertBefore(md.Bytes(), "\n### SEE ALSO\n", markdownEnv(vars))
+		page := insertBefore(md.Bytes(), "\n### SEE ALSO\n", markdownEnv(vars, env.Prefix))
 		if err := write(markdownName(c), page); err != nil {
 			return err
 		}
@@ -114,9 +120,9 @@ func writeCLIDocs(root *cobra.Command, dir string) error {
 		if err := doc.GenMan(c, &h, &man); err != nil {
 			return fmt.Errorf("cli docs: %s: %w", c.CommandPath(), err)
 		}
-		page = insertBefore(man.Bytes(), "\n.SH SEE ALSO\n", manEnv(vars))
+		page = insertBefore(man.Bytes(), "\n.SH SEE ALSO\n", manEnv(vars, env.Prefix))
 		page = append([]byte(`.\" Generated from the commands' help by writeCLIDocs (cmd/offsetkeeper/clidocs.go): do not edit.`+"\n"+
-			`.\" `+cliDocsRegenerate+"\n"), page...)
+			`.\" `+Regenerate+"\n"), page...)
 		if err := write(filepath.Join(cliDocsManSubdir, manName(c)), page); err != nil {
 			return err
 		}
@@ -152,60 +158,56 @@ func manName(c *cobra.Command) string {
 	return strings.ReplaceAll(c.CommandPath(), " ", "-") + ".1"
 }
 
-// cliEnvVar is one environment variable a command reads.
-type cliEnvVar struct {
-	name    string // OFFSETKEEPER_GROUP
-	flag    string // --group; empty for a variable of no flag
-	def     string // the default, as the variable would give it
-	defNote string // the default, in words, where def is empty: the flag's usage says it
-	comment string // what else to know
-	refused bool   // a variable the command refuses (cliOnlyFlags)
+// EnvVar is one environment variable a command reads.
+type EnvVar struct {
+	Name        string // OFFSETKEEPER_GROUP
+	Flag        string // --group; empty for a variable of no flag
+	Default     string // the default, as the variable would give it
+	DefaultNote string // the default, in words, where Default is empty: the flag's usage says it
+	Comment     string // what else to know
+	Refused     bool   // a variable the command refuses (Env.CLIOnly)
 }
 
-// cliEnvVars are the variables c reads: one per flag (bindEnv's
+// EnvVars are the variables c reads: one per flag (bindEnv's
 // envName), for the commands that run through runE, which are those with
 // flags other than --help and --version outside the completion command
 // (cobra's, which reads none); then the passwords, which have no flag.
-func cliEnvVars(c *cobra.Command) []cliEnvVar {
+func EnvVars(c *cobra.Command, env Env) []EnvVar {
 	for p := c; p != nil; p = p.Parent() {
 		if p.Name() == "completion" && p.Parent() == c.Root() {
 			return nil
 		}
 	}
-	var vars []cliEnvVar
+	var vars []EnvVar
 	has := map[string]*pflag.Flag{}
 	c.Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Name == "help" || f.Name == "version" || f.Hidden || f.Deprecated != "" {
 			return
 		}
 		has[f.Name] = f
-		v := cliEnvVar{name: envName(f.Name), flag: "--" + f.Name, def: envDefault(f)}
-		if m := usageDefault.FindStringSubmatch(f.Usage); m != nil && v.def == "" {
-			v.defNote = m[1]
+		v := EnvVar{Name: env.Name(f.Name), Flag: "--" + f.Name, Default: envDefault(f)}
+		if m := usageDefault.FindStringSubmatch(f.Usage); m != nil && v.Default == "" {
+			v.DefaultNote = m[1]
 		}
-		if why, ok := cliOnlyFlags[c.CommandPath()+" --"+f.Name]; ok {
-			v.comment, v.refused, v.def, v.defNote = "refused: "+why, true, "", ""
+		if why, ok := env.CLIOnly[c.CommandPath()+" --"+f.Name]; ok {
+			v.Comment, v.Refused, v.Default, v.DefaultNote = "refused: "+why, true, "", ""
 		}
 		vars = append(vars, v)
 	})
 	if len(vars) == 0 {
 		return nil
 	}
-	for _, pw := range []struct{ user, env string }{
-		{"etcd-user", envEtcdPassword},
-		{"kafka-user", envKafkaPassword},
-		{"schema-registry-user", envRegistryPassword},
-	} {
-		if _, ok := has[pw.user]; ok {
-			vars = append(vars, cliEnvVar{name: pw.env, comment: fmt.Sprintf("the --%s's password (no flag: a password never shows in ps)", pw.user)})
+	for _, pw := range env.Passwords {
+		if _, ok := has[pw[0]]; ok {
+			vars = append(vars, EnvVar{Name: pw[1], Comment: fmt.Sprintf("the --%s's password (no flag: a password never shows in ps)", pw[0])})
 		}
 	}
 	if f, ok := has["sink"]; ok {
 		if strings.Contains(f.Usage, "clickhouse://") {
-			vars = append(vars, cliEnvVar{name: clickhouse.PasswordEnv, comment: "a clickhouse:// sink's password"})
+			vars = append(vars, EnvVar{Name: clickhouse.PasswordEnv, Comment: "a clickhouse:// sink's password"})
 		}
 		if strings.Contains(f.Usage, "postgres://") {
-			vars = append(vars, cliEnvVar{name: "PGPASSWORD", comment: "a postgres:// sink's password (and the other PG* variables of libpq, read by pgx)"})
+			vars = append(vars, EnvVar{Name: "PGPASSWORD", Comment: "a postgres:// sink's password (and the other PG* variables of libpq, read by pgx)"})
 		}
 	}
 	return vars
@@ -232,33 +234,33 @@ func envDefault(f *pflag.Flag) string {
 }
 
 // markdownEnv is the "Environment" section of a command's page.
-func markdownEnv(vars []cliEnvVar) []byte {
+func markdownEnv(vars []EnvVar, prefix string) []byte {
 	if len(vars) == 0 {
 		return nil
 	}
 	var b bytes.Buffer
 	b.WriteString("\n### Environment\n\n")
-	b.WriteString("A flag not given on the command line is read from its variable (" + envPrefix + " and the flag's name\n")
+	b.WriteString("A flag not given on the command line is read from its variable (" + prefix + " and the flag's name\n")
 	b.WriteString("in upper case, '-' as '_'); the command line wins. A variable that no command reads is\n")
 	b.WriteString("refused when it is a near miss of one, else warned of.\n\n")
 	b.WriteString("| variable | flag | default |\n|---|---|---|\n")
 	for _, v := range vars {
-		name, def := "`"+v.name+"`", ""
+		name, def := "`"+v.Name+"`", ""
 		switch {
-		case v.def != "":
-			def = "`" + strings.ReplaceAll(v.def, "|", `\|`) + "`"
-		case v.defNote != "":
-			def = strings.ReplaceAll(v.defNote, "|", `\|`)
+		case v.Default != "":
+			def = "`" + strings.ReplaceAll(v.Default, "|", `\|`) + "`"
+		case v.DefaultNote != "":
+			def = strings.ReplaceAll(v.DefaultNote, "|", `\|`)
 		}
-		flag := v.flag
+		flag := v.Flag
 		if flag != "" {
 			flag = "`" + flag + "`"
 		}
-		if v.comment != "" {
+		if v.Comment != "" {
 			if flag != "" {
 				flag += ": "
 			}
-			flag += v.comment
+			flag += v.Comment
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, flag, def)
 	}
@@ -266,27 +268,27 @@ func markdownEnv(vars []cliEnvVar) []byte {
 }
 
 // manEnv is the ENVIRONMENT section of a command's man page (roff).
-func manEnv(vars []cliEnvVar) []byte {
+func manEnv(vars []EnvVar, prefix string) []byte {
 	if len(vars) == 0 {
 		return nil
 	}
 	var b bytes.Buffer
 	b.WriteString("\n.SH ENVIRONMENT\n.PP\n")
-	b.WriteString(roff("A flag not given on the command line is read from its variable ("+envPrefix+" and the flag's name in upper case, '-' as '_'); the command line wins.") + "\n")
+	b.WriteString(roff("A flag not given on the command line is read from its variable ("+prefix+" and the flag's name in upper case, '-' as '_'); the command line wins.") + "\n")
 	for _, v := range vars {
-		b.WriteString(".TP\n\\fB" + roff(v.name) + "\\fP\n")
+		b.WriteString(".TP\n\\fB" + roff(v.Name) + "\\fP\n")
 		var what []string
-		if v.flag != "" {
-			what = append(what, v.flag)
+		if v.Flag != "" {
+			what = append(what, v.Flag)
 		}
-		if v.comment != "" {
-			what = append(what, v.comment)
+		if v.Comment != "" {
+			what = append(what, v.Comment)
 		}
 		switch {
-		case v.def != "":
-			what = append(what, "default "+v.def)
-		case v.defNote != "":
-			what = append(what, "default: "+v.defNote)
+		case v.Default != "":
+			what = append(what, "default "+v.Default)
+		case v.DefaultNote != "":
+			what = append(what, "default: "+v.DefaultNote)
 		}
 		b.WriteString(roff(strings.Join(what, "; ")) + "\n")
 	}
@@ -322,13 +324,13 @@ func insertBefore(page []byte, mark string, add []byte) []byte {
 // cliDocsIndex is docs/cli/README.md: the pages, by command.
 func cliDocsIndex(cmds []*cobra.Command) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "<!-- Generated by writeCLIDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", cliDocsRegenerate)
+	fmt.Fprintf(&b, "<!-- Generated by writeCLIDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", Regenerate)
 	b.WriteString("# offsetkeeper CLI reference\n\n")
 	b.WriteString("One page per command, generated from its `--help` (usage, flags, examples), with the\n")
 	b.WriteString("`OFFSETKEEPER_*` variable and the default of each flag; the same as man pages in\n")
 	b.WriteString("[`man/`](man/) (`man -l docs/cli/man/offsetkeeper-run.1`). `TestCLIDocsUpToDate` fails\n")
 	b.WriteString("when these pages are not what the commands say; regenerate them with\n\n")
-	fmt.Fprintf(&b, "```sh\n%s\n```\n\n", cliDocsRegenerate)
+	fmt.Fprintf(&b, "```sh\n%s\n```\n\n", Regenerate)
 	b.WriteString("| command | page | man page |\n|---|---|---|\n")
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "| `%s` — %s | [%s](%s) | [%s](man/%s) |\n",
@@ -341,7 +343,7 @@ func cliDocsIndex(cmds []*cobra.Command) []byte {
 // docs/clickhouse.md), generated from the Params of each sink's
 // Descriptor, each between <!-- params:NAME --> and <!-- /params --> in the
 // page its Doc names. The rest of the page is not touched.
-// TestCLIDocsUpToDate checks them with docs/cli, and cliDocsRegenerate
+// TestCLIDocsUpToDate checks them with docs/cli, and Regenerate
 // rewrites them too.
 
 const sinkParamsEnd = "<!-- /params -->"
@@ -381,7 +383,7 @@ func sinkParamBlocks(table sinks.Table) []sinkParamBlock {
 // between the markers, under a comment naming where it comes from.
 func sinkParamTable(from string, rows [][3]string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n<!-- Generated from %s by writeSinkParamDocs (cmd/offsetkeeper/clidocs.go): do not edit.\n     %s -->\n\n", from, cliDocsRegenerate)
+	fmt.Fprintf(&b, "\n<!-- Generated from %s by clidocs.WriteSinkParams (internal/clidocs): do not edit.\n     %s -->\n\n", from, Regenerate)
 	b.WriteString("| parameter | default | meaning |\n|---|---|---|\n")
 	esc := strings.NewReplacer("|", `\|`).Replace
 	for _, r := range rows {
@@ -410,13 +412,13 @@ func passedParamList(ps []sinks.Param) string {
 	return strings.Join(parts, "; ")
 }
 
-// sinkParamDocs are the pages of docsDir that hold sink parameter blocks,
+// SinkParams are the pages of docsDir that hold sink parameter blocks,
 // by name, as they should be: as they are, with each block's text
 // regenerated. A page without its block's markers, or with them twice, is
 // an error.
-func sinkParamDocs(docsDir string) (map[string][]byte, error) {
+func SinkParams(docsDir string, table sinks.Table) (map[string][]byte, error) {
 	pages := map[string][]byte{}
-	for _, blk := range sinkParamBlocks(builtin.Sinks()) {
+	for _, blk := range sinkParamBlocks(table) {
 		page, ok := pages[blk.page]
 		if !ok {
 			b, err := os.ReadFile(filepath.Join(docsDir, blk.page))
@@ -442,10 +444,10 @@ func sinkParamDocs(docsDir string) (map[string][]byte, error) {
 	return pages, nil
 }
 
-// writeSinkParamDocs regenerates the sink parameter blocks of the pages in
+// WriteSinkParams regenerates the sink parameter blocks of the pages in
 // docsDir, writing only the pages that change.
-func writeSinkParamDocs(docsDir string) error {
-	pages, err := sinkParamDocs(docsDir)
+func WriteSinkParams(docsDir string, table sinks.Table) error {
+	pages, err := SinkParams(docsDir, table)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -14,41 +14,42 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-// kafkaAdmin asks Kafka the few questions the operator commands have: which
+// Kafka asks Kafka the few questions the operator commands have: which
 // partitions a topic has, where each partition's log starts and ends, and
 // which offset a time corresponds to. Log ends are read_committed: the last
 // stable offset, where a replica's reading ends.
-type kafkaAdmin struct {
+type Kafka struct {
 	brokers []string
 	client  *kafka.Client
 	err     error // why there is no client: every question returns it
 }
 
-func newKafkaAdmin(brokers []string, timeout time.Duration, topics []string, auth kafkaAuth) *kafkaAdmin {
-	cfg := kafka.Config{Brokers: brokers, DialTimeout: timeout, RequestTimeout: timeout, ClientID: "offsetkeeper-cli"}
-	auth.apply(&cfg) // TLS and SASL (sasl.go)
+// NewKafka returns the questions' client of the brokers in cfg, which
+// keeps the metadata of topics; it connects lazily. An error of cfg is
+// the answer to every question.
+func NewKafka(cfg kafka.Config, topics ...string) *Kafka {
 	c, err := kafka.NewClient(cfg, topics...)
-	return &kafkaAdmin{brokers: brokers, client: c, err: err}
+	return &Kafka{brokers: cfg.Brokers, client: c, err: err}
 }
 
 // Close ends the connections and the transport's goroutines.
-func (k *kafkaAdmin) Close() {
+func (k *Kafka) Close() {
 	if k.client != nil {
 		_ = k.client.Close()
 	}
 }
 
-// errKafkaUnreachable marks a failure to talk to Kafka at all, as opposed to
+// ErrKafkaUnreachable marks a failure to talk to Kafka at all, as opposed to
 // an answer that refuses something.
-var errKafkaUnreachable = errors.New("kafka unreachable")
+var ErrKafkaUnreachable = errors.New("kafka unreachable")
 
-func (k *kafkaAdmin) unreachable(err error) error {
-	return fmt.Errorf("%w at %s: %w", errKafkaUnreachable, strings.Join(k.brokers, ","), err)
+func (k *Kafka) unreachable(err error) error {
+	return fmt.Errorf("%w at %s: %w", ErrKafkaUnreachable, strings.Join(k.brokers, ","), err)
 }
 
-// partitions returns the partition ids of each topic Kafka knows, sorted,
+// Partitions returns the partition ids of each topic Kafka knows, sorted,
 // and the topics it does not know.
-func (k *kafkaAdmin) partitions(ctx context.Context, topics []string) (map[string][]int, []string, error) {
+func (k *Kafka) Partitions(ctx context.Context, topics []string) (map[string][]int, []string, error) {
 	if k.err != nil {
 		return nil, nil, k.err
 	}
@@ -63,13 +64,13 @@ func (k *kafkaAdmin) partitions(ctx context.Context, topics []string) (map[strin
 	return found, missing, nil
 }
 
-// logBounds is where a partition's log starts and where it ends for a
+// LogBounds is where a partition's log starts and where it ends for a
 // read_committed reader.
-type logBounds struct{ earliest, end int64 }
+type LogBounds struct{ Earliest, End int64 }
 
-// bounds returns the log bounds of every partition in ps.
-func (k *kafkaAdmin) bounds(ctx context.Context, ps []coordinator.Partition) (map[coordinator.Partition]logBounds, error) {
-	out := make(map[coordinator.Partition]logBounds, len(ps))
+// Bounds returns the log bounds of every partition in ps.
+func (k *Kafka) Bounds(ctx context.Context, ps []coordinator.Partition) (map[coordinator.Partition]LogBounds, error) {
+	out := make(map[coordinator.Partition]LogBounds, len(ps))
 	if len(ps) == 0 {
 		return out, nil
 	}
@@ -82,15 +83,15 @@ func (k *kafkaAdmin) bounds(ctx context.Context, ps []coordinator.Partition) (ma
 		return nil, err
 	}
 	for _, p := range ps {
-		out[p] = logBounds{earliest: earliest[p], end: end[p]}
+		out[p] = LogBounds{Earliest: earliest[p], End: end[p]}
 	}
 	return out, nil
 }
 
-// offsetsAt returns, for every partition in ps, the first offset whose
+// OffsetsAt returns, for every partition in ps, the first offset whose
 // record timestamp is at or after t, or -1 where there is none (t is after
 // the last record).
-func (k *kafkaAdmin) offsetsAt(ctx context.Context, ps []coordinator.Partition, t time.Time) (map[coordinator.Partition]int64, error) {
+func (k *Kafka) OffsetsAt(ctx context.Context, ps []coordinator.Partition, t time.Time) (map[coordinator.Partition]int64, error) {
 	if len(ps) == 0 {
 		return map[coordinator.Partition]int64{}, nil
 	}
@@ -100,7 +101,7 @@ func (k *kafkaAdmin) offsetsAt(ctx context.Context, ps []coordinator.Partition, 
 // listOffsets asks, with one request per broker, for the offset of every
 // partition in ps at ts (kafka.ListEarliest, kafka.ListLatest or a time in
 // milliseconds), read_committed. what names the offset in errors.
-func (k *kafkaAdmin) listOffsets(ctx context.Context, ps []coordinator.Partition, ts int64, what string) (map[coordinator.Partition]int64, error) {
+func (k *Kafka) listOffsets(ctx context.Context, ps []coordinator.Partition, ts int64, what string) (map[coordinator.Partition]int64, error) {
 	tps := make([]sinks.Partition, len(ps))
 	for i, p := range ps {
 		tps[i] = sinks.Partition{Topic: p.Topic, Partition: p.Partition}

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"math"
@@ -21,42 +21,42 @@ func TestPlanReset(t *testing.T) {
 	// p0: log [0, 20) committed 10; p1: [0, 20) committed 15; p2: [5, 20),
 	// nothing committed.
 	committed := map[coordinator.Partition]coordinator.Offsets{p0: {Next: 10}, p1: {Next: 15}}
-	bounds := map[coordinator.Partition]logBounds{p0: {0, 20}, p1: {0, 20}, p2: {5, 20}}
+	bounds := map[coordinator.Partition]LogBounds{p0: {0, 20}, p1: {0, 20}, p2: {5, 20}}
 
 	// want is each partition's new offset, "c" after it when clamped; a
 	// partition left out is missing.
 	type want map[coordinator.Partition]string
 	tests := []struct {
 		name     string
-		target   resetTarget
+		target   Target
 		want     want
 		warnings []string // each in one warning, in order
 	}{
-		{"to-earliest", resetTarget{kind: toEarliest}, want{p0: "0", p1: "0", p2: "5"}, nil},
-		{"to-latest", resetTarget{kind: toLatest}, want{p0: "20", p1: "20", p2: "20"}, nil},
-		{"to-current leaves out the uncommitted", resetTarget{kind: toCurrent}, want{p0: "10", p1: "15"},
+		{"to-earliest", Target{Kind: ToEarliest}, want{p0: "0", p1: "0", p2: "5"}, nil},
+		{"to-latest", Target{Kind: ToLatest}, want{p0: "20", p1: "20", p2: "20"}, nil},
+		{"to-current leaves out the uncommitted", Target{Kind: ToCurrent}, want{p0: "10", p1: "15"},
 			[]string{"orders/2 has no committed offset: left out of --to-current"}},
-		{"to-offset inside", resetTarget{kind: toOffset, offset: 7}, want{p0: "7", p1: "7", p2: "7"}, nil},
-		{"to-offset before the log start", resetTarget{kind: toOffset, offset: 2}, want{p0: "2", p1: "2", p2: "5c"},
+		{"to-offset inside", Target{Kind: ToOffset, Offset: 7}, want{p0: "7", p1: "7", p2: "7"}, nil},
+		{"to-offset before the log start", Target{Kind: ToOffset, Offset: 2}, want{p0: "2", p1: "2", p2: "5c"},
 			[]string{"orders/2: offset 2 is before the log start 5; using 5"}},
-		{"to-offset past the log end", resetTarget{kind: toOffset, offset: 99}, want{p0: "20c", p1: "20c", p2: "20c"},
+		{"to-offset past the log end", Target{Kind: ToOffset, Offset: 99}, want{p0: "20c", p1: "20c", p2: "20c"},
 			[]string{"orders/0: offset 99 is past the log end 20", "orders/1: offset 99", "orders/2: offset 99"}},
-		{"shift-by back", resetTarget{kind: shiftBy, shift: -12}, want{p0: "0c", p1: "3"},
+		{"shift-by back", Target{Kind: ShiftBy, Shift: -12}, want{p0: "0c", p1: "3"},
 			[]string{"orders/0: offset -2 is before the log start 0; using 0", "orders/2 has no committed offset: left out of --shift-by"}},
-		{"shift-by ahead", resetTarget{kind: shiftBy, shift: 5}, want{p0: "15", p1: "20"},
+		{"shift-by ahead", Target{Kind: ShiftBy, Shift: 5}, want{p0: "15", p1: "20"},
 			[]string{"left out of --shift-by"}},
-		{"shift-by saturates", resetTarget{kind: shiftBy, shift: math.MaxInt64}, want{p0: "20c", p1: "20c"},
+		{"shift-by saturates", Target{Kind: ShiftBy, Shift: math.MaxInt64}, want{p0: "20c", p1: "20c"},
 			[]string{"orders/0: offset 9223372036854775807 is past the log end 20", "orders/1", "left out"}},
-		{"to-datetime", resetTarget{kind: toDatetime, atTime: map[coordinator.Partition]int64{p0: 3, p1: 18, p2: -1}},
+		{"to-datetime", Target{Kind: ToDatetime, AtTime: map[coordinator.Partition]int64{p0: 3, p1: 18, p2: -1}},
 			want{p0: "3", p1: "18", p2: "20"}, nil},
-		{"by-duration", resetTarget{kind: byDuration, atTime: map[coordinator.Partition]int64{p0: -1, p1: 0, p2: 0}},
+		{"by-duration", Target{Kind: ByDuration, AtTime: map[coordinator.Partition]int64{p0: -1, p1: 0, p2: 0}},
 			want{p0: "20", p1: "0", p2: "5c"}, []string{"orders/2: offset 0 is before the log start 5"}},
-		{"from-file", resetTarget{kind: fromFile, file: map[coordinator.Partition]int64{p0: 1, p1: 30, p2: 6}},
+		{"from-file", Target{Kind: FromFile, File: map[coordinator.Partition]int64{p0: 1, p1: 30, p2: 6}},
 			want{p0: "1", p1: "20c", p2: "6"}, []string{"orders/1: offset 30 is past the log end 20; using 20"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rows, warnings := planReset(tc.target, parts, committed, bounds)
+			rows, warnings := PlanReset(tc.target, parts, committed, bounds)
 			got := want{}
 			for _, r := range rows {
 				s := strconv.FormatInt(r.New, 10)
@@ -67,8 +67,8 @@ func TestPlanReset(t *testing.T) {
 				if c, ok := committed[r.p]; ok != (r.Current != nil) || ok && *r.Current != c.Next {
 					t.Errorf("%s: current %v, want %d (committed %t)", r.p, r.Current, c.Next, ok)
 				}
-				if b := bounds[r.p]; r.LogStart != b.earliest || r.LogEnd != b.end {
-					t.Errorf("%s: bounds [%d, %d), want [%d, %d)", r.p, r.LogStart, r.LogEnd, b.earliest, b.end)
+				if b := bounds[r.p]; r.LogStart != b.Earliest || r.LogEnd != b.End {
+					t.Errorf("%s: bounds [%d, %d), want [%d, %d)", r.p, r.LogStart, r.LogEnd, b.Earliest, b.End)
 				}
 			}
 			if len(got) != len(tc.want) {
@@ -79,7 +79,7 @@ func TestPlanReset(t *testing.T) {
 					t.Errorf("%s: new %q, want %q (c: clamped)", p, got[p], w)
 				}
 			}
-			if !slices.IsSortedFunc(rows, func(a, b planRow) int { return a.p.Compare(b.p) }) {
+			if !slices.IsSortedFunc(rows, func(a, b PlanRow) int { return a.p.Compare(b.p) }) {
 				t.Errorf("rows not in partition order")
 			}
 			next := 0

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"encoding/csv"
@@ -14,26 +14,26 @@ import (
 
 // The plan file: --export writes it, --from-file reads it.
 
-// exportHeader is the first line --export prints and --from-file skips.
-const exportHeader = "topic,partition,offset"
+// ExportHeader is the first line --export prints and --from-file skips.
+const ExportHeader = "topic,partition,offset"
 
-// fileLine is one row of a --from-file plan.
-type fileLine struct {
-	p      coordinator.Partition
-	offset int64
-	line   int
+// PlanLine is one row of a --from-file plan.
+type PlanLine struct {
+	Partition coordinator.Partition
+	Offset    int64
+	Line      int // in the file, from 1
 }
 
-// readPlanFile reads a plan as --export prints it: CSV lines of
+// ReadPlanFile reads a plan as --export prints it: CSV lines of
 // topic,partition,offset, the header line optional, blank lines and lines
 // starting with # ignored.
-func readPlanFile(path string) ([]fileLine, error) {
+func ReadPlanFile(path string) ([]PlanLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--from-file %q: %w; want a CSV file of topic,partition,offset lines as --export prints", path, err)
 	}
 	defer f.Close()
-	lines, err := parsePlan(f)
+	lines, err := ParsePlan(f)
 	if err != nil {
 		return nil, fmt.Errorf("--from-file %q: %w", path, err)
 	}
@@ -43,13 +43,13 @@ func readPlanFile(path string) ([]fileLine, error) {
 	return lines, nil
 }
 
-func parsePlan(r io.Reader) ([]fileLine, error) {
+func ParsePlan(r io.Reader) ([]PlanLine, error) {
 	const want = "want topic,partition,offset (e.g. orders,0,1200) as --export prints"
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.Comment = '#'
 	cr.TrimLeadingSpace = true
-	var out []fileLine
+	var out []PlanLine
 	seen := map[coordinator.Partition]int{}
 	for first := true; ; first = false {
 		rec, err := cr.Read()
@@ -68,13 +68,13 @@ func parsePlan(r io.Reader) ([]fileLine, error) {
 			rec[i] = strings.TrimSpace(rec[i])
 		}
 		text := strings.Join(rec, ",")
-		if first && strings.EqualFold(text, exportHeader) {
+		if first && strings.EqualFold(text, ExportHeader) {
 			continue
 		}
 		if len(rec) != 3 {
 			return nil, fmt.Errorf("line %d: %q has %d fields; %s", line, text, len(rec), want)
 		}
-		if err := validTopic(rec[0]); err != nil {
+		if err := ValidTopic(rec[0]); err != nil {
 			return nil, fmt.Errorf("line %d: %q: %v; %s", line, text, err, want)
 		}
 		part, err := strconv.Atoi(rec[1])
@@ -90,14 +90,14 @@ func parsePlan(r io.Reader) ([]fileLine, error) {
 			return nil, fmt.Errorf("line %d: %q: %s is already on line %d; want each partition once", line, text, p, prev)
 		}
 		seen[p] = line
-		out = append(out, fileLine{p: p, offset: off, line: line})
+		out = append(out, PlanLine{Partition: p, Offset: off, Line: line})
 	}
 }
 
-// writeExport prints the plan as --from-file reads it.
-func writeExport(w io.Writer, rows []planRow) error {
+// WriteExport prints the plan as --from-file reads it.
+func WriteExport(w io.Writer, rows []PlanRow) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write(strings.Split(exportHeader, ","))
+	_ = cw.Write(strings.Split(ExportHeader, ","))
 	for _, r := range rows {
 		_ = cw.Write([]string{r.Topic, strconv.Itoa(r.Partition), strconv.FormatInt(r.New, 10)})
 	}
