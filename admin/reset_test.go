@@ -23,4 +23,3 @@ func TestParseAgo(t *testing.T) {
 		}
 	}
 }
-
