@@ -82,6 +82,16 @@ func (f *adminFlags) etcdError(err error) error {
 	return fmt.Errorf("etcd at %s: %w", strings.Join(redact.URLs(f.cluster.etcdEndpoints), ","), err)
 }
 
+// libraryError is an error of an admin call: bad input as it is (exit 2),
+// anything else etcd's.
+func (f *adminFlags) libraryError(err error) error {
+	var bad *admin.InputError
+	if errors.As(err, &bad) {
+		return err
+	}
+	return f.etcdError(err)
+}
+
 // loadGroup reads the group's state at one revision.
 func (f *adminFlags) loadGroup(ctx context.Context, cli *clientv3.Client) (*coordinator.Coordinator, *coordinator.Snapshot, error) {
 	group := f.cluster.group

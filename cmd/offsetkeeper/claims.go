@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // claimsReleaseOptions is `offsetkeeper claims release`.
@@ -101,36 +98,8 @@ func (o *claimsReleaseOptions) validate() error {
 	return o.waiting.validate()
 }
 
-// notClaimed is the usage error of releasing p, which has no claim: it says
-// whether the group knows the partition, and which of the topic's it knows.
-func notClaimed(snap *coordinator.Snapshot, p coordinator.Partition, group string) error {
-	var ids []int
-	for _, q := range admin.GroupPartitions(snap) {
-		if q.Topic == p.Topic {
-			ids = append(ids, q.Partition)
-		}
-	}
-	switch {
-	case len(ids) == 0:
-		return usagef("partition %s: group %q has no partition of topic %q in etcd (its topics: %s); nothing to release",
-			p, group, p.Topic, strings.Join(admin.GroupTopics(snap), ", "))
-	case !slices.Contains(ids, p.Partition) && p.Partition > ids[len(ids)-1]:
-		return usagef("partition %s does not exist in group %q: etcd knows %d partitions of %s (%d to %d); nothing to release",
-			p, group, len(ids), p.Topic, ids[0], ids[len(ids)-1])
-	}
-	return usagef("partition %s of group %q is not claimed by any replica: nothing to release", p, group)
-}
-
 // handover is what `claims release` reports.
-type handover struct {
-	Topic     string `json:"topic"`
-	Partition int    `json:"partition"`
-	From      string `json:"from"`
-	FromEpoch int64  `json:"from_epoch"`
-	To        string `json:"to,omitempty"`
-	ToEpoch   int64  `json:"to_epoch,omitempty"`
-	Done      bool   `json:"done"`
-}
+type handover struct{ admin.Handover }
 
 func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	s, err := o.admin.openGroup(ctx)
@@ -138,43 +107,20 @@ func (o *claimsReleaseOptions) run(ctx context.Context, cmd *cobra.Command) erro
 		return err
 	}
 	defer s.Close()
-	p, coord := o.p, s.coord
-	before, ok := s.snap.Claims[p]
-	if !ok {
-		return notClaimed(s.snap, p, o.admin.cluster.group)
-	}
 	rctx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
-	epoch, err := coord.RequestRelease(rctx, p)
-	if errors.Is(err, coordinator.ErrNotClaimed) {
-		return usage(err)
-	}
+	h, err := admin.Release(rctx, s.coord, s.snap, o.p)
 	if err != nil {
-		return o.admin.etcdError(err)
+		return o.admin.libraryError(err)
 	}
-	h := handover{Topic: p.Topic, Partition: p.Partition, From: before.Replica, FromEpoch: epoch}
 	if o.waiting.wait {
 		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
-		err := backoff.Poll(wctx, 50*time.Millisecond, func() (bool, error) {
-			s, err := coord.Snapshot(wctx)
-			if err != nil {
-				return false, nil // etcd may be briefly away; keep waiting
-			}
-			if c, ok := s.Claims[p]; ok && c.Epoch != epoch {
-				h.To, h.ToEpoch, h.Done = c.Replica, c.Epoch, true
-				return true, nil
-			}
-			return false, nil
-		})
-		cctx, ccancel := o.admin.etcdContext(context.Background())
-		_ = coord.ClearRelease(cctx, p)
-		ccancel()
-		if err != nil {
-			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", p, o.waiting.timeout, h.From, epoch)
+		if err := h.Await(wctx, s.coord, o.admin.etcdTimeout); err != nil {
+			return fmt.Errorf("release %s: not handed over within --timeout %s (owner %s, epoch %d)", o.p, o.waiting.timeout, h.From, h.FromEpoch)
 		}
 	}
-	return o.admin.output.print(cmd.OutOrStdout(), h)
+	return o.admin.output.print(cmd.OutOrStdout(), handover{h})
 }
 
 func (h handover) columns() []string {
@@ -189,4 +135,4 @@ func (h handover) rows() [][]string {
 	return [][]string{{h.Topic, strconv.Itoa(h.Partition), h.From, strconv.FormatInt(h.FromEpoch, 10), to, toEpoch}}
 }
 
-func (h handover) jsonValue() any { return h }
+func (h handover) jsonValue() any { return h.Handover }

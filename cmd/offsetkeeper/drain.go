@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/admin"
 )
 
 // drainOptions is `offsetkeeper replicas drain`.
@@ -75,70 +73,21 @@ func (o *drainOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer s.Close()
-	coord := s.coord
 	rctx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
-	if !o.undo && !o.force {
-		if err := o.othersRead(rctx, coord); err != nil {
-			return err
-		}
-	}
-	if err := coord.SetDraining(rctx, o.id, !o.undo); err != nil {
-		if errors.Is(err, coordinator.ErrNoMember) {
-			return usagef("replica %q is not a live member of group %q (see 'offsetkeeper replicas list')", o.id, o.admin.cluster.group)
-		}
-		return o.admin.etcdError(err)
+	if err := admin.Drain(rctx, s.coord, o.id, o.undo, o.force); err != nil {
+		return o.admin.libraryError(err)
 	}
 	owned := -1
 	if o.waiting.wait && !o.undo {
 		wctx, cancel := context.WithTimeout(ctx, o.waiting.timeout)
 		defer cancel()
-		last := -1
-		err := backoff.Poll(wctx, 100*time.Millisecond, func() (bool, error) {
-			s, err := coord.Snapshot(wctx)
-			if err != nil {
-				return false, nil
-			}
-			owned = 0
-			for _, c := range s.Claims {
-				if c.Replica == o.id {
-					owned++
-				}
-			}
-			if owned != last {
-				fmt.Fprintf(stderr, "%s: %d partitions left\n", o.id, owned)
-				last = owned
-			}
-			return owned == 0, nil
-		})
+		owned, err = admin.AwaitDrained(wctx, s.coord, o.id, func(n int) { fmt.Fprintf(stderr, "%s: %d partitions left\n", o.id, n) })
 		if err != nil {
 			return fmt.Errorf("drain %s: still owns %d partitions after --timeout %s", o.id, owned, o.waiting.timeout)
 		}
 	}
 	return o.admin.output.print(stdout, drainState{Replica: o.id, Draining: !o.undo, Partitions: max(owned, 0), Waited: o.waiting.wait && !o.undo})
-}
-
-// othersRead refuses to drain the last member of the group that reads:
-// every partition would then be read by nobody.
-func (o *drainOptions) othersRead(ctx context.Context, coord *coordinator.Coordinator) error {
-	ms, err := coord.Members(ctx)
-	if err != nil {
-		return o.admin.etcdError(err)
-	}
-	found := false
-	for _, m := range ms {
-		switch {
-		case m.ID == o.id:
-			found = true
-		case !m.Draining:
-			return nil
-		}
-	}
-	if !found {
-		return nil // SetDraining says it is not a member
-	}
-	return usagef("replica %q is the last member of group %q that is not draining: drained, its partitions would be read by nobody; "+
-		"start another replica first, or add --force", o.id, o.admin.cluster.group)
 }
 
 // drainState is what `replicas drain` reports. partitions is what the

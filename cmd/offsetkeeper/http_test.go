@@ -104,8 +104,8 @@ func TestAdvertisedHTTPAddress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := o.advertised()
-		o.stop()
+		got := o.Advertised()
+		o.Stop()
 		h, port, err := net.SplitHostPort(got)
 		if err != nil || h != tc.host || port == "0" || port == "" {
 			t.Errorf("listening on %s advertises %q, want %s:<bound port>", tc.listen, got, tc.host)
@@ -115,10 +115,10 @@ func TestAdvertisedHTTPAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.advertised(); got != "" {
+	if got := o.Advertised(); got != "" {
 		t.Errorf("disabled http advertises %q, want nothing", got)
 	}
-	o.stop()
+	o.Stop()
 }
 
 func TestRedactURL(t *testing.T) {
@@ -173,9 +173,9 @@ func TestProfilesOnlyOnLoopbackOrAsked(t *testing.T) {
 			}
 			t.Fatal(err)
 		}
-		if got := o.profiles(); got != tt.want {
+		if got := o.Profiles(); got != tt.want {
 			t.Errorf("--http-addr %s --pprof=%v: profiles %v, want %v", tt.addr, tt.pprof, got, tt.want)
 		}
-		_ = o.ln.Close()
+		o.Stop()
 	}
 }

@@ -313,9 +313,9 @@ func TestK8sReplicaCommandIsValid(t *testing.T) {
 	if s := g.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; s != nil {
 		grace = time.Duration(*s) * time.Second
 	}
-	if need := shutdown + httpShutdownTimeout + mirrorFlushTimeout; grace <= need {
-		t.Errorf("terminationGracePeriodSeconds %s: want above --shutdown-timeout %s + %s (HTTP) + %s (offset mirror) = %s",
-			grace, shutdown, httpShutdownTimeout, mirrorFlushTimeout, need)
+	if need := shutdown + metrics.StopTimeout; grace <= need {
+		t.Errorf("terminationGracePeriodSeconds %s: want above --shutdown-timeout %s + %s (offset mirror and HTTP) = %s",
+			grace, shutdown, metrics.StopTimeout, need)
 	}
 
 	// Memory: twice the buffer budget, requested as much as the limit.

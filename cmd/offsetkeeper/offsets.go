@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
 func newOffsetsCommand() *cobra.Command {
@@ -93,44 +91,11 @@ func (o *describeOptions) validate() error {
 	return validTopics("--topics", o.topics)
 }
 
-// inFlight is an intent: the block [from, next) being written by the owner
-// of epoch.
-type inFlight struct {
-	From  int64 `json:"from"`
-	Next  int64 `json:"next"`
-	Epoch int64 `json:"epoch"`
-}
-
-// partitionRow is one row of describe; its JSON fields are stable. Null
-// means not known (log_end, lag when Kafka was unreachable) or not there
-// (committed, owner, epoch, last_commit, in_flight).
-type partitionRow struct {
-	Topic     string  `json:"topic"`
-	Partition int     `json:"partition"`
-	Committed *int64  `json:"committed"`
-	LogEnd    *int64  `json:"log_end"`
-	Lag       *int64  `json:"lag"`
-	Owner     *string `json:"owner"`
-	// OwnerReads is whether the owner reads Kafka (its member key); null
-	// when nobody owns the partition.
-	OwnerReads *bool      `json:"owner_reads_kafka"`
-	Epoch      *int64     `json:"epoch"`
-	LastCommit *time.Time `json:"last_commit"`
-	// CommittedBy is the replica that wrote the offset, or "operator"
-	// after a reset; Generation counts the resets.
-	CommittedBy *string   `json:"committed_by"`
-	Generation  int64     `json:"generation"`
-	InFlight    *inFlight `json:"in_flight"`
-}
-
-// describeView is describe's output. JSON: an object with the group, the
-// etcd revision read, whether Kafka answered, and the partitions.
+// describeView is describe's output: the table of the group's partitions,
+// or JSON, an object with the group, the etcd revision read, whether Kafka
+// answered, and the partitions.
 type describeView struct {
-	Group          string         `json:"group"`
-	Revision       int64          `json:"revision"`
-	KafkaReachable bool           `json:"kafka_reachable"`
-	Partitions     []partitionRow `json:"partitions"`
-
+	*admin.Description
 	now time.Time
 }
 
@@ -160,7 +125,7 @@ func (v *describeView) rows() [][]string {
 	return out
 }
 
-func (v *describeView) jsonValue() any { return v }
+func (v *describeView) jsonValue() any { return v.Description }
 
 func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	s, err := o.admin.openGroup(ctx)
@@ -168,107 +133,31 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer s.Close()
-	snap := s.snap
-	for _, u := range snap.Unreadable {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: unreadable etcd key, left out: %s\n", u)
+	stderr := cmd.ErrOrStderr()
+	for _, u := range s.snap.Unreadable {
+		fmt.Fprintf(stderr, "warning: unreadable etcd key, left out: %s\n", u)
 	}
 	now := time.Now()
-
-	parts := admin.GroupPartitions(snap)
-	topics := admin.GroupTopics(snap)
-	for _, t := range o.topics {
-		if !slices.Contains(topics, t) {
-			topics = append(topics, t)
-		}
+	topics := admin.DescribeTopics(s.snap, o.topics)
+	var k *admin.Kafka
+	kctx := ctx
+	if len(topics) > 0 {
+		var done func()
+		k, kctx, done = o.admin.kafka(ctx, topics)
+		defer done()
 	}
-	slices.Sort(topics)
-
-	// Kafka adds the partitions with nothing in etcd and the log ends.
-	ends, missing, kafkaErr := o.kafkaView(ctx, topics, &parts)
+	d, missing, kafkaErr := admin.Describe(kctx, o.admin.cluster.group, s.snap, k, topics)
 	if kafkaErr != nil {
 		if errors.Is(kafkaErr, context.DeadlineExceeded) {
 			kafkaErr = fmt.Errorf("%w (waited --kafka-timeout %s)", kafkaErr, o.admin.kafkaTimeout)
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; LOG-END and LAG are unknown (-)\n", kafkaErr)
+		fmt.Fprintf(stderr, "warning: %v; LOG-END and LAG are unknown (-)\n", kafkaErr)
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: topics not found in Kafka at %s: %s; their LOG-END and LAG are unknown (-)\n",
+		fmt.Fprintf(stderr, "warning: topics not found in Kafka at %s: %s; their LOG-END and LAG are unknown (-)\n",
 			strings.Join(o.admin.cluster.brokers, ","), strings.Join(missing, ", "))
 	}
-
-	v := &describeView{Group: o.admin.cluster.group, Revision: snap.Revision, KafkaReachable: kafkaErr == nil, now: now}
-	for _, p := range parts {
-		r := partitionRow{Topic: p.Topic, Partition: p.Partition}
-		if off, ok := snap.Offsets[p]; ok {
-			r.Committed = ptr(off.Next)
-			r.LastCommit = ptr(off.At)
-			r.CommittedBy = ptr(off.Replica)
-			r.Generation = off.Generation
-		}
-		if end, ok := ends[p]; ok {
-			r.LogEnd = ptr(end)
-			if r.Committed != nil {
-				r.Lag = ptr(max(end-*r.Committed, 0))
-			}
-		}
-		if c, ok := snap.Claims[p]; ok {
-			r.Owner = ptr(c.Replica)
-			r.Epoch = ptr(c.Epoch)
-			r.OwnerReads = ptr(true)
-			for _, m := range snap.Members {
-				if m.ID == c.Replica && !m.Reads() {
-					r.OwnerReads = ptr(false)
-				}
-			}
-		}
-		if in, ok := snap.Intents[p]; ok {
-			r.InFlight = &inFlight{From: in.From, Next: in.Next, Epoch: in.Epoch}
-		}
-		v.Partitions = append(v.Partitions, r)
-	}
-	if v.Partitions == nil {
-		v.Partitions = []partitionRow{}
-	}
-	return o.admin.output.print(cmd.OutOrStdout(), v)
-}
-
-// kafkaView adds to parts the partitions of topics that Kafka knows and
-// returns the log end of each, and the topics Kafka does not know. An error
-// means Kafka could not be asked: only etcd's view is shown.
-func (o *describeOptions) kafkaView(ctx context.Context, topics []string, parts *[]coordinator.Partition) (map[coordinator.Partition]int64, []string, error) {
-	if len(topics) == 0 {
-		return nil, nil, nil
-	}
-	k, kctx, done := o.admin.kafka(ctx, topics)
-	defer done()
-	known, missing, err := k.Partitions(kctx, topics)
-	if err != nil {
-		return nil, nil, err
-	}
-	have := map[coordinator.Partition]bool{}
-	for _, p := range *parts {
-		have[p] = true
-	}
-	var ask []coordinator.Partition
-	for _, t := range topics {
-		for _, id := range known[t] {
-			p := coordinator.Partition{Topic: t, Partition: id}
-			ask = append(ask, p)
-			if !have[p] {
-				*parts = append(*parts, p)
-			}
-		}
-	}
-	slices.SortFunc(*parts, coordinator.Partition.Compare)
-	b, err := k.Bounds(kctx, ask)
-	if err != nil {
-		return nil, missing, err
-	}
-	ends := make(map[coordinator.Partition]int64, len(b))
-	for p, lb := range b {
-		ends[p] = lb.End
-	}
-	return ends, missing, nil
+	return o.admin.output.print(cmd.OutOrStdout(), &describeView{Description: d, now: now})
 }
 
 // validTopics checks the topics of flag.

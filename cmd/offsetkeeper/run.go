@@ -270,7 +270,7 @@ func (o *runOptions) validate() error {
 func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	log := o.logs.newLogger(cmd.ErrOrStderr())
 	defer func() { _ = log.Sync() }()
-	follow := tuneMemory(log, int64(o.maxBufferBytes))
+	follow := replica.TuneMemory(log, int64(o.maxBufferBytes))
 	cli, err := o.cluster.etcdClient()
 	if err != nil {
 		return err
@@ -283,8 +283,8 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	defer ops.stop() // after Run, before cli.Close: the last offsets are mirrored
-	o.cfg.HTTPAddr = ops.advertised()
+	defer ops.Stop() // after Run, before cli.Close: the last offsets are mirrored
+	o.cfg.HTTPAddr = ops.Advertised()
 	// TLS and SASL, which validate read from the files (sasl.go).
 	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
 	o.target.log = log
@@ -310,9 +310,9 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme()),
 		zap.Strings("brokers", o.cfg.Kafka.Brokers), zap.Strings("etcd", redact.URLs(o.cluster.etcdEndpoints)),
 		zap.Duration("lease_ttl", o.cfg.LeaseTTL), zap.Stringer("commit_mode", o.cfg.CommitMode), zap.String("version", version))
-	ops.start(ctx, r)
+	ops.Start(ctx, r)
 	fctx, stopFollow := context.WithCancel(ctx)
-	go followPartitions(fctx, r, follow)
+	go replica.FollowPartitions(fctx, r, follow)
 	runErr := r.Run(ctx)
 	stopFollow()
 	_ = r.Close() // the registry's connections

@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"runtime/debug"
@@ -9,7 +9,7 @@ import (
 
 // The Go runtime follows the memory budget unless GOMEMLIMIT or GOGC say
 // otherwise: under the replica's own limit the collector is off, the limit
-// alone starting a cycle; under GOMEMLIMIT it runs at gcPercent.
+// alone starting a cycle; under GOMEMLIMIT it runs at GCPercent.
 func TestTuneMemory(t *testing.T) {
 	limit0 := debug.SetMemoryLimit(-1)
 	gc0 := debug.SetGCPercent(100)
@@ -21,7 +21,7 @@ func TestTuneMemory(t *testing.T) {
 
 	t.Setenv("GOMEMLIMIT", "")
 	t.Setenv("GOGC", "")
-	follow := tuneMemory(zap.NewNop(), budget)
+	follow := TuneMemory(zap.NewNop(), budget)
 	if got := debug.SetMemoryLimit(-1); got != budget+gcHeadroom {
 		t.Errorf("memory limit %d, want the budget and the headroom, %d", got, budget+gcHeadroom)
 	}
@@ -39,7 +39,7 @@ func TestTuneMemory(t *testing.T) {
 	// GOGC given: the limit is the replica's, the collector the operator's.
 	t.Setenv("GOGC", "200")
 	debug.SetGCPercent(200)
-	tuneMemory(zap.NewNop(), budget)
+	TuneMemory(zap.NewNop(), budget)
 	if got := debug.SetGCPercent(100); got != 200 {
 		t.Errorf("GOGC %d with GOGC=200 set, want it left alone", got)
 	}
@@ -48,20 +48,20 @@ func TestTuneMemory(t *testing.T) {
 	}
 
 	// Under GOMEMLIMIT (a container's limit) the limit is left alone, and
-	// the collector runs at gcPercent, not only near where the kernel
+	// the collector runs at GCPercent, not only near where the kernel
 	// kills; GOGC, when given, is left alone too.
 	for _, c := range []struct {
 		limit            int64
 		gomemlimit, gogc string
 		want             int
 	}{
-		{512 << 20, "512MiB", "", gcPercent},
+		{512 << 20, "512MiB", "", GCPercent},
 		{1 << 40, "1TiB", "100", 100},
 	} {
 		debug.SetMemoryLimit(c.limit)
 		t.Setenv("GOMEMLIMIT", c.gomemlimit)
 		t.Setenv("GOGC", c.gogc)
-		tuneMemory(zap.NewNop(), budget)(10_000)
+		TuneMemory(zap.NewNop(), budget)(10_000)
 		if got := debug.SetMemoryLimit(-1); got != c.limit {
 			t.Errorf("GOMEMLIMIT=%s: memory limit %d, want it left alone", c.gomemlimit, got)
 		}

@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"context"
@@ -8,18 +8,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
 // gcHeadroom is what the Go runtime may use beyond the memory budget before
 // it collects hard: goroutines, connections, the sink's buffers, the
 // registry's schemas, and garbage waiting for the next cycle.
 const gcHeadroom = 192 << 20
-
-// gcPercent is the collector's GOGC when the environment gives none and
-// GOMEMLIMIT is set (replica.GCPercent says why). Under the replica's own
-// limit the collector is off instead (tuneMemory).
-const gcPercent = replica.GCPercent
 
 // perPartitionHeap is what a claimed partition may cost the heap besides
 // its records: its cursor, claim, block state and metrics, about 17 KiB
@@ -34,10 +28,10 @@ func memoryLimit(budget, partitions int64) int64 {
 	return budget + gcHeadroom + partitions*perPartitionHeap
 }
 
-// tuneMemory sets the Go runtime's soft memory limit to the budget plus
+// TuneMemory sets the Go runtime's soft memory limit to the budget plus
 // gcHeadroom, unless GOMEMLIMIT is set (a container's limit, an operator's
 // choice), and its GOGC, unless GOGC is set: off under that limit of its
-// own, gcPercent under GOMEMLIMIT. follow raises or lowers the limit with
+// own, GCPercent under GOMEMLIMIT. follow raises or lowers the limit with
 // the partitions the replica holds (a no-op under GOMEMLIMIT).
 //
 // Off, the collector runs as the process nears the limit the budget sets,
@@ -48,7 +42,7 @@ func memoryLimit(budget, partitions int64) int64 {
 // GOMEMLIMIT, 400 stays: a container's limit is where the kernel kills, and
 // collecting only there would leave nothing for what the Go runtime does
 // not count.
-func tuneMemory(log *zap.Logger, budget int64) (follow func(partitions int64)) {
+func TuneMemory(log *zap.Logger, budget int64) (follow func(partitions int64)) {
 	var fields []zap.Field
 	follow = func(int64) {}
 	ownLimit := os.Getenv("GOMEMLIMIT") == ""
@@ -65,7 +59,7 @@ func tuneMemory(log *zap.Logger, budget int64) (follow func(partitions int64)) {
 		}
 	}
 	if os.Getenv("GOGC") == "" {
-		pct := gcPercent
+		pct := GCPercent
 		if ownLimit {
 			pct = -1 // off: the limit alone starts a cycle
 		}
@@ -78,9 +72,9 @@ func tuneMemory(log *zap.Logger, budget int64) (follow func(partitions int64)) {
 	return follow
 }
 
-// followPartitions keeps the memory limit in step with the partitions r
+// FollowPartitions keeps the memory limit in step with the partitions r
 // holds until ctx ends.
-func followPartitions(ctx context.Context, r *replica.Replica, follow func(int64)) {
+func FollowPartitions(ctx context.Context, r *Replica, follow func(int64)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
