@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
 )
 
 // gcHeadroom is what the Go runtime may use beyond the memory budget before
