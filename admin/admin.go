@@ -10,7 +10,6 @@ package admin
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
@@ -24,17 +23,6 @@ func (e *InputError) Error() string { return e.err.Error() }
 func (e *InputError) Unwrap() error { return e.err }
 
 func inputf(format string, a ...any) error { return &InputError{fmt.Errorf(format, a...)} }
-
-// ValidTopic checks a topic name as Kafka does: 1 to 249 characters of
-// A-Z a-z 0-9 . _ -, and not . or ...
-func ValidTopic(t string) error {
-	if t == "" || len(t) > 249 || t == "." || t == ".." || strings.IndexFunc(t, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-	}) >= 0 {
-		return fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t)
-	}
-	return nil
-}
 
 // GroupTopics are the topics the group has keys of in etcd (offsets,
 // claims, intents), sorted.

@@ -74,7 +74,7 @@ func ParsePlan(r io.Reader) ([]PlanLine, error) {
 		if len(rec) != 3 {
 			return nil, fmt.Errorf("line %d: %q has %d fields; %s", line, text, len(rec), want)
 		}
-		if err := ValidTopic(rec[0]); err != nil {
+		if err := coordinator.ValidTopic(rec[0]); err != nil {
 			return nil, fmt.Errorf("line %d: %q: %v; %s", line, text, err, want)
 		}
 		part, err := strconv.Atoi(rec[1])

@@ -109,7 +109,7 @@ func ParseScopes(args []string) ([]TopicScope, error) {
 	index := map[string]int{}
 	for _, arg := range args {
 		topic, list, hasList := strings.Cut(arg, ":")
-		if err := ValidTopic(topic); err != nil {
+		if err := coordinator.ValidTopic(topic); err != nil {
 			return nil, inputf("--topic %q: %v; want TOPIC or TOPIC:P,P,...", arg, err)
 		}
 		var parts []int

@@ -27,8 +27,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
 // Coordinator is a group's view of etcd. It is safe for concurrent use.
@@ -96,8 +94,18 @@ func (c *Coordinator) validate() error {
 // ValidGroup reports whether name can be a group name: 1 to 200 of
 // A-Z a-z 0-9 . _ -, so that it is one etcd path segment.
 func ValidGroup(name string) error {
-	if !names.Legal(name, 200) || name == "." || name == ".." {
+	if !legal(name, 200) || name == "." || name == ".." {
 		return fmt.Errorf("group %q: want 1 to 200 characters of A-Z a-z 0-9 . _ -", name)
+	}
+	return nil
+}
+
+// ValidTopic checks a topic name as Kafka does: 1 to 249 characters of
+// A-Z a-z 0-9 . _ -, and not . or .., so that it is one etcd path segment
+// too.
+func ValidTopic(t string) error {
+	if !legal(t, 249) || t == "." || t == ".." {
+		return fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t)
 	}
 	return nil
 }

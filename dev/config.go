@@ -114,6 +114,9 @@ type Config struct {
 	Dir string
 	// Sink is where the replicas write; default a file sink in Dir/sink.
 	Sink Sink
+	// Keep keeps the default sink's folder when Run returns (the rest of
+	// a temporary Dir goes), and says where on Err.
+	Keep bool
 	// Sinks is the table the sink's URL is looked up in to read it back
 	// (audit, dead letters); default builtin.Sinks().
 	Sinks sinks.Table
@@ -191,6 +194,8 @@ type Endpoints struct {
 	// Registry is the embedded Schema Registry's URL (http://host:port)
 	// with an avro or protobuf ValueFormat, "" without.
 	Registry string
+	// Sink is the sink, as it may be shown.
+	Sink string
 }
 
 // withDefaults is c with its defaults filled in.

@@ -106,13 +106,20 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	defer cancel()
 	started := time.Now()
 
-	dir := cfg.Dir
+	dir, kept := cfg.Dir, ""
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "offsetkeeper-dev-")
 		if err != nil {
 			return nil, fmt.Errorf("dev: temporary folder: %w", err)
 		}
-		defer func() { _ = os.RemoveAll(tmp) }()
+		defer func() {
+			if kept != "" {
+				_ = os.RemoveAll(filepath.Join(tmp, "etcd"))
+				fmt.Fprintf(stderr, "kept:    %s (--keep)\n", kept)
+				return
+			}
+			_ = os.RemoveAll(tmp)
+		}()
 		dir = tmp
 	}
 	etcdDir := filepath.Join(dir, "etcd")
@@ -123,6 +130,9 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		sinkDir := filepath.Join(dir, "sink")
 		if err := os.Mkdir(sinkDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dev: sink folder: %w", err)
+		}
+		if cfg.Keep {
+			kept = "file://" + sinkDir
 		}
 		cfg.Sink = Sink{URL: "file://" + sinkDir, Open: func(context.Context) (sinks.Sink, error) {
 			s, err := file.New(sinkDir)
@@ -142,7 +152,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer closeKafka()
-	rep := &Report{Endpoints: Endpoints{Etcd: endpoints, Brokers: brokers}}
+	rep := &Report{Endpoints: Endpoints{Etcd: endpoints, Brokers: brokers, Sink: cfg.Sink.shown()}}
 	enc, err := newEncoder(cfg.ValueFormat)
 	if err != nil {
 		return nil, err

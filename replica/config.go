@@ -10,7 +10,6 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
-	"github.com/offsetkeeper/offsetkeeper/internal/names"
 )
 
 // GCPercent is the GOGC a replica's process runs with under GOMEMLIMIT, as
@@ -317,8 +316,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("no topics: name at least one"))
 	}
 	for _, t := range c.Topics {
-		if !names.Legal(t, 249) {
-			errs = append(errs, fmt.Errorf("topic %q: want 1 to 249 characters of A-Z a-z 0-9 . _ -", t))
+		if err := coordinator.ValidTopic(t); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := c.Kafka.validate(); err != nil {

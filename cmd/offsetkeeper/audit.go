@@ -242,7 +242,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 	}
 	if !rep.Clean() {
-		return fmt.Errorf("audit of group %s in %s: %s", rep.Group, rep.Sink, v.summary())
+		return fmt.Errorf("audit of group %s in %s: %s", rep.Group, rep.Sink, v.rep.Summary())
 	}
 	return nil
 }
@@ -313,66 +313,6 @@ func (v *auditView) printFindings(w io.Writer) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n", v.summary())
+	_, err := fmt.Fprintf(w, "\n%s\n", v.rep.Summary())
 	return err
-}
-
-// summary is one line: clean, or the count of each finding, then how
-// many records were compared, or why none were.
-func (v *auditView) summary() string {
-	var missing, dup, copies, mismatched, flight, beyond, aborted, unverifiable, truncated int64
-	for _, p := range v.rep.Partitions {
-		missing += p.Missing.Count
-		dup += p.Duplicated.Count
-		copies += p.Copies
-		mismatched += p.Mismatched.Count
-		flight += p.InFlight.Count
-		beyond += p.BeyondCommit.Count
-		aborted += p.Aborted.Count
-		unverifiable += p.Unverifiable.Count
-		truncated += p.TruncatedByKafka.Count
-	}
-	notes := []string{v.rep.ComparedNote()}
-	if flight > 0 && v.rep.Clean() {
-		notes = append(notes, fmt.Sprintf("%d offsets in flight (not findings)", flight))
-	}
-	if unverifiable > 0 {
-		notes = append(notes, fmt.Sprintf("%d offsets below the log start unverifiable", unverifiable))
-	}
-	if truncated > 0 {
-		notes = append(notes, fmt.Sprintf("%d committed offsets truncated by Kafka (records Kafka lost, kept in the sink; not findings)", truncated))
-	}
-	if !v.rep.Capabilities.Missing {
-		notes = append(notes, "missing records not checked (upsert keeps the last record of each key)")
-	}
-	if !v.rep.Capabilities.Duplicates {
-		notes = append(notes, "no duplicates possible (keyed by offset)")
-	}
-	if n := v.rep.DeadLetters(); n > 0 {
-		notes = append(notes, fmt.Sprintf("%d offsets held in the dead-letter table", n))
-	}
-	note := ""
-	if len(notes) > 0 {
-		note = "; " + strings.Join(notes, "; ")
-	}
-	if v.rep.Clean() {
-		return fmt.Sprintf("clean: %d partitions%s", len(v.rep.Partitions), note)
-	}
-	var found []string
-	if missing > 0 {
-		found = append(found, fmt.Sprintf("%d missing", missing))
-	}
-	if dup > 0 {
-		found = append(found, fmt.Sprintf("%d duplicated (%d extra copies)", dup, copies))
-	}
-	if mismatched > 0 {
-		found = append(found, fmt.Sprintf("%d mismatched (held, but not the record Kafka holds there)", mismatched))
-	}
-	if flight+beyond > 0 {
-		found = append(found, fmt.Sprintf("%d not committed (%d in flight, %d beyond the commit)", flight+beyond, flight, beyond))
-	}
-	if aborted > 0 {
-		found = append(found, fmt.Sprintf("%d aborted", aborted))
-	}
-	return strings.Join(found, ", ") + note
 }

@@ -72,7 +72,7 @@ func TestAuditViewMismatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	clean := &auditView{rep: &audit.Report{Capabilities: rep.Capabilities, Partitions: []audit.Partition{*p}}}
-	if got, want := clean.summary(), "clean: 1 partitions; 4 records compared with Kafka's (key, value, timestamp)"; got != want {
+	if got, want := clean.rep.Summary(), "clean: 1 partitions; 4 records compared with Kafka's (key, value, timestamp)"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
 }

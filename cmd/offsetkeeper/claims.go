@@ -92,7 +92,7 @@ func (o *claimsReleaseOptions) validate() error {
 	case o.p.Partition < 0:
 		return usagef("--partition %d: want a partition number, 0 or more", o.p.Partition)
 	}
-	if err := admin.ValidTopic(o.p.Topic); err != nil {
+	if err := coordinator.ValidTopic(o.p.Topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)
 	}
 	return o.waiting.validate()

@@ -9,13 +9,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/dev"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -266,7 +264,7 @@ func (o *devOptions) validate() error {
 	case (o.chaos || o.durationSet) && o.duration >= o.timeout:
 		return usagef("--duration %s: want less than --timeout %s, which bounds the whole run", o.duration, o.timeout)
 	}
-	if err := admin.ValidTopic(o.topic); err != nil {
+	if err := coordinator.ValidTopic(o.topic); err != nil {
 		return usagef("--topic %q: %v", o.topic, err)
 	}
 	if err := coordinator.ValidTTL(o.leaseTTL); err != nil {
@@ -278,43 +276,14 @@ func (o *devOptions) validate() error {
 	return nil
 }
 
-// sinkURL is the sink as a URL the audit reads, and as it may be shown.
-func (t sinkTarget) sinkURL() (raw, shown string) {
-	return t.URL, t.Shown()
-}
-
-// run runs dev.Run with the flags. The temporary folder (etcd's data and
-// the default file sink) goes at exit, whatever the exit (an error, SIGINT
-// and SIGTERM end ctx and so come back here), unless --keep keeps the
-// sink.
+// run runs dev.Run with the flags. dev.Run removes its temporary folder
+// (etcd's data and the default file sink) whatever the exit (an error,
+// SIGINT and SIGTERM end ctx), unless --keep keeps the sink.
 func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	log := o.logs.newLogger(stderr)
 	defer func() { _ = log.Sync() }()
 
-	tmp, err := os.MkdirTemp("", "offsetkeeper-dev-")
-	if err != nil {
-		return fmt.Errorf("dev: temporary folder: %w", err)
-	}
-	defaultSink := o.target.Sink == nil
-	defer func() {
-		if o.keep && defaultSink {
-			_ = os.RemoveAll(filepath.Join(tmp, "etcd"))
-			fmt.Fprintf(stderr, "kept:    %s (--keep)\n", o.target)
-			return
-		}
-		_ = os.RemoveAll(tmp)
-	}()
-	if defaultSink {
-		dir := filepath.Join(tmp, "sink")
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("dev: sink folder: %w", err)
-		}
-		if o.target, err = parseSink(o.sinks, "file://"+dir); err != nil {
-			return err
-		}
-	}
-	raw, shown := o.target.sinkURL()
 	cfg := dev.Config{
 		Replicas:    o.replicas,
 		Partitions:  o.partitions,
@@ -327,22 +296,22 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		LeaseTTL:    o.leaseTTL,
 		Timeout:     o.timeout,
 		Seed:        o.seed,
-		Dir:         tmp,
+		Keep:        o.keep,
 		Etcd:        o.etcdEndpoints,
 		Brokers:     o.brokers,
 		Sinks:       o.sinks,
-		Sink: dev.Sink{
+		Ready:       func(e dev.Endpoints) { o.printTry(stderr, e) },
+		Out:         stdout,
+		Err:         stderr,
+		Logger:      log,
+		Version:     version,
+	}
+	if o.target.Sink != nil {
+		cfg.Sink = dev.Sink{
 			Open:  func(ctx context.Context) (sinks.Sink, error) { return o.target.open(ctx, stdout) },
-			URL:   raw,
-			Shown: shown,
-		},
-		Ready: func(e dev.Endpoints) {
-			o.printTry(stderr, strings.Join(e.Etcd, ","), strings.Join(e.Brokers, ","), e.Registry)
-		},
-		Out:     stdout,
-		Err:     stderr,
-		Logger:  log,
-		Version: version,
+			URL:   o.target.URL,
+			Shown: o.target.Shown(),
+		}
 	}
 	if o.chaos || o.durationSet {
 		cfg.Duration = o.duration
@@ -356,7 +325,7 @@ func (o *devOptions) run(ctx context.Context, cmd *cobra.Command) error {
 			<-ctx.Done()
 		}
 	}
-	_, err = dev.Run(ctx, cfg)
+	_, err := dev.Run(ctx, cfg)
 	var timeout *dev.TimeoutError
 	switch {
 	case err != nil && ctx.Err() != nil && !o.hold && interrupted(ctx):
@@ -380,8 +349,8 @@ func interrupted(ctx context.Context) bool {
 // printTry prints how to point the CLI at this run's cluster: at once
 // with --hold, which keeps it up; else the flag to add, since the
 // endpoints end with the run, seconds later.
-func (o *devOptions) printTry(w io.Writer, endpoints, brokers, registry string) {
-	cli := cliName()
+func (o *devOptions) printTry(w io.Writer, e dev.Endpoints) {
+	cli, endpoints, brokers, registry := cliName(), strings.Join(e.Etcd, ","), strings.Join(e.Brokers, ","), e.Registry
 	if !o.hold {
 		fmt.Fprintf(w, "try:     this cluster ends with the run; add --hold to keep it up, then in another terminal: "+
 			"%s offsets describe --etcd-endpoints %s --brokers %s --group %s\n", cli, endpoints, brokers, o.group)
@@ -392,9 +361,8 @@ func (o *devOptions) printTry(w io.Writer, endpoints, brokers, registry string) 
 	if registry != "" {
 		fmt.Fprintf(w, "         curl %s/schemas/ids/%d\n", registry, dev.SchemaID)
 	}
-	if o.target.outlivesRun() {
-		_, shown := o.target.sinkURL()
-		fmt.Fprintf(w, "         %s audit --sink '%s'\n", cli, shown)
+	if o.target.Sink == nil || o.target.outlivesRun() { // the default is a file sink
+		fmt.Fprintf(w, "         %s audit --sink '%s'\n", cli, e.Sink)
 	}
 }
 
@@ -412,9 +380,4 @@ func cliName() string {
 		return exe
 	}
 	return "offsetkeeper"
-}
-
-func (t sinkTarget) String() string {
-	_, shown := t.sinkURL()
-	return shown
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
@@ -54,14 +55,7 @@ func (o *groupsListOptions) complete(*cobra.Command) error { return nil }
 
 func (o *groupsListOptions) validate() error { return o.admin.validate() }
 
-// groupRow is one group; its JSON fields are stable.
-type groupRow struct {
-	Group      string `json:"group"`
-	Replicas   int    `json:"replicas"`
-	Partitions int    `json:"partitions"`
-}
-
-type groupsView []groupRow
+type groupsView []admin.GroupSummary
 
 func (v groupsView) columns() []string { return []string{"GROUP", "REPLICAS", "PARTITIONS"} }
 
@@ -73,7 +67,7 @@ func (v groupsView) rows() [][]string {
 	return out
 }
 
-func (v groupsView) jsonValue() any { return []groupRow(v) }
+func (v groupsView) jsonValue() any { return []admin.GroupSummary(v) }
 
 func (o *groupsListOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	s, err := o.admin.open(ctx)
@@ -98,24 +92,9 @@ func (o *groupsListOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 		groups = []string{g}
 	}
-	v := groupsView{}
-	for _, g := range groups {
-		coord, err := coordinator.New(cli, g)
-		if err != nil {
-			continue // a key that is not a group's: not ours to show
-		}
-		snap, err := coord.Snapshot(ectx)
-		if err != nil {
-			return o.admin.etcdError(err)
-		}
-		parts := map[coordinator.Partition]bool{}
-		for p := range snap.Offsets {
-			parts[p] = true
-		}
-		for p := range snap.Claims {
-			parts[p] = true
-		}
-		v = append(v, groupRow{Group: g, Replicas: len(snap.Members), Partitions: len(parts)})
+	v, err := admin.Groups(ectx, cli, groups)
+	if err != nil {
+		return o.admin.etcdError(err)
 	}
-	return o.admin.output.print(cmd.OutOrStdout(), v)
+	return o.admin.output.print(cmd.OutOrStdout(), groupsView(v))
 }

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/admin"
 )
 
 // groupsDeleteOptions is `offsetkeeper groups delete`.
@@ -57,15 +54,8 @@ func (o *groupsDeleteOptions) complete(*cobra.Command) error { return nil }
 
 func (o *groupsDeleteOptions) validate() error { return o.admin.validate() }
 
-// groupDeleteRow is what delete found and did; its JSON fields are stable.
-type groupDeleteRow struct {
-	Group    string `json:"group"`
-	Replicas int    `json:"replicas"`
-	Offsets  int    `json:"offsets"`
-	Keys     int64  `json:"keys"`
-	Deleted  bool   `json:"deleted"`
-	DryRun   bool   `json:"dry_run"`
-}
+// groupDeleteRow prints what delete found and did.
+type groupDeleteRow struct{ admin.GroupDeletion }
 
 func (r groupDeleteRow) columns() []string {
 	return []string{"GROUP", "REPLICAS", "OFFSETS", "KEYS", "DELETED"}
@@ -79,7 +69,7 @@ func (r groupDeleteRow) rows() [][]string {
 	return [][]string{{r.Group, strconv.Itoa(r.Replicas), strconv.Itoa(r.Offsets), strconv.FormatInt(r.Keys, 10), deleted}}
 }
 
-func (r groupDeleteRow) jsonValue() any { return r }
+func (r groupDeleteRow) jsonValue() any { return r.GroupDeletion }
 
 func (o *groupsDeleteOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	s, err := o.admin.openGroup(ctx)
@@ -87,37 +77,17 @@ func (o *groupsDeleteOptions) run(ctx context.Context, cmd *cobra.Command) error
 		return err
 	}
 	defer s.Close()
-	group := o.admin.cluster.group
-	if live := s.snap.Members; len(live) > 0 {
-		ids := make([]string, len(live))
-		for i, m := range live {
-			ids[i] = m.ID
-		}
-		return usagef("group %q has %d live replicas (%s): stop them first; their offsets stay while they run",
-			group, len(live), strings.Join(ids, ", "))
-	}
 	ectx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
-	keys, err := s.cli.Get(ectx, s.coord.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	d, err := admin.DeleteGroup(ectx, s.cli, s.coord, s.snap, !o.execute)
 	if err != nil {
-		return o.admin.etcdError(err)
+		return o.admin.libraryError(err)
 	}
-	row := groupDeleteRow{Group: group, Offsets: len(s.snap.Offsets), Keys: keys.Count, DryRun: !o.execute}
-	if o.execute {
-		n, err := s.coord.DeleteGroup(ectx)
-		if errors.Is(err, coordinator.ErrGroupLive) {
-			return usagef("group %q: a replica joined while deleting; nothing deleted: stop it first", group)
-		}
-		if err != nil {
-			return o.admin.etcdError(err)
-		}
-		row.Keys, row.Deleted = n, true
-	}
-	if err := o.admin.output.print(cmd.OutOrStdout(), row); err != nil {
+	if err := o.admin.output.print(cmd.OutOrStdout(), groupDeleteRow{d}); err != nil {
 		return err
 	}
-	if row.DryRun && o.admin.output.format != outputJSON {
-		fmt.Fprintf(cmd.ErrOrStderr(), "dry run: nothing deleted; add --execute to delete group %q\n", group)
+	if d.DryRun && o.admin.output.format != outputJSON {
+		fmt.Fprintf(cmd.ErrOrStderr(), "dry run: nothing deleted; add --execute to delete group %q\n", d.Group)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
 func newOffsetsCommand() *cobra.Command {
@@ -163,7 +164,7 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 // validTopics checks the topics of flag.
 func validTopics(flag string, topics []string) error {
 	for _, t := range topics {
-		if err := admin.ValidTopic(t); err != nil {
+		if err := coordinator.ValidTopic(t); err != nil {
 			return usage(fmt.Errorf("%s: %w", flag, err))
 		}
 	}

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/admin"
 )
 
 func newReplicasCommand() *cobra.Command {
@@ -66,29 +64,8 @@ func (o *replicasListOptions) complete(*cobra.Command) error { return nil }
 
 func (o *replicasListOptions) validate() error { return o.admin.validate() }
 
-// replicaRow is one replica; its JSON fields are stable. lease_ttl_left is
-// in whole seconds, null when the lease is already gone.
-type replicaRow struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Version     string    `json:"version"`
-	StartedAt   time.Time `json:"started_at"`
-	HTTPAddress string    `json:"http_address,omitempty"`
-	Draining    bool      `json:"draining"`
-	// Reads is whether the replica reads its topics from Kafka; when it
-	// does not, Unreadable says why, and it holds no partitions while
-	// another reads.
-	Reads        bool     `json:"reads_kafka"`
-	Unreadable   string   `json:"kafka_unreadable,omitempty"`
-	ClaimCount   int      `json:"claim_count"`
-	Claims       []string `json:"claims"`
-	Lease        string   `json:"lease"`
-	LeaseTTLLeft *int64   `json:"lease_ttl_left"`
-}
-
 type replicasView struct {
-	replicas []replicaRow
+	replicas []admin.ReplicaState
 	now      time.Time
 }
 
@@ -127,35 +104,12 @@ func (o *replicasListOptions) run(ctx context.Context, cmd *cobra.Command) error
 		return err
 	}
 	defer s.Close()
-	snap := s.snap
 	now := time.Now()
-	claims := map[string][]coordinator.Partition{}
-	for p, c := range snap.Claims {
-		claims[c.Replica] = append(claims[c.Replica], p)
-	}
-	v := &replicasView{replicas: []replicaRow{}, now: now}
 	ectx, cancel := o.admin.etcdContext(ctx)
 	defer cancel()
-	for _, m := range snap.Members {
-		ps := claims[m.ID]
-		slices.SortFunc(ps, coordinator.Partition.Compare)
-		names := make([]string, len(ps))
-		for i, p := range ps {
-			names[i] = p.String()
-		}
-		r := replicaRow{
-			ID: m.ID, Host: m.Host, PID: m.PID, Version: m.Version, StartedAt: m.StartedAt, HTTPAddress: m.HTTPAddr, Draining: m.Draining,
-			Reads: m.Reads(), Unreadable: m.Unreadable,
-			ClaimCount: len(ps), Claims: names, Lease: strconv.FormatInt(m.Lease, 16),
-		}
-		ttl, err := s.cli.TimeToLive(ectx, clientv3.LeaseID(m.Lease))
-		if err != nil {
-			return o.admin.etcdError(err)
-		}
-		if ttl.TTL >= 0 {
-			r.LeaseTTLLeft = ptr(ttl.TTL)
-		}
-		v.replicas = append(v.replicas, r)
+	rs, err := admin.Replicas(ectx, s.cli, s.snap)
+	if err != nil {
+		return o.admin.etcdError(err)
 	}
-	return o.admin.output.print(cmd.OutOrStdout(), v)
+	return o.admin.output.print(cmd.OutOrStdout(), &replicasView{replicas: rs, now: now})
 }

@@ -135,7 +135,7 @@ func (c *avroCompiler) node(s avro.Schema) *avroNode {
 	case *avro.EnumSchema:
 		n := &avroNode{kind: avEnum, minSize: 1}
 		for _, sym := range s.Symbols() {
-			n.symbols = append(n.symbols, appendString(nil, []byte(sym)))
+			n.symbols = append(n.symbols, AppendJSONString(nil, []byte(sym)))
 		}
 		c.named[s.FullName()] = n
 		return n

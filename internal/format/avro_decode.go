@@ -251,7 +251,7 @@ func (r *avroReader) value(dst []byte, n *avroNode, depth int) ([]byte, error) {
 		return appendFloat(dst, math.Float64frombits(binary.LittleEndian.Uint64(p)), 64), nil
 	case avString:
 		p, err := r.bytes("string")
-		return appendString(dst, p), err
+		return AppendJSONString(dst, p), err
 	case avBytes:
 		p, err := r.bytes("bytes")
 		return appendBase64(dst, p), err
@@ -352,7 +352,7 @@ func (r *avroReader) mapValue(dst []byte, n *avroNode, depth int) ([]byte, error
 			if err != nil {
 				return dst, err
 			}
-			dst = append(appendString(dst, k), ':')
+			dst = append(AppendJSONString(dst, k), ':')
 			if dst, err = r.value(dst, n.elem, depth+1); err != nil {
 				return dst, inPath(err, keySeg(k))
 			}

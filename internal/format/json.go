@@ -5,8 +5,6 @@ import (
 	"math"
 	"math/big"
 	"strconv"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/jsontext"
 )
 
 // The JSON writers the transcoders share. Each appends one JSON value to
@@ -14,12 +12,9 @@ import (
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string (see jsontext.AppendString).
-func appendString(dst, s []byte) []byte { return jsontext.AppendString(dst, s) }
-
 // appendKey appends name as a JSON object key with its colon.
 func appendKey(dst []byte, name string) []byte {
-	return append(appendString(dst, []byte(name)), ':')
+	return append(AppendJSONString(dst, []byte(name)), ':')
 }
 
 // appendFloat appends f as encoding/json would, and null for NaN and the

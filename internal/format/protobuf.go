@@ -269,7 +269,7 @@ func compileEnum(ed protoreflect.EnumDescriptor) *pbEnum {
 	for i := range vs.Len() {
 		v := vs.Get(i)
 		n := int32(v.Number())
-		name := appendString(nil, []byte(v.Name()))
+		name := AppendJSONString(nil, []byte(v.Name()))
 		if n >= 0 && n < maxDenseNumber {
 			for len(e.dense) <= int(n) {
 				e.dense = append(e.dense, nil)
@@ -299,7 +299,7 @@ func zeroJSON(fd protoreflect.FieldDescriptor, e *pbEnum) []byte {
 	case protoreflect.EnumKind:
 		return e.appendValue(nil, int32(def.Enum()))
 	case protoreflect.StringKind:
-		return appendString(nil, []byte(def.String()))
+		return AppendJSONString(nil, []byte(def.String()))
 	case protoreflect.BytesKind:
 		return appendBase64(nil, def.Bytes())
 	case protoreflect.FloatKind:

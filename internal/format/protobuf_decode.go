@@ -390,7 +390,7 @@ func (s *pbState) single(dst []byte, f *pbField, o *pbOcc, depth int) ([]byte, e
 		if f.utf8 && !utf8.Valid(p) {
 			return dst, s.fail(o.start, "invalid UTF-8 in a string")
 		}
-		return appendString(dst, p), nil
+		return AppendJSONString(dst, p), nil
 	case protoreflect.BytesKind:
 		return appendBase64(dst, p), nil
 	}

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 	"github.com/offsetkeeper/offsetkeeper/sinks/sinktest"
 )
 
@@ -374,7 +374,7 @@ func TestUndecodableDeadLetters(t *testing.T) {
 			want := []string{"1 value: avro: wrong magic byte 0x01 at byte 0"}
 			if mode == "columns" {
 				b.Records[3].Decoded = &sinks.Decoded{ValueSchema: &sinks.Schema{Format: sinks.Bytes}}
-				want = append(want, "3 "+jsonrow.Opaque)
+				want = append(want, "3 "+sqlsink.OpaqueValue)
 			}
 			write(t, s, b)
 			var got []string

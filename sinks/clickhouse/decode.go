@@ -9,8 +9,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // rowState is columnRow's scratch space, reused from record to record.
@@ -30,10 +30,10 @@ type rowState struct {
 // field as its column needs it.
 func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) string {
 	if r.Value == nil {
-		return jsonrow.Reason(r.Value)
+		return sqlsink.RowReason(r.Value)
 	}
 	if r.ValueOpaque() {
-		return jsonrow.Opaque
+		return sqlsink.OpaqueValue
 	}
 	clear(st.fields)
 	flat := scanFlat(r.Value, st.index, st.fields)
@@ -41,7 +41,7 @@ func (s *Sink) columnRow(b *sinks.Block, r *sinks.Record, st *rowState, n int) s
 		clear(st.fields)
 		clear(st.obj)
 		if err := json.Unmarshal(r.Value, &st.obj); err != nil || st.obj == nil {
-			if reason := jsonrow.Reason(r.Value); reason != "" {
+			if reason := sqlsink.RowReason(r.Value); reason != "" {
 				return reason
 			}
 			return "value is not a JSON object: " + err.Error()

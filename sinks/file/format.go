@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsontext"
+	"github.com/offsetkeeper/offsetkeeper/internal/format"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -32,7 +32,7 @@ type Line struct {
 // returns the extended buffer. It cannot fail: every record has a line.
 func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte {
 	dst = append(dst, `{"topic":`...)
-	dst = jsontext.AppendString(dst, []byte(topic))
+	dst = format.AppendJSONString(dst, []byte(topic))
 	dst = append(dst, `,"partition":`...)
 	dst = strconv.AppendInt(dst, int64(partition), 10)
 	dst = append(dst, `,"offset":`...)
@@ -54,7 +54,7 @@ func AppendLine(dst []byte, topic string, partition int, r *sinks.Record) []byte
 		}
 		if utf8.ValidString(h.Key) {
 			dst = append(dst, `{"key":`...)
-			dst = jsontext.AppendString(dst, []byte(h.Key))
+			dst = format.AppendJSONString(dst, []byte(h.Key))
 		} else {
 			dst = append(dst, `{"key_base64":"`...)
 			dst = base64.StdEncoding.AppendEncode(dst, []byte(h.Key))
@@ -114,7 +114,7 @@ func appendBytes(dst []byte, name string, b []byte) []byte {
 			dst = append(dst, '[')
 			dst = strconv.AppendInt(dst, int64(run.at), 10)
 			dst = append(dst, ',')
-			dst = jsontext.AppendString(dst, b[run.from:run.to])
+			dst = format.AppendJSONString(dst, b[run.from:run.to])
 			dst = append(dst, ']')
 		}
 		return append(dst, ']')
@@ -130,7 +130,7 @@ func appendText(dst []byte, name string, b []byte) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `_string":`...)
-		return jsontext.AppendString(dst, b)
+		return format.AppendJSONString(dst, b)
 	default:
 		dst = append(dst, '"')
 		dst = append(dst, name...)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // event is the part of a Debezium change event upsert mode reads.
@@ -18,7 +18,7 @@ type event struct {
 // debeziumEvent reads a Debezium change event, with or without the
 // JsonConverter's schema/payload wrapper, or says why it is none.
 func debeziumEvent(value []byte) (event, string) {
-	if why := jsonrow.Reason(value); why != "" {
+	if why := sqlsink.RowReason(value); why != "" {
 		return event{}, "debezium event: " + why
 	}
 	if inner, ok := unwrapSchema(value); ok {

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // Records the replica decoded through a Schema Registry (Record.Decoded):
@@ -48,7 +48,7 @@ func undecodable(rec *sinks.Record) string {
 func (a *attempt) rowValue(rec *sinks.Record) (v []byte, ignored int, why string) {
 	v = rec.Value
 	d := rec.Decoded
-	if d == nil || d.ValueSchema == nil || d.ValueBytes == nil || a.s.cfg.envelope == Debezium || jsonrow.Reason(v) != "" {
+	if d == nil || d.ValueSchema == nil || d.ValueBytes == nil || a.s.cfg.envelope == Debezium || sqlsink.RowReason(v) != "" {
 		return v, 0, ""
 	}
 	p := a.fieldPlan(d.ValueSchema)
@@ -68,7 +68,7 @@ func (a *attempt) rowValue(rec *sinks.Record) (v []byte, ignored int, why string
 func (a *attempt) rowKey(rec *sinks.Record) ([]byte, string) {
 	k := rec.Key
 	d := rec.Decoded
-	if d == nil || d.KeySchema == nil || d.KeyBytes == nil || a.s.cfg.envelope == Debezium || jsonrow.Reason(k) != "" {
+	if d == nil || d.KeySchema == nil || d.KeyBytes == nil || a.s.cfg.envelope == Debezium || sqlsink.RowReason(k) != "" {
 		return k, ""
 	}
 	if p := a.fieldPlan(d.KeySchema); len(p.bytea) > 0 {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 func TestJSONBValue(t *testing.T) {
@@ -57,9 +57,9 @@ func TestObjectReason(t *testing.T) {
 		{[]byte(`"s"`), "scalar"},
 		{[]byte(`12`), "scalar"},
 	} {
-		got := jsonrow.Reason(tc.in)
+		got := sqlsink.RowReason(tc.in)
 		if (tc.says == "") != (got == "") || !strings.Contains(got, tc.says) {
-			t.Errorf("jsonrow.Reason(%q) = %q, want %q", tc.in, got, tc.says)
+			t.Errorf("sqlsink.RowReason(%q) = %q, want %q", tc.in, got, tc.says)
 		}
 	}
 }

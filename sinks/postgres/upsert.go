@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // stageUpsert is upsert mode's staging table: k is the JSON object of the
@@ -200,7 +200,7 @@ const (
 func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, string) {
 	value := rec.Value
 	if value != nil && rec.ValueOpaque() {
-		return change{}, refuse, jsonrow.Opaque
+		return change{}, refuse, sqlsink.OpaqueValue
 	}
 	var idFrom []byte // the object the key columns come from, for key_from=value
 	del := value == nil
@@ -225,7 +225,7 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 		return change{}, ignore, ""
 	}
 	if !del {
-		if why := jsonrow.Reason(value); why != "" {
+		if why := sqlsink.RowReason(value); why != "" {
 			return change{}, refuse, rowReason(c.envelope, value)
 		}
 		idFrom = value
@@ -238,7 +238,7 @@ func (c *config) changeOf(key keyPlan, rec *sinks.Record) (change, verdict, stri
 	case del && idFrom == nil:
 		why = "debezium delete without before: key_from=value finds the row by before's key columns"
 	case del:
-		if jsonrow.Reason(idFrom) != "" {
+		if sqlsink.RowReason(idFrom) != "" {
 			why = "debezium before is not a JSON object"
 			break
 		}
@@ -282,7 +282,7 @@ func (a *attempt) changeOf(rec *sinks.Record) (ch change, v verdict, ignored int
 
 // rowReason says why value cannot be a row.
 func rowReason(e Envelope, value []byte) string {
-	why := jsonrow.Reason(value)
+	why := sqlsink.RowReason(value)
 	if why == "" {
 		why = "value is not a JSON object"
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/jsonrow"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // statements are the SQL texts of one sink, built once by New.
@@ -416,10 +416,10 @@ func (a *attempt) columns(ctx context.Context, live []*blockWrite) error {
 			rec := &w.recs[i]
 			why := undecodable(rec)
 			if why == "" && rec.ValueOpaque() {
-				why = jsonrow.Opaque
+				why = sqlsink.OpaqueValue
 			}
 			if why == "" {
-				why = jsonrow.Reason(rec.Value)
+				why = sqlsink.RowReason(rec.Value)
 			}
 			var v []byte
 			var ignored int

@@ -1,12 +1,10 @@
-// Package names checks the names offsetkeeper puts in etcd keys and Kafka
-// requests: topics and groups.
-package names
+package coordinator
 
-// Legal reports whether s is 1 to max bytes of A-Z a-z 0-9 . _ - (the
+// legal reports whether s is 1 to max bytes of A-Z a-z 0-9 . _ - (the
 // bytes of a legal Kafka topic name). A loop, not a regexp: `{1,249}`
 // compiles into a program of 249 copies, a millisecond of every process
 // start.
-func Legal(s string, max int) bool {
+func legal(s string, max int) bool {
 	if len(s) == 0 || len(s) > max {
 		return false
 	}

@@ -1,4 +1,4 @@
-package names
+package coordinator
 
 import (
 	"strings"
@@ -21,8 +21,8 @@ func TestLegal(t *testing.T) {
 		{"ünicode", 249, false},
 		{"nul\x00", 249, false},
 	} {
-		if got := Legal(c.s, c.max); got != c.want {
-			t.Errorf("Legal(%.20q, %d) = %v, want %v", c.s, c.max, got, c.want)
+		if got := legal(c.s, c.max); got != c.want {
+			t.Errorf("legal(%.20q, %d) = %v, want %v", c.s, c.max, got, c.want)
 		}
 	}
 }

@@ -1,6 +1,4 @@
-// Package jsonrow says whether a record's value can be a table row: a JSON
-// object, as the PostgreSQL and ClickHouse sinks' columns modes need.
-package jsonrow
+package sqlsink
 
 import (
 	"bytes"
@@ -10,14 +8,14 @@ import (
 	"unicode/utf8"
 )
 
-// Opaque is why a value of the bytes format cannot be a row, whatever its
+// OpaqueValue is why a value of the bytes format cannot be a row, whatever its
 // bytes: the replica was told they are not JSON.
-const Opaque = "value format is bytes (--value-format bytes): a row needs a JSON object; use json or a Schema Registry format"
+const OpaqueValue = "value format is bytes (--value-format bytes): a row needs a JSON object; use json or a Schema Registry format"
 
-// Reason says why v cannot be a row, or "" when it is a JSON object. The
+// RowReason says why v cannot be a row, or "" when it is a JSON object. The
 // reason is a pure function of v: a sink that sets the record aside by it
 // sets it aside again when the block is written again.
-func Reason(v []byte) string {
+func RowReason(v []byte) string {
 	if v == nil {
 		return "value is null (a tombstone): columns mode needs a JSON object"
 	}

@@ -1,16 +1,11 @@
-// Package jsontext writes JSON text by hand, for the hot paths that append
-// values to a buffer without encoding/json's reflection: the file sink's
-// lines and the decoders' JSON.
-package jsontext
+package format
 
 import "unicode/utf8"
 
-const hexDigits = "0123456789abcdef"
-
-// AppendString appends s to dst as a JSON string. A byte that is not part
+// AppendJSONString appends s to dst as a JSON string. A byte that is not part
 // of valid UTF-8 becomes \ufffd, so that the output is always valid JSON. It escapes what JSON requires and U+2028
 // and U+2029, as encoding/json does, and nothing else: no HTML escaping.
-func AppendString(dst, s []byte) []byte {
+func AppendJSONString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {

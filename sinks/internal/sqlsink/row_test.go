@@ -1,4 +1,4 @@
-package jsonrow
+package sqlsink
 
 import (
 	"strings"
@@ -19,9 +19,9 @@ func TestReason(t *testing.T) {
 		{[]byte(`42`), "JSON scalar"},
 		{[]byte(`"s"`), "JSON scalar"},
 	} {
-		got := Reason(tc.in)
+		got := RowReason(tc.in)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("Reason(%q) = %q, want %q", tc.in, got, tc.want)
+			t.Errorf("RowReason(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
