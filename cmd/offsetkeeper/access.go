@@ -3,12 +3,9 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -128,44 +125,19 @@ func (s *securityFlags) explainEtcd(err error, endpoints []string) error {
 	return err
 }
 
-// etcdTLSProblem connects to the https endpoints itself and returns the
-// first TLS failure: a server certificate that does not verify, or a client
-// certificate the server refuses. It returns nil when there is none, also
-// when no endpoint answers, and at once when TLS is off.
+// etcdTLSProblem returns the first TLS failure with the https endpoints
+// (secure.HandshakeFailure), naming the flags that mend it; nil when there
+// is none, also when no endpoint answers, and at once when TLS is off.
 func (s *securityFlags) etcdTLSProblem(ctx context.Context, endpoints []string) error {
 	if s.built == nil || s.built.etcdTLS == nil {
 		return nil
 	}
-	for _, ep := range endpoints {
-		addr := ep
-		if scheme, rest, ok := strings.Cut(ep, "://"); ok {
-			if scheme != "https" {
-				continue
-			}
-			addr = strings.TrimSuffix(rest, "/")
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			continue
-		}
-		d := tls.Dialer{NetDialer: &net.Dialer{}, Config: secure.ForAddress(s.built.etcdTLS, addr)}
-		dctx, cancel := context.WithTimeout(ctx, tlsProbeTimeout)
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			// Under TLS 1.3 the server checks the client's certificate
-			// after the client's side of the handshake is done: its
-			// verdict comes with the first read, as an alert, or not at
-			// all (the server waits for a request).
-			_ = conn.SetReadDeadline(time.Now().Add(tlsProbeTimeout))
-			_, err = conn.Read(make([]byte, 1))
-			_ = conn.Close()
-		}
-		if err != nil && secure.HandshakeFailed(err) {
-			return fmt.Errorf("TLS with etcd at %s failed: %w: check --etcd-cacert (the CA of etcd's server certificate), "+
-				"--etcd-cert and --etcd-key (a client certificate etcd's --trusted-ca-file signed)", addr, err)
-		}
+	addr, err := secure.HandshakeFailure(ctx, endpoints, s.built.etcdTLS, tlsProbeTimeout)
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("TLS with etcd at %s failed: %w: check --etcd-cacert (the CA of etcd's server certificate), "+
+		"--etcd-cert and --etcd-key (a client certificate etcd's --trusted-ca-file signed)", addr, err)
 }
 
 // A dry run parses and validates a command's flags and environment and stops

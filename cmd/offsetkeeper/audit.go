@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/audit"
@@ -38,12 +39,7 @@ const auditOpenTimeout = 30 * time.Second
 // it is.
 const progressEvery = time.Second
 
-func newAuditCommand(table sinks.Table) *cobra.Command {
-	o := &auditOptions{sinks: table}
-	cmd := &cobra.Command{
-		Use:   "audit",
-		Short: "Check a sink against Kafka and etcd: records missing, held twice, not Kafka's, not committed, aborted",
-		Long: `Compare, per partition of the group's topics, what the sink holds with the
+const auditLong = `Compare, per partition of the group's topics, what the sink holds with the
 records Kafka delivers (read_committed: aborted records and transaction
 markers never are) from the log start up to the group's committed offset in
 etcd: each offset, and where the sink keeps the record as Kafka had it, the
@@ -122,12 +118,21 @@ Exit status: 0 clean (offsets in flight and unverifiable ones are noted, not
 findings), 1 findings (or etcd, Kafka or the sink failing), 2 bad
 usage: an unknown group, a sink URL that cannot be audited or read (a
 directory or table that is not there, a table without kafka_offset), a
---topic not in the group.`,
-		Example: `  offsetkeeper audit --group orders --sink file:///var/lib/offsetkeeper
+--topic not in the group.`
+
+const auditExample = `  offsetkeeper audit --group orders --sink file:///var/lib/offsetkeeper
   offsetkeeper audit --group orders --sink 'postgres://app@db/shop?table=orders_raw' --topic orders:0,1
-  offsetkeeper audit --group orders --sink file:///data -o json | jq '.partitions[] | select(.missing.count > 0)'`,
-		Args: noArgs,
-		RunE: runE(o),
+  offsetkeeper audit --group orders --sink file:///data -o json | jq '.partitions[] | select(.missing.count > 0)'`
+
+func newAuditCommand(table sinks.Table) *cobra.Command {
+	o := &auditOptions{sinks: table}
+	cmd := &cobra.Command{
+		Use:     "audit",
+		Short:   "Check a sink against Kafka and etcd: records missing, held twice, not Kafka's, not committed, aborted",
+		Long:    auditLong,
+		Example: auditExample,
+		Args:    noArgs,
+		RunE:    runE(o),
 	}
 	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()
@@ -196,27 +201,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 
 	kcfg := kafka.Config{Brokers: o.admin.cluster.brokers, DialTimeout: o.admin.kafkaTimeout, ClientID: "offsetkeeper-audit"}
 	o.admin.cluster.security.kafkaAuth().apply(&kcfg)
-	stderr := cmd.ErrOrStderr()
-	started := time.Now()
-	last := started
-	rep, err := audit.Run(ctx, audit.Config{
-		Etcd:  s.cli,
-		Group: o.admin.cluster.group,
-		Kafka: kcfg,
-		Sink:  sink,
-		Scope: scope,
-		// Each exchange, not the whole audit, which takes as long as
-		// the records take to read.
-		KafkaTimeout: o.admin.kafkaTimeout,
-		Progress: func(p audit.Progress) {
-			// A line a second at most, and none for a short audit.
-			if now := time.Now(); now.Sub(last) >= progressEvery {
-				last = now
-				fmt.Fprintf(stderr, "audit: %d offsets read, %d/%d partitions done (%s)\n",
-					p.Records, p.PartitionsDone, p.Partitions, now.Sub(started).Round(time.Second))
-			}
-		},
-	})
+	rep, err := audit.Run(ctx, o.config(s.cli, kcfg, sink, scope, cmd.ErrOrStderr()))
 	if err != nil {
 		switch {
 		case errors.Is(err, audit.ErrNotInGroup):
@@ -245,6 +230,30 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("audit of group %s in %s: %s", rep.Group, rep.Sink, v.rep.Summary())
 	}
 	return nil
+}
+
+// config is the audit's configuration; progress lines go to stderr.
+func (o *auditOptions) config(cli *clientv3.Client, kcfg kafka.Config, sink sinks.Reader, scope []audit.Scope, stderr io.Writer) audit.Config {
+	started := time.Now()
+	last := started
+	return audit.Config{
+		Etcd:  cli,
+		Group: o.admin.cluster.group,
+		Kafka: kcfg,
+		Sink:  sink,
+		Scope: scope,
+		// Each exchange, not the whole audit, which takes as long as
+		// the records take to read.
+		KafkaTimeout: o.admin.kafkaTimeout,
+		Progress: func(p audit.Progress) {
+			// A line a second at most, and none for a short audit.
+			if now := time.Now(); now.Sub(last) >= progressEvery {
+				last = now
+				fmt.Fprintf(stderr, "audit: %d offsets read, %d/%d partitions done (%s)\n",
+					p.Records, p.PartitionsDone, p.Partitions, now.Sub(started).Round(time.Second))
+			}
+		},
+	}
 }
 
 // auditView prints a report: a row per partition, then the findings' ranges.

@@ -74,12 +74,14 @@ type devOptions struct {
 	ownTopic bool
 }
 
-func newDevCommand(table sinks.Table) *cobra.Command {
-	o := &devOptions{sinks: table}
-	cmd := &cobra.Command{
-		Use:   "dev",
-		Short: "Run a whole local cluster in one process and check that nothing is lost",
-		Long: `Start, in one process and on loopback only: an embedded etcd, an in-process
+const devExample = `  offsetkeeper dev
+  offsetkeeper dev --chaos --messages 50000
+  offsetkeeper dev --chaos --faults zombie,leader --duration 30s --seed 42
+  offsetkeeper dev --sink stdout: --messages 10 --replicas 1
+  offsetkeeper dev --value-format avro --messages 10000
+  offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the try: line's commands`
+
+const devLong = `Start, in one process and on loopback only: an embedded etcd, an in-process
 Kafka-protocol broker (kfake) with a topic of --partitions partitions,
 --replicas replicas of one group writing to a file sink in a temporary folder
 (or --sink), and a producer of --messages JSON records at --rate per second.
@@ -153,15 +155,17 @@ dead-letter table. The exit status is 0 only when L, M and X are 0 and, with
 a postgres sink, D is 0; otherwise (1) it prints the seed, the faults in order
 and the first violation. 1 on a timeout as well; 2 for bad usage.
 
-Nothing here is used in production: 'run' talks to real etcd and Kafka.`,
-		Example: `  offsetkeeper dev
-  offsetkeeper dev --chaos --messages 50000
-  offsetkeeper dev --chaos --faults zombie,leader --duration 30s --seed 42
-  offsetkeeper dev --sink stdout: --messages 10 --replicas 1
-  offsetkeeper dev --value-format avro --messages 10000
-  offsetkeeper dev --rate 2000 --hold    # then, in another terminal, the try: line's commands`,
-		Args: noArgs,
-		RunE: runE(o),
+Nothing here is used in production: 'run' talks to real etcd and Kafka.`
+
+func newDevCommand(table sinks.Table) *cobra.Command {
+	o := &devOptions{sinks: table}
+	cmd := &cobra.Command{
+		Use:     "dev",
+		Short:   "Run a whole local cluster in one process and check that nothing is lost",
+		Long:    devLong,
+		Example: devExample,
+		Args:    noArgs,
+		RunE:    runE(o),
 	}
 	fs := cmd.Flags()
 	fs.IntVar(&o.replicas, "replicas", dev.DefaultReplicas, "replicas to run")

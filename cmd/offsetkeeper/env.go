@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
 )
@@ -117,14 +118,14 @@ func unknownEnv(cmd *cobra.Command, environ []string) error {
 			// (OFFSETKEEPER_TOPIC for run, which reads --topics).
 			suffix := strings.TrimPrefix(name, envPrefix)
 			if !slices.Contains(own, suffix) {
-				if s := closest(suffix, own); s != "" {
+				if s := enum.Closest(suffix, own); s != "" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "Warning: environment variable %s: %q does not read it (another command does), ignored; did you mean %s%s?\n",
 						name, cmd.CommandPath(), envPrefix, s)
 				}
 			}
 			continue
 		}
-		if s := closest(strings.TrimPrefix(name, envPrefix), own); s != "" {
+		if s := enum.Closest(strings.TrimPrefix(name, envPrefix), own); s != "" {
 			return usagef("environment variable %s: no command reads it; did you mean %s%s? (each flag --NAME is read from %sNAME, upper case, '-' as '_')",
 				name, envPrefix, s, envPrefix)
 		}

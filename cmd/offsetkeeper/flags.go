@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +63,7 @@ func (f *clusterFlags) check(needGroup bool) error {
 		return usagef("--etcd-endpoints is empty: want host:port[,host:port...]")
 	}
 	for _, e := range f.etcdEndpoints {
-		if err := checkEndpoint(e); err != nil {
+		if err := coordinator.CheckEndpoint(e); err != nil {
 			return usagef("--etcd-endpoints %q: %v", redact.URL(e), err)
 		}
 	}
@@ -73,7 +71,7 @@ func (f *clusterFlags) check(needGroup bool) error {
 		return usagef("--brokers is empty: want host:port[,host:port...]")
 	}
 	for _, b := range f.brokers {
-		if err := checkHostPort(b); err != nil {
+		if err := coordinator.CheckHostPort(b); err != nil {
 			return usagef("--brokers %q: %v; want host:port[,host:port...]", b, err)
 		}
 	}
@@ -95,45 +93,6 @@ func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
 		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(redact.URLs(f.etcdEndpoints), ","), err)
 	}
 	return cli, nil
-}
-
-// checkEndpoint checks an etcd endpoint: host:port, http:// or https://
-// host:port, or unix:// or unixs:// and a socket path.
-func checkEndpoint(e string) error {
-	scheme, rest, hasScheme := strings.Cut(e, "://")
-	if !hasScheme {
-		return checkHostPort(e)
-	}
-	const want = "want host:port, http://host:port or https://host:port"
-	switch scheme {
-	case "http", "https":
-		u, err := url.Parse(e)
-		if err != nil {
-			return fmt.Errorf("not a URL; %s", want)
-		}
-		if err := checkHostPort(u.Host); err != nil {
-			return fmt.Errorf("%v; %s", err, want)
-		}
-		return nil
-	case "unix", "unixs":
-		if rest == "" {
-			return fmt.Errorf("no socket path; want %s://PATH", scheme)
-		}
-		return nil
-	}
-	return fmt.Errorf("unknown scheme %q; %s", scheme, want)
-}
-
-// checkHostPort checks host:port: a host and a port 1 to 65535.
-func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil || host == "" || strings.ContainsAny(host, " \t/") {
-		return errors.New("want host:port")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q is not 1 to 65535", port)
-	}
-	return nil
 }
 
 // adminFlags are the flags every operator command takes: the cluster flags

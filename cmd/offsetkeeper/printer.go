@@ -62,8 +62,6 @@ func strCell(s string) string {
 	return s
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // age is how long ago t was, in the largest whole unit: "45s", "12m", "5h",
 // "3d". A time in the future (clocks apart) reads "0s"; the zero time "-".
 func age(now, t time.Time) string {

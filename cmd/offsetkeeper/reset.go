@@ -43,12 +43,7 @@ type resetOptions struct {
 	lines      []admin.PlanLine // --from-file
 }
 
-func newOffsetsResetCommand() *cobra.Command {
-	o := &resetOptions{}
-	cmd := &cobra.Command{
-		Use:   "reset",
-		Short: "Move a group's committed offsets, safely and without stopping the group",
-		Long: `Move the committed offsets of some partitions of a group: to re-deliver
+const offsetsResetLong = `Move the committed offsets of some partitions of a group: to re-deliver
 records (back), to skip them (forward), or to make a running owner re-read
 from where it is.
 
@@ -96,8 +91,9 @@ not taken from OFFSETKEEPER_EXECUTE.
 Bad input (unknown group, topic or partition, a negative or non-numeric
 offset, a bad time or duration, conflicting options, a malformed file)
 exits with status 2 and changes nothing. Kafka must be reachable: the plan
-needs the log bounds.`,
-		Example: `  # See what re-delivering the last hour of "orders" would do, then do it:
+needs the log bounds.`
+
+const offsetsResetExample = `  # See what re-delivering the last hour of "orders" would do, then do it:
   offsetkeeper offsets reset --group orders --topic orders --by-duration PT1H
   TOPIC   PARTITION  CURRENT  NEW
   orders  0          1250     1100
@@ -112,9 +108,17 @@ needs the log bounds.`,
 
   # Save a plan, review it, apply it:
   offsetkeeper offsets reset --group orders --all-topics --to-latest --export > plan.csv
-  offsetkeeper offsets reset --group orders --from-file plan.csv --execute`,
-		Args: noArgs,
-		RunE: runE(o),
+  offsetkeeper offsets reset --group orders --from-file plan.csv --execute`
+
+func newOffsetsResetCommand() *cobra.Command {
+	o := &resetOptions{}
+	cmd := &cobra.Command{
+		Use:     "reset",
+		Short:   "Move a group's committed offsets, safely and without stopping the group",
+		Long:    offsetsResetLong,
+		Example: offsetsResetExample,
+		Args:    noArgs,
+		RunE:    runE(o),
 	}
 	o.admin.register(cmd, withKafka)
 	fs := cmd.Flags()

@@ -54,12 +54,7 @@ type runOptions struct {
 	sinks sinks.Table // what --sink may name
 }
 
-func newRunCommand(table sinks.Table) *cobra.Command {
-	o := &runOptions{sinks: table}
-	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run one replica of a group against etcd and Kafka",
-		Long: `Run one replica of a group. Replicas of the same --group share the partitions
+const runLong = `Run one replica of a group. Replicas of the same --group share the partitions
 of --topics: each claims the partitions the plan gives it, reads them from
 Kafka, writes blocks of records to --sink and commits each block's offset to
 etcd after the write, fenced by its claim.
@@ -105,8 +100,9 @@ replicas exits 2; --allow-sink-change moves a group to a new sink on purpose.
 
 SIGTERM or SIGINT stops gracefully: blocks in flight are finished and
 committed, claims released, the lease revoked; other replicas take over at
-once. Exit status 0.`,
-		Example: `  offsetkeeper run --etcd-endpoints etcd1:2379,etcd2:2379 --brokers kafka:9092 \
+once. Exit status 0.`
+
+const runExample = `  offsetkeeper run --etcd-endpoints etcd1:2379,etcd2:2379 --brokers kafka:9092 \
     --group orders --topics orders,refunds --sink file:///var/lib/offsetkeeper
 
   # Avro values through a Schema Registry, into PostgreSQL columns that grow with the schema:
@@ -115,9 +111,17 @@ once. Exit status 0.`,
     --sink 'postgres://app@db/shop?mode=columns&table=orders&evolve=add-columns'
 
   # The same from the environment, as in a container:
-  OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`,
-		Args: noArgs,
-		RunE: runE(o),
+  OFFSETKEEPER_GROUP=orders OFFSETKEEPER_TOPICS=orders OFFSETKEEPER_SINK=stdout: offsetkeeper run`
+
+func newRunCommand(table sinks.Table) *cobra.Command {
+	o := &runOptions{sinks: table}
+	cmd := &cobra.Command{
+		Use:     "run",
+		Short:   "Run one replica of a group against etcd and Kafka",
+		Long:    runLong,
+		Example: runExample,
+		Args:    noArgs,
+		RunE:    runE(o),
 	}
 	o.cluster.register(cmd)
 	fs := cmd.Flags()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 // usageError is bad input: a flag, an argument, an environment variable or a
@@ -79,59 +81,12 @@ func flagError(cmd *cobra.Command, err error) error {
 		name := unknown.GetSpecifiedName()
 		var names []string
 		cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
-		if s := closest(name, names); s != "" {
+		if s := enum.Closest(name, names); s != "" {
 			return usagef("unknown flag: --%s; did you mean --%s? (see %s --help)", name, s, cmd.CommandPath())
 		}
 		return usagef("unknown flag: --%s (see %s --help)", name, cmd.CommandPath())
 	}
 	return usage(err)
-}
-
-// closest is the name among names nearest to s, if it is near enough to be
-// what was meant: within a third of its length in edits (at least 2), or
-// s is a part of it.
-func closest(s string, names []string) string {
-	best, bestD := "", 0
-	s = strings.ToLower(s)
-	for _, n := range names {
-		d := editDistance(s, strings.ToLower(n))
-		if best == "" || d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	if bestD <= max(2, len(s)/3) {
-		return best
-	}
-	for _, n := range names {
-		if len(s) >= 3 && strings.Contains(strings.ToLower(n), s) {
-			return n
-		}
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // unknownCommand is the usage error of an unknown subcommand name of
@@ -146,7 +101,7 @@ func unknownCommand(parent *cobra.Command, name string) error {
 	hint := ""
 	if s := parent.SuggestionsFor(name); len(s) > 0 {
 		hint = fmt.Sprintf("; did you mean %q?", s[0])
-	} else if s := closest(name, names); s != "" {
+	} else if s := enum.Closest(name, names); s != "" {
 		hint = fmt.Sprintf("; did you mean %q?", s)
 	}
 	return usagef("unknown command %q for %q: want one of %s%s", name, parent.CommandPath(), strings.Join(names, ", "), hint)
