@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 )
 
 // The faults of Chaos, in the order the report counts them.
@@ -91,6 +91,7 @@ type chaos struct {
 	fleet  *fleet
 	etcd   *etcdCluster
 	coord  *coordinator.Coordinator
+	kafka  *admin.Kafka // the log bounds a reset plans with
 	topic  string
 	ttl    time.Duration
 	out    io.Writer
@@ -190,12 +191,14 @@ func (c *chaos) inject(ctx context.Context, f string) (target string, ok bool, e
 	case FaultDrain:
 		return c.hold(f, c.ttl, func(d *node) (func(), string) {
 			id := d.r.ID()
-			if err := c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, true) }); err != nil {
+			// As `replicas drain --force`: the deck may drain the last
+			// replica that reads.
+			if err := c.admin(func(ctx context.Context) error { return admin.Drain(ctx, c.coord, id, false, true) }); err != nil {
 				return nil, ""
 			}
 			return func() {
 				// Gone (killed) or rejoined (a lost session) is undrained.
-				_ = c.admin(func(ctx context.Context) error { return c.coord.SetDraining(ctx, id, false) })
+				_ = c.admin(func(ctx context.Context) error { return admin.Drain(ctx, c.coord, id, true, true) })
 			}, "draining"
 		})
 	case FaultLeader:
@@ -307,9 +310,9 @@ func (c *chaos) stopLeader() (string, bool, error) {
 	return fmt.Sprintf("etcd member %d for %s", l, c.ttl), true, nil
 }
 
-// reset is the operator's live `offsets reset` of a random partition to an
-// offset up to 200 records before its committed one, through the same
-// fenced transaction as the CLI's (Coordinator.ResetOffsets).
+// reset is the operator's live `offsets reset --to-offset` of a random
+// partition to an offset up to 200 records before its committed one,
+// planned and applied by the library the CLI calls (admin.Reset).
 func (c *chaos) reset() (string, bool, error) {
 	snap, err := c.snapshot()
 	if err != nil {
@@ -328,11 +331,16 @@ func (c *chaos) reset() (string, bool, error) {
 	p := parts[c.rng.IntN(len(parts))]
 	seen := snap.Offsets[p]
 	to := max(0, seen.Next-1-c.rng.Int64N(200))
+	r := admin.Reset{Target: admin.Target{Kind: admin.ToOffset, Offset: to},
+		Topics: []admin.TopicScope{{Topic: p.Topic, Partitions: []int{p.Partition}}}}
 	if err := c.admin(func(ctx context.Context) error {
-		_, err := c.coord.ResetOffsets(ctx, p, to, seen)
-		return err
+		plan, err := r.Plan(ctx, c.coord.Group(), snap, c.kafka, func(string) {})
+		if err != nil {
+			return err
+		}
+		return plan.Apply(ctx, c.coord, 5*time.Second, func(err error) error { return err })
 	}); err != nil {
-		return "", false, nil // a conflict or etcd away: another tick
+		return "", false, nil // a conflict or etcd or Kafka away: another tick
 	}
 	return fmt.Sprintf("%s from %d to %d", p, seen.Next, to), true, nil
 }
@@ -356,10 +364,10 @@ func (c *chaos) release() (string, bool, error) {
 	}
 	sortPartitions(parts)
 	p := parts[c.rng.IntN(len(parts))]
-	var epoch int64
+	var h admin.Handover
 	if err := c.admin(func(ctx context.Context) error {
 		var err error
-		epoch, err = c.coord.RequestRelease(ctx, p)
+		h, err = admin.Release(ctx, c.coord, snap, p)
 		return err
 	}); err != nil {
 		return "", false, nil
@@ -367,24 +375,19 @@ func (c *chaos) release() (string, bool, error) {
 	c.undone.Add(1)
 	go func() {
 		defer c.undone.Done()
+		// As `claims release --wait`: until handed over, or finish.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*c.ttl)
 		defer cancel()
-		_ = backoff.Poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		go func() {
 			select {
 			case <-c.stop:
-				return true, nil
-			default:
+				cancel()
+			case <-ctx.Done():
 			}
-			s, err := c.coord.Snapshot(ctx)
-			if err != nil {
-				return false, nil
-			}
-			cl, ok := s.Claims[p]
-			return ok && cl.Epoch != epoch, nil
-		})
-		_ = c.admin(func(ctx context.Context) error { return c.coord.ClearRelease(ctx, p) })
+		}()
+		_ = h.Await(ctx, c.coord, 5*time.Second)
 	}()
-	return fmt.Sprintf("%s (%s, epoch %d)", p, snap.Claims[p].Replica, epoch), true, nil
+	return fmt.Sprintf("%s (%s, epoch %d)", p, h.From, h.FromEpoch), true, nil
 }
 
 func (c *chaos) snapshot() (*coordinator.Snapshot, error) {

@@ -13,7 +13,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -227,6 +229,9 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		every = cfg.Chaos.Every
 		ch = newChaos(cfg.Chaos.Faults, rep.Seed, r.fleet, etcd, r.coord, cfg.Topic, cfg.LeaseTTL, stderr)
 		ch.expect = expect
+		// The operator's faults go through the library the CLI calls.
+		ch.kafka = admin.NewKafka(kafka.Config{Brokers: brokers, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}, cfg.Topic)
+		defer ch.kafka.Close()
 		defer ch.finish()
 	}
 

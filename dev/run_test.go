@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +76,14 @@ func TestRunWithChaosEndsWithTheAudit(t *testing.T) {
 	}
 	if len(rep.History) == 0 || rep.Seed != 7 {
 		t.Fatalf("faults %v, seed %d: want faults dealt with seed 7", rep.History, rep.Seed)
+	}
+	// The operator's faults, dealt through the library the CLI calls
+	// (admin), took effect: a reset moved an offset, a release named its
+	// owner, a drain marked a replica.
+	for _, re := range []string{`reset +events/\d+ from \d+ to \d+`, `release +events/\d+ \(dev-\d, epoch \d+\)`, `drain +dev-\d for .* \(draining\)`} {
+		if !slices.ContainsFunc(rep.History, regexp.MustCompile(re).MatchString) {
+			t.Errorf("no fault matching %q in %q", re, rep.History)
+		}
 	}
 	if len(ready.Etcd) != 3 || len(ready.Brokers) != 1 || len(rep.Endpoints.Etcd) != 3 {
 		t.Fatalf("endpoints %+v, want 3 etcd members (the leader fault) and a broker", ready)
