@@ -7,15 +7,12 @@ package integration_test
 
 import (
 	"cmp"
-	"strconv"
-	"strings"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-
 	"context"
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,9 +23,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -221,18 +220,19 @@ func (e *env) logEnds() map[int]int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out := map[int]int64{}
+	k := admin.NewKafka(kafka.Config{Brokers: e.kafka.Brokers()}, e.topic)
+	defer k.Close()
+	var ps []coordinator.Partition
 	for p := 0; p < e.parts; p++ {
-		f, err := kafka.NewFetcher(kafka.Config{Brokers: e.kafka.Brokers()}, e.topic, p, zap.NewNop())
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		_, end, err := f.Bounds(ctx)
-		_ = f.Close()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		out[p] = end
+		ps = append(ps, coordinator.Partition{Topic: e.topic, Partition: p})
+	}
+	bounds, err := k.Bounds(ctx, ps)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int]int64{}
+	for p, b := range bounds {
+		out[p.Partition] = b.End
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
@@ -200,21 +201,18 @@ func (e *opsEnv) produce(topic string, p, n int, ts func(i int) time.Time) {
 }
 
 // logEnd is Kafka's read_committed log end of p, read with the replica's
-// own fetcher: a source independent of the command under test.
+// Kafka client: a source independent of the command under test.
 func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
-	f, err := kafka.NewFetcher(kafka.Config{Brokers: e.kafka.Brokers()}, p.Topic, p.Partition, zap.NewNop())
+	k := admin.NewKafka(kafka.Config{Brokers: e.kafka.Brokers()}, p.Topic)
+	defer k.Close()
+	bounds, err := k.Bounds(ctx, []coordinator.Partition{p})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer f.Close()
-	_, end, err := f.Bounds(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return end
+	return bounds[p].End
 }
 
 // opsReplica is a replica run in this process.

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"math/bits"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -18,8 +17,8 @@ import (
 // and finished, when no sink holds a slice of it (the sinks' contract). The
 // records slices the reader copies out of batches come back the same way
 // (RecycleRecords). A buffer given back too early would hand a later fetch's
-// bytes to records still in use: OFFSETKEEPER_POISON_BUFFERS=1 (for tests)
-// overwrites given-back buffers instead of reusing them, so that such a
+// bytes to records still in use: PoisonBuffers (for tests; the CLI turns
+// it on with OFFSETKEEPER_POISON_BUFFERS=1) overwrites given-back buffers instead of reusing them, so that such a
 // record shows garbage at once.
 
 const (
@@ -34,10 +33,9 @@ var (
 	poisonBuffers atomic.Bool
 )
 
-// PoisonBuffersEnv set to 1 turns PoisonBuffers on from the start.
+// PoisonBuffersEnv set to 1 turns PoisonBuffers on in a process of the
+// CLI (its main reads it; this package reads no environment).
 const PoisonBuffersEnv = "OFFSETKEEPER_POISON_BUFFERS"
-
-func init() { poisonBuffers.Store(os.Getenv(PoisonBuffersEnv) == "1") }
 
 // PoisonBuffers makes given-back buffers and records slices be overwritten
 // rather than reused (or reused again, off): for tests that neither is

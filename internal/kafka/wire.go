@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -186,12 +185,6 @@ type rawFetchPartition struct {
 	// Records holds the partition's record batches as the broker sent
 	// them, the last one possibly truncated; nil when there are none.
 	Records []byte
-}
-
-// parseFetchResponse parses the body of a fetch response (after the
-// correlation id) of a non-flexible version, v0 to v11.
-func parseFetchResponse(b []byte, version int16) (*rawFetchResponse, error) {
-	return readFetchResponse(bufio.NewReader(bytes.NewReader(b)), len(b), version)
 }
 
 // readFetchResponse reads a fetch response body of n bytes from br.
