@@ -222,7 +222,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 // MaxBlockBytes, at most MaxBlockRows, and one batch more, for a block ends
 // between batches, once past its bound. Without that batch, the slice of
 // every full block grew again at its last batch, and each of its records
-// was copied once more (a tenth of a replica's CPU at 8 partitions).
+// was copied once more.
 func (pt *partition) likelyRows(batch kafka.PolledBatch) int {
 	cfg := &pt.r.cfg
 	bytes := min(pt.f.Share()/2, int64(cfg.MaxBlockBytes))
@@ -293,9 +293,9 @@ func (pt *partition) reset(r *kafka.OffsetReset) {
 func (pt *partition) finish(b *block) {
 	// Blocks of several answers are decoded into directly from now on;
 	// blocks of one take the answer's own slice (kafka.Cursor.DecodeOnRead).
-	// At 512 partitions, where a block is an answer, decoding on read cost
-	// half as much CPU again: the answers' bytes had gone cold by the time
-	// their partition read them.
+	// Where a block is one answer, decoding on read costs more: the
+	// answers' bytes have gone cold by the time their partition reads
+	// them.
 	if b.batches > 0 {
 		pt.f.DecodeOnRead(b.batches > 1)
 	}

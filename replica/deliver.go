@@ -21,9 +21,9 @@ import (
 // its log end), none for a full block, a large one, the block that ends a
 // backlog or one whose records were waiting in a backlog, whose commits
 // would otherwise hold the end of a catch-up back by the linger, twice
-// (intent and commit). A partition's backlog can be one small block: 10,000
-// partitions of 1,000 records each ended their catch-up 0.2 s late, their
-// last commits lingering.
+// (intent and commit). A partition's backlog can be one small block, so a
+// backlog of many small partitions would end late, its last commits
+// lingering.
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
 	cfg := &pt.r.cfg
 	// Small: at most a 64th of a full block (one record at least), as a
