@@ -79,7 +79,16 @@ const (
 )
 
 // CommitMode says when a block's offset is committed.
-type CommitMode = enum.Of[commitModes]
+type CommitMode int
+
+func (c CommitMode) String() string               { return enum.Name[commitModes](int(c)) }
+func (c CommitMode) Check() error                 { return enum.Valid[commitModes](int(c)) }
+func (c CommitMode) MarshalText() ([]byte, error) { return enum.Text[commitModes](int(c)) }
+func (c *CommitMode) UnmarshalText(b []byte) error {
+	return enum.SetInt[commitModes]((*int)(c), string(b))
+}
+func (c *CommitMode) Set(s string) error { return enum.SetInt[commitModes]((*int)(c), s) }
+func (CommitMode) Type() string          { return enum.Type[commitModes]() }
 
 const (
 	// AfterWrite commits after the sink write: at-least-once (exactly-once

@@ -57,7 +57,20 @@ type SchemaRegistry struct {
 // DecodeErrorPolicy is what happens to a record whose key or value cannot
 // be decoded: a wrong magic byte, a schema id the registry does not know,
 // bytes that do not match their schema.
-type DecodeErrorPolicy = enum.Of[decodeErrorPolicies]
+type DecodeErrorPolicy int
+
+func (d DecodeErrorPolicy) String() string { return enum.Name[decodeErrorPolicies](int(d)) }
+func (d DecodeErrorPolicy) Check() error   { return enum.Valid[decodeErrorPolicies](int(d)) }
+func (d DecodeErrorPolicy) MarshalText() ([]byte, error) {
+	return enum.Text[decodeErrorPolicies](int(d))
+}
+func (d *DecodeErrorPolicy) UnmarshalText(b []byte) error {
+	return enum.SetInt[decodeErrorPolicies]((*int)(d), string(b))
+}
+func (d *DecodeErrorPolicy) Set(s string) error {
+	return enum.SetInt[decodeErrorPolicies]((*int)(d), s)
+}
+func (DecodeErrorPolicy) Type() string { return enum.Type[decodeErrorPolicies]() }
 
 const (
 	// DeadLetter hands the record, with the reason, to a sink that keeps

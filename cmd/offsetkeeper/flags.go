@@ -192,16 +192,16 @@ func (f *waitFlags) validate() error {
 // enumFlag is a flag whose value is one of an enumeration's names
 // (internal/enum): parsed with space trimmed and case folded, shown in help
 // with its names as its type (table|json), refused naming them.
-type enumFlag[T enum.Tag] struct{ v *enum.Of[T] }
+type enumFlag struct{ v pflag.Value }
 
-func enumVar[T enum.Tag](v *enum.Of[T]) *enumFlag[T] { return &enumFlag[T]{v} }
+func enumVar(v pflag.Value) *enumFlag { return &enumFlag{v} }
 
-func (f *enumFlag[T]) String() string { return f.v.String() }
-func (f *enumFlag[T]) Type() string   { return f.v.Type() }
+func (f *enumFlag) String() string { return f.v.String() }
+func (f *enumFlag) Type() string   { return f.v.Type() }
 
-func (f *enumFlag[T]) Set(s string) error {
+func (f *enumFlag) Set(s string) error {
 	if f.v.Set(s) != nil {
-		return errors.New("want " + orList(enum.Names[T]()))
+		return errors.New("want " + orList(strings.Split(f.v.Type(), "|")))
 	}
 	return nil
 }

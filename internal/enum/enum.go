@@ -108,3 +108,38 @@ func Names[T Tag]() []string {
 	_, names := tag[T]()
 	return names
 }
+
+// The methods of an enumeration's own named type delegate to these with
+// its tag, so that its documentation shows them (an alias of Of shows
+// none):
+//
+//	type Mode int
+//
+//	func (m Mode) String() string                { return enum.Name[modes](int(m)) }
+//	func (m Mode) Check() error                  { return enum.Valid[modes](int(m)) }
+//	func (m Mode) MarshalText() ([]byte, error)  { return enum.Text[modes](int(m)) }
+//	func (m *Mode) UnmarshalText(b []byte) error { return enum.SetInt[modes]((*int)(m), string(b)) }
+//	func (m *Mode) Set(s string) error           { return enum.SetInt[modes]((*int)(m), s) }
+//	func (Mode) Type() string                    { return enum.Type[modes]() }
+
+// Name is v's name (Of.String).
+func Name[T Tag](v int) string { return Of[T](v).String() }
+
+// Valid refuses a value without a name (Of.Check).
+func Valid[T Tag](v int) error { return Of[T](v).Check() }
+
+// Text is v's name as text (Of.MarshalText).
+func Text[T Tag](v int) ([]byte, error) { return Of[T](v).MarshalText() }
+
+// SetInt sets *p to the value named s (Parse).
+func SetInt[T Tag](p *int, s string) error {
+	v, err := Parse[T](s)
+	if err != nil {
+		return err
+	}
+	*p = int(v)
+	return nil
+}
+
+// Type is the names, as help shows them (Of.Type).
+func Type[T Tag]() string { return Of[T](0).Type() }

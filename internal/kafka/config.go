@@ -34,7 +34,16 @@ const (
 
 // StartPolicy says where a partition is read from when it has no stored
 // offset, and where reading resumes when the stored offset is out of range.
-type StartPolicy = enum.Of[startPolicies]
+type StartPolicy int
+
+func (p StartPolicy) String() string               { return enum.Name[startPolicies](int(p)) }
+func (p StartPolicy) Check() error                 { return enum.Valid[startPolicies](int(p)) }
+func (p StartPolicy) MarshalText() ([]byte, error) { return enum.Text[startPolicies](int(p)) }
+func (p *StartPolicy) UnmarshalText(b []byte) error {
+	return enum.SetInt[startPolicies]((*int)(p), string(b))
+}
+func (p *StartPolicy) Set(s string) error { return enum.SetInt[startPolicies]((*int)(p), s) }
+func (StartPolicy) Type() string          { return enum.Type[startPolicies]() }
 
 const (
 	// StartEarliest starts at the log start offset: nothing still in Kafka
@@ -50,7 +59,16 @@ type startPolicies struct{}
 func (startPolicies) Enum() (string, []string) { return "start policy", []string{"earliest", "latest"} }
 
 // IsolationLevel says which records of transactional producers are read.
-type IsolationLevel = enum.Of[isolationLevels]
+type IsolationLevel int
+
+func (i IsolationLevel) String() string               { return enum.Name[isolationLevels](int(i)) }
+func (i IsolationLevel) Check() error                 { return enum.Valid[isolationLevels](int(i)) }
+func (i IsolationLevel) MarshalText() ([]byte, error) { return enum.Text[isolationLevels](int(i)) }
+func (i *IsolationLevel) UnmarshalText(b []byte) error {
+	return enum.SetInt[isolationLevels]((*int)(i), string(b))
+}
+func (i *IsolationLevel) Set(s string) error { return enum.SetInt[isolationLevels]((*int)(i), s) }
+func (IsolationLevel) Type() string          { return enum.Type[isolationLevels]() }
 
 const (
 	// ReadCommitted reads only committed records, up to the last stable

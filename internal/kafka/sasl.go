@@ -14,7 +14,16 @@ import (
 
 // SASLMechanism names a SASL mechanism Kafka brokers accept
 // (sasl.enabled.mechanisms).
-type SASLMechanism = enum.Of[saslMechanisms]
+type SASLMechanism int
+
+func (m SASLMechanism) String() string               { return enum.Name[saslMechanisms](int(m)) }
+func (m SASLMechanism) Check() error                 { return enum.Valid[saslMechanisms](int(m)) }
+func (m SASLMechanism) MarshalText() ([]byte, error) { return enum.Text[saslMechanisms](int(m)) }
+func (m *SASLMechanism) UnmarshalText(b []byte) error {
+	return enum.SetInt[saslMechanisms]((*int)(m), string(b))
+}
+func (m *SASLMechanism) Set(s string) error { return enum.SetInt[saslMechanisms]((*int)(m), s) }
+func (SASLMechanism) Type() string          { return enum.Type[saslMechanisms]() }
 
 const (
 	// SASLPlain sends the user and the password as they are: use it only

@@ -58,7 +58,7 @@ func TestSASLValidate(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", tc.s, err, tc.want)
 		}
 	}
-	if m, err := enum.Parse[saslMechanisms](" scram-sha-256 "); err != nil || m != SASLSCRAMSHA256 {
+	if m, err := enum.Parse[saslMechanisms](" scram-sha-256 "); err != nil || SASLMechanism(m) != SASLSCRAMSHA256 {
 		t.Errorf("ParseSASLMechanism = %v, %v", m, err)
 	}
 }

@@ -50,7 +50,14 @@ const (
 )
 
 // Mode is how records become rows.
-type Mode = enum.Of[modes]
+type Mode int
+
+func (m Mode) String() string                { return enum.Name[modes](int(m)) }
+func (m Mode) Check() error                  { return enum.Valid[modes](int(m)) }
+func (m Mode) MarshalText() ([]byte, error)  { return enum.Text[modes](int(m)) }
+func (m *Mode) UnmarshalText(b []byte) error { return enum.SetInt[modes]((*int)(m), string(b)) }
+func (m *Mode) Set(s string) error           { return enum.SetInt[modes]((*int)(m), s) }
+func (Mode) Type() string                    { return enum.Type[modes]() }
 
 const (
 	// Raw stores each record whole in a table of the sink's own layout,
@@ -66,7 +73,14 @@ type modes struct{}
 func (modes) Enum() (string, []string) { return "mode", []string{"raw", "columns"} }
 
 // Protocol is the interface the sink speaks to ClickHouse (protocol=).
-type Protocol = enum.Of[protocols]
+type Protocol int
+
+func (p Protocol) String() string                { return enum.Name[protocols](int(p)) }
+func (p Protocol) Check() error                  { return enum.Valid[protocols](int(p)) }
+func (p Protocol) MarshalText() ([]byte, error)  { return enum.Text[protocols](int(p)) }
+func (p *Protocol) UnmarshalText(b []byte) error { return enum.SetInt[protocols]((*int)(p), string(b)) }
+func (p *Protocol) Set(s string) error           { return enum.SetInt[protocols]((*int)(p), s) }
+func (Protocol) Type() string                    { return enum.Type[protocols]() }
 
 const (
 	// Native is ClickHouse's TCP protocol (port 9000, 9440 with TLS). The
@@ -82,7 +96,16 @@ func (protocols) Enum() (string, []string) { return "protocol", []string{"native
 
 // Compression is how native blocks are compressed on the wire
 // (compression=).
-type Compression = enum.Of[compressions]
+type Compression int
+
+func (c Compression) String() string               { return enum.Name[compressions](int(c)) }
+func (c Compression) Check() error                 { return enum.Valid[compressions](int(c)) }
+func (c Compression) MarshalText() ([]byte, error) { return enum.Text[compressions](int(c)) }
+func (c *Compression) UnmarshalText(b []byte) error {
+	return enum.SetInt[compressions]((*int)(c), string(b))
+}
+func (c *Compression) Set(s string) error { return enum.SetInt[compressions]((*int)(c), s) }
+func (Compression) Type() string          { return enum.Type[compressions]() }
 
 const (
 	// LZ4 compresses cheaply. The default.

@@ -43,7 +43,14 @@ const (
 )
 
 // Mode is how records become rows.
-type Mode = enum.Of[modes]
+type Mode int
+
+func (m Mode) String() string                { return enum.Name[modes](int(m)) }
+func (m Mode) Check() error                  { return enum.Valid[modes](int(m)) }
+func (m Mode) MarshalText() ([]byte, error)  { return enum.Text[modes](int(m)) }
+func (m *Mode) UnmarshalText(b []byte) error { return enum.SetInt[modes]((*int)(m), string(b)) }
+func (m *Mode) Set(s string) error           { return enum.SetInt[modes]((*int)(m), s) }
+func (Mode) Type() string                    { return enum.Type[modes]() }
 
 const (
 	// Raw stores each record whole in a table of the sink's own layout,
@@ -64,7 +71,14 @@ type modes struct{}
 func (modes) Enum() (string, []string) { return "mode", []string{"raw", "columns", "upsert"} }
 
 // KeyFrom is where upsert mode finds a record's key columns (key_from=).
-type KeyFrom = enum.Of[keySources]
+type KeyFrom int
+
+func (k KeyFrom) String() string                { return enum.Name[keySources](int(k)) }
+func (k KeyFrom) Check() error                  { return enum.Valid[keySources](int(k)) }
+func (k KeyFrom) MarshalText() ([]byte, error)  { return enum.Text[keySources](int(k)) }
+func (k *KeyFrom) UnmarshalText(b []byte) error { return enum.SetInt[keySources]((*int)(k), string(b)) }
+func (k *KeyFrom) Set(s string) error           { return enum.SetInt[keySources]((*int)(k), s) }
+func (KeyFrom) Type() string                    { return enum.Type[keySources]() }
 
 const (
 	// FromKey takes the key columns from the Kafka record key: a JSON
@@ -83,7 +97,14 @@ type keySources struct{}
 func (keySources) Enum() (string, []string) { return "key_from", []string{"key", "value"} }
 
 // Envelope is what wraps the row in a record's value (envelope=).
-type Envelope = enum.Of[envelopes]
+type Envelope int
+
+func (e Envelope) String() string                { return enum.Name[envelopes](int(e)) }
+func (e Envelope) Check() error                  { return enum.Valid[envelopes](int(e)) }
+func (e Envelope) MarshalText() ([]byte, error)  { return enum.Text[envelopes](int(e)) }
+func (e *Envelope) UnmarshalText(b []byte) error { return enum.SetInt[envelopes]((*int)(e), string(b)) }
+func (e *Envelope) Set(s string) error           { return enum.SetInt[envelopes]((*int)(e), s) }
+func (Envelope) Type() string                    { return enum.Type[envelopes]() }
 
 const (
 	// NoEnvelope: the value is the row, a JSON object. The default.
@@ -100,7 +121,14 @@ func (envelopes) Enum() (string, []string) { return "envelope", []string{"none",
 
 // Evolve is what columns and upsert modes do with a field of a decoded
 // record's schema that the table has no column for (evolve=).
-type Evolve = enum.Of[evolveRules]
+type Evolve int
+
+func (e Evolve) String() string                { return enum.Name[evolveRules](int(e)) }
+func (e Evolve) Check() error                  { return enum.Valid[evolveRules](int(e)) }
+func (e Evolve) MarshalText() ([]byte, error)  { return enum.Text[evolveRules](int(e)) }
+func (e *Evolve) UnmarshalText(b []byte) error { return enum.SetInt[evolveRules]((*int)(e), string(b)) }
+func (e *Evolve) Set(s string) error           { return enum.SetInt[evolveRules]((*int)(e), s) }
+func (Evolve) Type() string                    { return enum.Type[evolveRules]() }
 
 const (
 	// NoEvolve leaves the table as it is: such a field is ignored, counted

@@ -6,8 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 // URL is what one sink's URL shares with the other's: every error of its
@@ -127,11 +125,14 @@ func (u URL) Table(key, val, form string, maxLen int) ([]string, error) {
 	return parts, nil
 }
 
-// Enum sets v from the parameter key's value, or refuses it naming every
-// accepted name.
-func Enum[T enum.Tag](u URL, v *enum.Of[T], key, val string) error {
+// Enum sets v, an enumeration (internal/enum), from the parameter key's
+// value, or refuses it naming every accepted name.
+func Enum(u URL, v interface {
+	Set(string) error
+	Type() string
+}, key, val string) error {
 	if v.Set(val) != nil {
-		return u.Wrap(fmt.Errorf("%s=%q: want one of %s", key, val, enum.List[T]()))
+		return u.Wrap(fmt.Errorf("%s=%q: want one of %s", key, val, strings.ReplaceAll(v.Type(), "|", ", ")))
 	}
 	return nil
 }
