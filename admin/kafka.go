@@ -11,6 +11,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -27,7 +28,7 @@ type Kafka struct {
 // NewKafka returns the questions' client of the brokers in cfg, which
 // keeps the metadata of topics; it connects lazily. An error of cfg is
 // the answer to every question.
-func NewKafka(cfg kafka.Config, topics ...string) *Kafka {
+func NewKafka(cfg kafkaconf.Config, topics ...string) *Kafka {
 	c, err := kafka.NewClient(cfg, topics...)
 	return &Kafka{brokers: cfg.Brokers, client: c, err: err}
 }
@@ -109,7 +110,7 @@ func (k *Kafka) listOffsets(ctx context.Context, ps []coordinator.Partition, ts 
 	if k.err != nil {
 		return nil, k.err
 	}
-	got, errs, err := k.client.ListOffsets(ctx, kafka.ReadCommitted, ts, tps)
+	got, errs, err := k.client.ListOffsets(ctx, kafkaconf.ReadCommitted, ts, tps)
 	if err != nil {
 		return nil, k.unreachable(err)
 	}

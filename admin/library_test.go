@@ -13,7 +13,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // env is a group of one etcd and one Kafka: each operator action is
@@ -83,7 +83,7 @@ func (e *env) snapshot() *coordinator.Snapshot {
 }
 
 func (e *env) kafkaAdmin() *admin.Kafka {
-	k := admin.NewKafka(kafka.Config{Brokers: e.kafka.Brokers(), DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}, "t", "nope")
+	k := admin.NewKafka(kafkaconf.Config{Brokers: e.kafka.Brokers(), DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}, "t", "nope")
 	e.t.Cleanup(k.Close)
 	return k
 }

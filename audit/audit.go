@@ -24,6 +24,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -102,7 +103,7 @@ type Config struct {
 	Group string
 	// Kafka is how the topics are read (brokers, TLS, SASL);
 	// IsolationLevel is forced to read_committed.
-	Kafka kafka.Config
+	Kafka kafkaconf.Config
 	// KafkaTimeout bounds each exchange with Kafka: the partitions, the
 	// log bounds, and each fetch beyond its wait for records (MaxWait).
 	// Zero waits until ctx ends; the fetches retry broker errors meanwhile.
@@ -236,8 +237,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("group %q: %w", cfg.Group, ErrUnknownGroup)
 	}
 	kcfg := cfg.Kafka
-	kcfg.IsolationLevel = kafka.ReadCommitted
-	kcfg.StartPolicy = kafka.StartEarliest
+	kcfg.IsolationLevel = kafkaconf.ReadCommitted
+	kcfg.StartPolicy = kafkaconf.StartEarliest
 	if kcfg.MaxBufferBytes == 0 {
 		// One partition is read at a time: a smaller budget than a
 		// replica's does.
@@ -320,7 +321,7 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 	// topic recreated) leaves those offsets undelivered.
 	delivered := newDeliveredStream(cur, start, min(b.Committed, end), caps.Records)
 	if cfg.KafkaTimeout > 0 {
-		delivered.timeout = cfg.KafkaTimeout + cfg.Kafka.WithDefaults().MaxWait
+		delivered.timeout = cfg.KafkaTimeout + cfg.Kafka.WithDefaults().FetchMaxWait
 		delivered.brokers = cfg.Kafka.Brokers
 	}
 	defer delivered.Close()
@@ -396,7 +397,7 @@ func snapTopics(s *coordinator.Snapshot) []string {
 
 // scope lists the partitions to audit: those Kafka has of the group's
 // topics, narrowed by the scope asked for.
-func scope(ctx context.Context, kcfg kafka.Config, group string, topics []string, asked []Scope) ([]sinks.Partition, error) {
+func scope(ctx context.Context, kcfg kafkaconf.Config, group string, topics []string, asked []Scope) ([]sinks.Partition, error) {
 	for _, s := range asked {
 		if !slices.Contains(topics, s.Topic) {
 			return nil, fmt.Errorf("topic %q: %w %s (its topics in etcd: %s)", s.Topic, ErrNotInGroup, group, strings.Join(topics, ", "))

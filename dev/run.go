@@ -15,7 +15,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -194,7 +194,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	rcfg := replica.Config{
 		Group:         cfg.Group,
 		Topics:        []string{cfg.Topic},
-		Kafka:         replica.Kafka{Brokers: brokers, FetchMaxWait: 200 * time.Millisecond},
+		Kafka:         kafkaconf.Config{Brokers: brokers, FetchMaxWait: 200 * time.Millisecond},
 		LeaseTTL:      cfg.LeaseTTL,
 		FlushInterval: 200 * time.Millisecond,
 		Version:       cfg.Version,
@@ -230,7 +230,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		ch = newChaos(cfg.Chaos.Faults, rep.Seed, r.fleet, etcd, r.coord, cfg.Topic, cfg.LeaseTTL, stderr)
 		ch.expect = expect
 		// The operator's faults go through the library the CLI calls.
-		ch.kafka = admin.NewKafka(kafka.Config{Brokers: brokers, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}, cfg.Topic)
+		ch.kafka = admin.NewKafka(kafkaconf.Config{Brokers: brokers, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}, cfg.Topic)
 		defer ch.kafka.Close()
 		defer ch.finish()
 	}

@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/audit"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -166,7 +166,7 @@ func (c checker) verdict(ctx context.Context, cli *clientv3.Client, brokers []st
 		return Verdict{}, fmt.Errorf("audit the sink: %w", err)
 	default:
 		defer s.Close()
-		rep, err := audit.Run(ctx, audit.Config{Etcd: cli, Group: c.group, Kafka: kafka.Config{Brokers: brokers}, KafkaTimeout: auditKafkaTimeout,
+		rep, err := audit.Run(ctx, audit.Config{Etcd: cli, Group: c.group, Kafka: kafkaconf.Config{Brokers: brokers}, KafkaTimeout: auditKafkaTimeout,
 			Sink: s, Scope: []audit.Scope{{Topic: c.topic}}})
 		if err != nil {
 			return Verdict{}, fmt.Errorf("audit the sink: %w", err)

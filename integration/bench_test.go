@@ -1,10 +1,6 @@
 package integration_test
 
 import (
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
-	"github.com/offsetkeeper/offsetkeeper/sinks"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"context"
 	"fmt"
 	"runtime/debug"
@@ -15,9 +11,12 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
@@ -105,7 +104,7 @@ func rawDrain(b *testing.B, broker, topic string, parts, n int) {
 			}
 			defer conn.Close()
 			for got := 0; got < n; {
-				batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: kafka.DefaultFetchMaxBytes, MaxWait: kafka.DefaultFetchMaxWait})
+				batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: kafkaconf.DefaultFetchMaxPartitionBytes, MaxWait: kafkaconf.DefaultFetchMaxWait})
 				for {
 					if _, err := batch.ReadMessage(); err != nil {
 						break
@@ -131,7 +130,7 @@ func drainTimed(b *testing.B, cli *clientv3.Client, brokers []string, group stri
 		Group:     group,
 		ReplicaID: "r",
 		Topics:    []string{"bench"},
-		Kafka:     replica.Kafka{Brokers: brokers},
+		Kafka:     kafkaconf.Config{Brokers: brokers},
 		LeaseTTL:  10 * time.Second,
 	}
 	for _, o := range opts {

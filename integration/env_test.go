@@ -27,7 +27,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
@@ -134,7 +134,7 @@ func (e *env) config(id string) replica.Config {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Kafka:          replica.Kafka{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
+		Kafka:          kafkaconf.Config{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
 		LeaseTTL:       cmp.Or(e.leaseTTL, 2*time.Second),
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,
@@ -220,7 +220,7 @@ func (e *env) logEnds() map[int]int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	k := admin.NewKafka(kafka.Config{Brokers: e.kafka.Brokers()}, e.topic)
+	k := admin.NewKafka(kafkaconf.Config{Brokers: e.kafka.Brokers()}, e.topic)
 	defer k.Close()
 	var ps []coordinator.Partition
 	for p := 0; p < e.parts; p++ {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
@@ -375,7 +376,7 @@ func BenchmarkScaleTrickle(b *testing.B) {
 		rs, took := startBalanced(b, etcd, replica.Config{
 			Group:  group,
 			Topics: []string{"trickle"},
-			Kafka:  replica.Kafka{Brokers: k.Brokers()},
+			Kafka:  kafkaconf.Config{Brokers: k.Brokers()},
 		}, replicas, "r%d", func() sinks.Sink { return sink }, parts, 10*time.Minute, 10*time.Millisecond)
 		balance += took.Seconds()
 		time.Sleep(settle) // let every fetch loop start before measuring
@@ -579,7 +580,7 @@ func BenchmarkScaleStartup512(b *testing.B) {
 			Group:     group,
 			ReplicaID: "r",
 			Topics:    []string{"startup"},
-			Kafka:     replica.Kafka{Brokers: k.Brokers()},
+			Kafka:     kafkaconf.Config{Brokers: k.Brokers()},
 		}, etcd.Client(b), discard.New(), nil)
 		if err != nil {
 			b.Fatal(err)
@@ -642,7 +643,7 @@ func BenchmarkScale10k(b *testing.B) {
 		rs, took := startBalanced(b, etcd, replica.Config{
 			Group:    group,
 			Topics:   []string{"wide"},
-			Kafka:    replica.Kafka{Brokers: k.Brokers()},
+			Kafka:    kafkaconf.Config{Brokers: k.Brokers()},
 			LeaseTTL: ttl,
 		}, replicas, "r%02d", func() sinks.Sink { return discard.New() }, parts, 30*time.Minute, 20*time.Millisecond)
 		balance += took.Seconds()

@@ -19,6 +19,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -246,9 +247,9 @@ func TestBacklogDoesNotStarveTrickles(t *testing.T) {
 // takes it.
 func TestStartPolicyForNewPartitions(t *testing.T) {
 	for _, tc := range []struct {
-		policy replica.StartPolicy
+		policy kafkaconf.StartPolicy
 		want   int64 // records per partition in the sink
-	}{{replica.StartLatest, 3}, {replica.StartEarliest, 8}} {
+	}{{kafkaconf.StartLatest, 3}, {kafkaconf.StartEarliest, 8}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			e := newEnv(t, "policy", 3)
 			e.produce(5)
@@ -257,7 +258,7 @@ func TestStartPolicyForNewPartitions(t *testing.T) {
 			cfg.Kafka.StartPolicy = tc.policy
 			rn := e.start(cfg, sink)
 			start := int64(5)
-			if tc.policy == replica.StartEarliest {
+			if tc.policy == kafkaconf.StartEarliest {
 				start = 0
 			}
 			await(t, 10*time.Second, "every partition started where the policy says", func() bool {
@@ -267,7 +268,7 @@ func TestStartPolicyForNewPartitions(t *testing.T) {
 					// committed its 5 records already: a backlog's block
 					// does not linger. The sink's count below tells
 					// where it started.
-					if l.Committed != start && (tc.policy != replica.StartEarliest || l.Committed != 5) {
+					if l.Committed != start && (tc.policy != kafkaconf.StartEarliest || l.Committed != 5) {
 						return false
 					}
 				}
@@ -299,7 +300,7 @@ func TestCommittedOffsetsOutrankTheStartPolicy(t *testing.T) {
 	e.produce(3)
 	sink := newCountingSink()
 	cfg := e.config("r2")
-	cfg.Kafka.StartPolicy = replica.StartLatest
+	cfg.Kafka.StartPolicy = kafkaconf.StartLatest
 	e.start(cfg, sink)
 	ends = e.logEnds()
 	await(t, 10*time.Second, "the 3 records of each partition produced while no replica ran, written", func() bool {

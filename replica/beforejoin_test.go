@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 )
 
@@ -22,7 +23,7 @@ func TestBeforeJoin(t *testing.T) {
 	run := func(topic string, hook func(context.Context) error) error {
 		r, err := replica.New(replica.Config{
 			Group: "g", Topics: []string{topic},
-			Kafka:      replica.Kafka{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
+			Kafka:      kafkaconf.Config{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
 			LeaseTTL:   2 * time.Second,
 			BeforeJoin: hook,
 		}, cli, &sumSink{done: make(chan struct{})}, nil)

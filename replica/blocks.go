@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -132,7 +133,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if end := batch.LastStable; end >= 0 {
 			pt.seeLogEnd(end)
-			if pt.r.cfg.Kafka.IsolationLevel == ReadCommitted {
+			if pt.r.cfg.Kafka.IsolationLevel == kafkaconf.ReadCommitted {
 				pt.seeHighWatermark(batch.HighWatermark)
 			}
 		} else if batch.HighWatermark >= 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -208,7 +209,7 @@ func testBufferReuse(t *testing.T, blockRows int) {
 		Topics: []string{"reuse"},
 		// Small fetches and blocks: buffers are given back, and taken
 		// again, many times over.
-		Kafka:          replica.Kafka{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 8 << 10},
+		Kafka:          kafkaconf.Config{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 8 << 10},
 		MaxBlockRows:   blockRows,
 		LeaseTTL:       2 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,

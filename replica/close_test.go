@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -62,7 +63,7 @@ func TestCloseReleasesTheRegistryConnections(t *testing.T) {
 	r, err := replica.New(replica.Config{
 		Group:          "avro-sum",
 		Topics:         []string{"avro"},
-		Kafka:          replica.Kafka{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
+		Kafka:          kafkaconf.Config{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
 		Formats:        replica.Formats{Value: sinks.Avro, Registry: replica.SchemaRegistry{URL: reg.URL}},
 		LeaseTTL:       2 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,

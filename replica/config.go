@@ -10,6 +10,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // GCPercent is the GOGC a replica's process runs with under GOMEMLIMIT, as
@@ -131,7 +132,7 @@ type Config struct {
 	// Kafka says how Kafka is reached and read: brokers, TLS, SASL, fetch
 	// sizes, isolation level and the group's start policy
 	// (Kafka.StartPolicy, auto.offset.reset). Kafka.Brokers is required.
-	Kafka Kafka
+	Kafka kafkaconf.Config
 	// Formats says how keys and values are encoded: JSON or any bytes
 	// (the default), or Avro, Protobuf and JSON Schema through a Schema
 	// Registry, which the replica decodes into JSON for the sink.
@@ -329,7 +330,7 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := c.Kafka.validate(); err != nil {
+	if err := c.Kafka.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := coordinator.ValidTTL(c.LeaseTTL); err != nil {

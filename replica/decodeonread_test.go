@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -165,7 +166,7 @@ func TestCorruptRecordReadAgain(t *testing.T) {
 		// answer takes ten, and the partition decodes on read from then.
 		// Full fetches, each listing the partition at its offset, for
 		// the armed answer to recognise.
-		Kafka: replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 1,
+		Kafka: kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond, FetchMaxPartitionBytes: 1,
 			NoFetchSessions: true},
 		LeaseTTL:       2 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -34,7 +35,7 @@ func TestReplicaCompactsEtcd(t *testing.T) {
 			r, err := replica.New(replica.Config{
 				Group:           "compacted",
 				Topics:          []string{"compacted"},
-				Kafka:           replica.Kafka{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
+				Kafka:           kafkaconf.Config{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond},
 				LeaseTTL:        2 * time.Second,
 				RebalanceDelay:  10 * time.Millisecond,
 				CompactInterval: 200 * time.Millisecond,

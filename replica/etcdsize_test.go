@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
@@ -116,7 +117,7 @@ func TestEtcdKeptSmall(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		r, err := replica.New(replica.Config{Group: "small", Topics: []string{"small"},
-			Kafka:    replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 100 * time.Millisecond},
+			Kafka:    kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 100 * time.Millisecond},
 			LeaseTTL: 2 * time.Second, CompactInterval: 250 * time.Millisecond, EtcdStatusInterval: 100 * time.Millisecond}, cli, discard.New(), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +166,7 @@ func TestEtcdKeptSmall(t *testing.T) {
 		defer cancel()
 		core, logs := observer.New(zapcore.WarnLevel)
 		r, err := replica.New(replica.Config{Group: "small", Topics: []string{"small"},
-			Kafka:    replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 100 * time.Millisecond},
+			Kafka:    kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 100 * time.Millisecond},
 			LeaseTTL: 2 * time.Second, NoCompaction: true, EtcdStatusInterval: 50 * time.Millisecond}, cli, discard.New(), zap.New(core))
 		if err != nil {
 			t.Fatal(err)

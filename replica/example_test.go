@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -67,7 +68,7 @@ func Example() {
 	r, err := replica.New(replica.Config{
 		Group:  "orders-sum",
 		Topics: []string{"orders"},
-		Kafka: replica.Kafka{
+		Kafka: kafkaconf.Config{
 			Brokers:      brokers,
 			FetchMaxWait: 100 * time.Millisecond,
 		},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -88,7 +89,7 @@ func TestFailedWriteRetriedWithItsRange(t *testing.T) {
 	r, err := replica.New(replica.Config{
 		Group:          "again",
 		Topics:         []string{"again"},
-		Kafka:          replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
+		Kafka:          kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		RebalanceDelay: 10 * time.Millisecond,
 	}, cli, sink, nil)

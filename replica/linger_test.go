@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -91,7 +92,7 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	r, err := replica.New(replica.Config{
 		Group:          "linger",
 		Topics:         []string{"linger"},
-		Kafka:          replica.Kafka{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond},
+		Kafka:          kafkaconf.Config{Brokers: brokers, FetchMaxWait: 50 * time.Millisecond},
 		MaxBlockRows:   640,
 		CommitLinger:   linger,
 		LeaseTTL:       32 * time.Second,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // DefaultMirrorInterval is how often a Mirror copies the committed offsets
@@ -86,7 +87,7 @@ func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
 	return newMirror(r.cfg.Group, r.cfg.ReplicaID, r.kafka, r.cfg.Topics, r.Lag, offsets, r.log, opts...)
 }
 
-func newMirror(group, replica string, fc kafka.Config, topics []string, lags func() []PartitionLag,
+func newMirror(group, replica string, fc kafkaconf.Config, topics []string, lags func() []PartitionLag,
 	offsets func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error),
 	log *zap.Logger, opts ...MirrorOption) *Mirror {
 	// A client of its own: a replica's config is valid, so this fails

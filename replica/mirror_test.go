@@ -17,7 +17,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // kafkaGroupOffsets reads the offsets Kafka holds for group on topic with
@@ -78,7 +78,7 @@ func noOffsets(context.Context) (map[coordinator.Partition]coordinator.Offsets, 
 func TestMirrorSyncCommitsOwnedOffsets(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(4, "t"))
 	lags := &fakeLags{}
-	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil)
+	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -112,7 +112,7 @@ func TestMirrorRunSyncsEveryInterval(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(1, "t"))
 	lags := &fakeLags{}
 	lags.set(map[int]int64{0: 4})
-	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil,
+	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, noOffsets, nil,
 		WithMirrorInterval(20*time.Millisecond))
 	defer m.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,7 +137,7 @@ func TestMirrorFlushCopiesEtcdOffsets(t *testing.T) {
 	now := time.Now().UTC()
 	etcd := map[coordinator.Partition]coordinator.Offsets{}
 	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return etcd, nil }
-	m := newMirror("orders", "r1", kafka.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, offsets, nil)
+	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, offsets, nil)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -166,7 +166,7 @@ func TestMirrorFailureIsCountedAndLoggedOnce(t *testing.T) {
 	readErr := errors.New("etcd unreachable")
 	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return nil, readErr }
 	// Port 1 on loopback: nothing listens, connecting is refused at once.
-	m := newMirror("orders", "r1", kafka.Config{Brokers: []string{"127.0.0.1:1"}, BackoffMax: 10 * time.Millisecond},
+	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: []string{"127.0.0.1:1"}, RetryBackoffMax: 10 * time.Millisecond},
 		[]string{"t"}, lags.get, offsets, zap.New(core))
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -232,7 +232,7 @@ func TestMirrorPassStoppedByItsRunIsNotAFailure(t *testing.T) {
 	addr, accepted := silentBroker(t)
 	lags := &fakeLags{}
 	lags.set(map[int]int64{0: 10})
-	m := newMirror("orders", "r1", kafka.Config{Brokers: []string{addr}, BackoffMax: 10 * time.Millisecond},
+	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: []string{addr}, RetryBackoffMax: 10 * time.Millisecond},
 		[]string{"t"}, lags.get, noOffsets, zap.NewNop(), WithMirrorInterval(10*time.Millisecond))
 	defer m.Close()
 

@@ -12,6 +12,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -481,7 +482,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
 	}
-	if pt.r.cfg.Kafka.StartPolicy == StartLatest {
+	if pt.r.cfg.Kafka.StartPolicy == kafkaconf.StartLatest {
 		return logEnd, nil
 	}
 	return earliest, nil

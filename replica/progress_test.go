@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -52,7 +53,7 @@ func TestCatchUpSaysHowItGoes(t *testing.T) {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	r, err := replica.New(replica.Config{Group: "behind", Topics: []string{"behind"},
-		Kafka:    replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
+		Kafka:    kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
 		LeaseTTL: 2 * time.Second, RebalanceDelay: 10 * time.Millisecond, MaxBlockRows: 1000,
 		LogEndInterval: 100 * time.Millisecond, ProgressInterval: 300 * time.Millisecond}, cli, slowSink{per: 100 * time.Microsecond}, zap.New(core))
 	if err != nil {

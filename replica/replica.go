@@ -37,6 +37,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -46,7 +47,7 @@ type Replica struct {
 	cfg Config // defaults applied
 	// sinkName names the sink in logs and errors: Config.Sink.
 	sinkName string
-	kafka    kafka.Config // cfg.Kafka, converted
+	kafka    kafkaconf.Config // cfg.Kafka, converted
 	coord    *coordinator.Coordinator
 	sink     sinks.Sink
 	codec    *codec // nil: keys and values pass through
@@ -122,7 +123,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if name == "" {
 		name = fmt.Sprintf("%T", sink)
 	}
-	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.config(), coord: coord, sink: sink, codec: c, log: log,
+	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.WithDefaults(), coord: coord, sink: sink, codec: c, log: log,
 		owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 
@@ -306,7 +307,7 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 				pts[i].seeLogEnd(end)
 			}
 		}
-		if r.cfg.Kafka.IsolationLevel == ReadCommitted {
+		if r.cfg.Kafka.IsolationLevel == kafkaconf.ReadCommitted {
 			// Beside the last stable offsets: what open transactions hold.
 			lctx, cancel := context.WithTimeout(ctx, r.cfg.LogEndInterval)
 			hws, err := c.HighWatermarks(lctx, tps, r.cfg.LogEndInterval)

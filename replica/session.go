@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
@@ -25,16 +24,12 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 	hard, cancelHard := context.WithCancelCause(context.Background())
 	defer cancelHard(nil)
 
-	// Membership and claims drive re-planning; offsets and intents, written
-	// with every block, are not watched.
+	// Membership, claims and release requests drive re-planning, resets
+	// wake their partitions; offsets and intents, written with every
+	// block, are not watched.
 	wctx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
-	watch := func(prefix string) clientv3.WatchChan {
-		return r.coord.Client().Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	}
-	members, claims := watch(r.coord.Keys().MembersPrefix()), watch(r.coord.Keys().ClaimsPrefix())
-	releases := watch(r.coord.Keys().ReleasePrefix())
-	resets := watch(r.coord.Keys().ResetsPrefix())
+	changes := r.coord.Watch(wctx)
 
 	var partitions []coordinator.Partition
 	metadata := time.NewTimer(0)
@@ -86,33 +81,10 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 				partitions = ps
 			}
 			metadata.Reset(r.metadataEvery(consumer))
-		case wr, ok := <-members:
-			if !ok {
-				members = watch(r.coord.Keys().MembersPrefix())
-			}
-			if !ok || len(wr.Events) > 0 {
-				schedule()
-			}
-		case wr, ok := <-claims:
-			if !ok {
-				claims = watch(r.coord.Keys().ClaimsPrefix())
-			}
-			if !ok || len(wr.Events) > 0 {
-				schedule()
-			}
-		case wr, ok := <-resets:
-			if !ok {
-				resets = watch(r.coord.Keys().ResetsPrefix())
-				continue
-			}
-			r.resetsSeen(wr.Events)
-		case wr, ok := <-releases:
-			if !ok {
-				releases = watch(r.coord.Keys().ReleasePrefix())
-			}
-			if !ok || len(wr.Events) > 0 {
-				schedule()
-			}
+		case <-changes.Plan:
+			schedule()
+		case p := <-changes.Resets:
+			r.resetSeen(p)
 		case <-resync.C:
 			schedule()
 		case pt := <-exited:
@@ -147,20 +119,14 @@ func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]coordina
 	return out, nil
 }
 
-// resetsSeen tells the partitions an operator reset that their offsets
-// changed: an idle one would otherwise learn it only at its next commit.
-func (r *Replica) resetsSeen(events []*clientv3.Event) {
+// resetSeen tells p's partition, if the replica owns it, that an operator
+// reset its offsets.
+func (r *Replica) resetSeen(p coordinator.Partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, ev := range events {
-		p, err := coordinator.PartitionOf(string(ev.Kv.Key), r.coord.Keys().ResetsPrefix())
-		if err != nil {
-			continue
-		}
-		if pt, ok := r.owned[p]; ok {
-			pt.resetSeen.Store(true)
-			pt.f.Wake() // an idle partition waits for records: look now
-		}
+	if pt, ok := r.owned[p]; ok {
+		pt.resetSeen.Store(true)
+		pt.f.Wake() // an idle partition waits for records: look now
 	}
 }
 

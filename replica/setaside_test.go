@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -56,7 +57,7 @@ func TestSetAsideRecordsAreNotWritten(t *testing.T) {
 	}
 	sink := &asideSink{}
 	r, err := replica.New(replica.Config{Group: "aside", Topics: []string{"aside"},
-		Kafka:    replica.Kafka{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
+		Kafka:    kafkaconf.Config{Brokers: cluster.ListenAddrs(), FetchMaxWait: 50 * time.Millisecond},
 		LeaseTTL: 2 * time.Second, RebalanceDelay: 10 * time.Millisecond}, cli, sink, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -16,7 +17,7 @@ import (
 // closed with the test.
 func openCursor(t *testing.T, brokers []string, budget int) (*kafka.Consumer, *kafka.Cursor) {
 	t.Helper()
-	c, err := kafka.NewConsumer(kafka.Config{Brokers: brokers, MaxBufferBytes: budget}, nil, "t")
+	c, err := kafka.NewConsumer(kafkaconf.Config{Brokers: brokers, MaxBufferBytes: budget}, nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

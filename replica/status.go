@@ -109,12 +109,11 @@ func (r *Replica) Ready(ctx context.Context) error {
 	if why := r.reach.verdict(); why != "" {
 		return fmt.Errorf("%w: cannot read Kafka, so holds no partitions: %s", ErrNotReady, why)
 	}
-	key := r.coord.Keys().Member(r.cfg.ReplicaID)
-	resp, err := r.coord.Client().Get(ctx, key)
+	lease, found, err := r.coord.MemberLease(ctx, r.cfg.ReplicaID)
 	if err != nil {
-		return fmt.Errorf("%w: read member %s: %w", ErrNotReady, r.cfg.ReplicaID, err)
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.Lease()) {
+	if !found || lease != int64(s.Lease()) {
 		return fmt.Errorf("%w: member %s not registered under lease %x", ErrNotReady, r.cfg.ReplicaID, int64(s.Lease()))
 	}
 	if p, ok := sinks.As[sinks.Pinger](r.sink); ok {

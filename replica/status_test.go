@@ -5,11 +5,12 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
 func TestReadyWithoutSession(t *testing.T) {
-	r, err := New(Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Kafka: Kafka{Brokers: []string{"127.0.0.1:1"}}},
+	r, err := New(Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Kafka: kafkaconf.Config{Brokers: []string{"127.0.0.1:1"}}},
 		nil, discard.New(), nil)
 	if err != nil {
 		t.Fatal(err)

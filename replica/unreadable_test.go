@@ -13,6 +13,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/netproxy"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -86,7 +87,7 @@ func TestOnlyReplicasThatReadHoldPartitions(t *testing.T) {
 	const down = 2 * time.Second
 	start := func(id string, brokers []string, dial *netproxy.Dialer) *replica.Replica {
 		t.Helper()
-		k := replica.Kafka{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
+		k := kafkaconf.Config{Brokers: brokers, FetchMaxWait: 100 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 			RequestTimeout: 2 * time.Second, DialTimeout: time.Second}
 		if dial != nil {
 			k.Dial = dial.DialContext

@@ -13,7 +13,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
-	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // checkAccess is run's start-up check of the credentials: when etcd or Kafka
@@ -69,7 +69,7 @@ func (f *clusterFlags) checkEtcdAccess(ctx context.Context, cli *clientv3.Client
 }
 
 func (f *clusterFlags) checkKafkaAccess(ctx context.Context, auth kafkaAuth, topics []string) error {
-	cfg := kafka.Config{Brokers: f.brokers, ClientID: cmp.Or(f.kafkaClientID, replica.DefaultClientID), DialTimeout: accessCheckTimeout}
+	cfg := kafkaconf.Config{Brokers: f.brokers, ClientID: cmp.Or(f.kafkaClientID, kafkaconf.DefaultClientID), DialTimeout: accessCheckTimeout}
 	auth.apply(&cfg)
 	c, err := kafka.NewClient(cfg, topics...)
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/redact"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // refusedProbeTimeout bounds the probe of the etcd endpoints that tells a
@@ -62,7 +62,7 @@ func (f *adminFlags) openGroup(ctx context.Context) (*etcdSession, error) {
 // --kafka-timeout. done closes both.
 func (f *adminFlags) kafka(ctx context.Context, topics []string) (k *admin.Kafka, kctx context.Context, done func()) {
 	kctx, cancel := context.WithTimeout(ctx, f.kafkaTimeout)
-	cfg := kafka.Config{Brokers: f.cluster.brokers, DialTimeout: f.kafkaTimeout, RequestTimeout: f.kafkaTimeout, ClientID: "offsetkeeper-cli"}
+	cfg := kafkaconf.Config{Brokers: f.cluster.brokers, DialTimeout: f.kafkaTimeout, RequestTimeout: f.kafkaTimeout, ClientID: "offsetkeeper-cli"}
 	f.cluster.security.kafkaAuth().apply(&cfg) // TLS and SASL (sasl.go)
 	k = admin.NewKafka(cfg, topics...)
 	return k, kctx, func() { k.Close(); cancel() }

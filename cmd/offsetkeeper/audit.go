@@ -15,7 +15,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/audit"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -199,7 +199,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	defer sink.Close()
 
-	kcfg := kafka.Config{Brokers: o.admin.cluster.brokers, DialTimeout: o.admin.kafkaTimeout, ClientID: "offsetkeeper-audit"}
+	kcfg := kafkaconf.Config{Brokers: o.admin.cluster.brokers, DialTimeout: o.admin.kafkaTimeout, ClientID: "offsetkeeper-audit"}
 	o.admin.cluster.security.kafkaAuth().apply(&kcfg)
 	rep, err := audit.Run(ctx, o.config(s.cli, kcfg, sink, scope, cmd.ErrOrStderr()))
 	if err != nil {
@@ -233,7 +233,7 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 }
 
 // config is the audit's configuration; progress lines go to stderr.
-func (o *auditOptions) config(cli *clientv3.Client, kcfg kafka.Config, sink sinks.Reader, scope []audit.Scope, stderr io.Writer) audit.Config {
+func (o *auditOptions) config(cli *clientv3.Client, kcfg kafkaconf.Config, sink sinks.Reader, scope []audit.Scope, stderr io.Writer) audit.Config {
 	started := time.Now()
 	last := started
 	return audit.Config{

@@ -23,7 +23,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/integration/replicarun"
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -206,7 +206,7 @@ func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
-	k := admin.NewKafka(kafka.Config{Brokers: e.kafka.Brokers()}, p.Topic)
+	k := admin.NewKafka(kafkaconf.Config{Brokers: e.kafka.Brokers()}, p.Topic)
 	defer k.Close()
 	bounds, err := k.Bounds(ctx, []coordinator.Partition{p})
 	if err != nil {
@@ -229,7 +229,7 @@ func (e *opsEnv) startReplica(id string, sink sinks.Sink) *opsReplica {
 		Group:          e.group,
 		ReplicaID:      id,
 		Topics:         []string{e.topic},
-		Kafka:          replica.Kafka{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
+		Kafka:          kafkaconf.Config{Brokers: e.kafka.Brokers(), FetchMaxWait: 100 * time.Millisecond},
 		LeaseTTL:       2 * time.Second,
 		FlushInterval:  100 * time.Millisecond,
 		ResyncInterval: time.Second,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/redact"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -35,7 +36,7 @@ type runOptions struct {
 	flushInterval    time.Duration
 	maxEmptyPolls    int
 	commitMode       replica.CommitMode
-	startFrom        replica.StartPolicy
+	startFrom        kafkaconf.StartPolicy
 	fetchMaxWait     time.Duration
 	fetchSessions    bool
 	kafkaRack        string
@@ -130,7 +131,7 @@ func newRunCommand(table sinks.Table) *cobra.Command {
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
 	fs.IntVar(&o.maxBlockRows, "max-block-rows", replica.DefaultMaxBlockRows, "end a block at this many rows (at least 1)")
-	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, replica.DefaultMaxBufferBytes
+	o.maxBlockBytes, o.maxBufferBytes = replica.DefaultMaxBlockBytes, kafkaconf.DefaultMaxBufferBytes
 	fs.Var(&o.maxBlockBytes, "max-block-bytes", "end a block at this many bytes of records (KiB, MiB, GiB)")
 	fs.Var(&o.maxBufferBytes, "max-buffer-bytes", "bound the bytes fetched (decompressed, and decoded into JSON) and not yet committed, all partitions together: the replica's memory for records (KiB, MiB, GiB)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", replica.DefaultFlushInterval, "end a block this long after its first row; must be positive")
@@ -142,10 +143,10 @@ func newRunCommand(table sinks.Table) *cobra.Command {
 		"commit-mode", "after-write (at-least-once) or every-batch (at-most-once)")
 	fs.Var(enumVar(&o.startFrom),
 		"start-from", "where a partition without a committed offset starts: earliest or latest")
-	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", replica.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
+	fs.StringVar(&o.cluster.kafkaClientID, "kafka-client-id", kafkaconf.DefaultClientID, "the client.id the replica sends Kafka (quotas, ACLs and broker logs see it)")
 	fs.StringVar(&o.kafkaRack, "kafka-rack", "", "the rack or zone this replica runs in (client.rack): with a cluster whose replica.selector.class is RackAwareReplicaSelector, partitions are read from a replica in the same rack rather than the leader (KIP-392); empty: the leader's, unless it names another replica")
 	fs.BoolVar(&o.fetchSessions, "fetch-sessions", true, "send a broker only the partitions whose fetch changed, in an incremental fetch session (KIP-227), where it keeps them; false: every fetch lists all its partitions")
-	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", replica.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
+	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", kafkaconf.DefaultFetchMaxWait, "how long a fetch waits on the broker for new records; must be positive (the broker answers as soon as it has records)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", replica.DefaultShutdownTimeout, "how long a graceful stop waits for blocks in flight before it cuts them short; must be positive")
 	fs.DurationVar(&o.kafkaDownAfter, "kafka-down-after", replica.DefaultKafkaDownAfter, "how long the replica's reads of Kafka (metadata, a broker's fetches) may fail before it says it cannot read, is not ready, and gives its partitions to replicas that read (after half as long again; nothing moves while none reads); must be positive")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", replica.DefaultWriteTimeout, "bound one sink write: past it the write fails, rolls back and is retried (a lock, a server that stopped answering); must be positive")
@@ -178,7 +179,7 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 		Topics:          o.topics,
 		CompactInterval: o.etcdCompact,
 		NoCompaction:    o.etcdCompact == 0,
-		Kafka: replica.Kafka{
+		Kafka: kafkaconf.Config{
 			Brokers:         o.cluster.brokers,
 			ClientID:        o.cluster.kafkaClientID,
 			Rack:            o.kafkaRack,
@@ -247,7 +248,7 @@ func (o *runOptions) validate() error {
 		}
 	}
 	if strings.TrimSpace(o.cluster.kafkaClientID) == "" {
-		return usagef("--kafka-client-id is empty: want a name brokers know this replica by, such as %s", replica.DefaultClientID)
+		return usagef("--kafka-client-id is empty: want a name brokers know this replica by, such as %s", kafkaconf.DefaultClientID)
 	}
 	if o.etcdMaxTxnOps < 4 {
 		return usagef("--etcd-max-txn-ops %d: want the etcd cluster's --max-txn-ops, at least 4 (etcd's default is %d)", o.etcdMaxTxnOps, coordinator.DefaultMaxTxnOps)
@@ -290,7 +291,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	defer ops.Stop() // after Run, before cli.Close: the last offsets are mirrored
 	o.cfg.HTTPAddr = ops.Advertised()
 	// TLS and SASL, which validate read from the files (sasl.go).
-	o.cluster.security.kafkaAuth().applyFetch(&o.cfg.Kafka)
+	o.cluster.security.kafkaAuth().apply(&o.cfg.Kafka)
 	o.target.log = log
 	// The destination is claimed for the group once the replica has found
 	// its topics and its group's sink (BeforeJoin): a replica that refuses

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
-	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 )
 
 // kafkaAuth is how Kafka clients connect and authenticate: TLS and SASL,
@@ -18,19 +17,12 @@ type kafkaAuth struct {
 	sasl *saslLogin
 }
 
-// apply sets the TLS and SASL of the operator commands' Kafka client.
-func (a kafkaAuth) apply(c *kafka.Config) {
-	c.TLS, c.SASL = a.tls, nil
-	if a.sasl != nil {
-		c.SASL = &kafka.SASL{Mechanism: kafka.SASLMechanism(a.sasl.mech), Username: a.sasl.user, Password: a.sasl.pass.Reveal()}
-	}
-}
-
-// applyFetch sets the replica's TLS and SASL.
-func (a kafkaAuth) applyFetch(k *replica.Kafka) {
+// apply sets the TLS and SASL of a Kafka configuration: the replica's,
+// the audit's and the operator commands'.
+func (a kafkaAuth) apply(k *kafkaconf.Config) {
 	k.TLS, k.SASL = a.tls, nil
 	if a.sasl != nil {
-		k.SASL = &replica.SASL{Mechanism: a.sasl.mech, Username: a.sasl.user, Password: a.sasl.pass.Reveal()}
+		k.SASL = &kafkaconf.SASL{Mechanism: a.sasl.mech, Username: a.sasl.user, Password: a.sasl.pass.Reveal()}
 	}
 }
 
@@ -48,7 +40,7 @@ func (s *securityFlags) kafkaAuth() kafkaAuth {
 // insensitive) for user; nil when neither is set.
 func saslMechanism(name, user string, pass secure.Secret) (*saslLogin, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
-	var mech replica.SASLMechanism
+	var mech kafkaconf.SASLMechanism
 	switch name {
 	case "":
 		if user != "" {
@@ -56,11 +48,11 @@ func saslMechanism(name, user string, pass secure.Secret) (*saslLogin, error) {
 		}
 		return nil, nil
 	case mechanismPlain:
-		mech = replica.SASLPlain
+		mech = kafkaconf.SASLPlain
 	case mechanismSCRAM256:
-		mech = replica.SASLSCRAMSHA256
+		mech = kafkaconf.SASLSCRAMSHA256
 	case mechanismSCRAM512:
-		mech = replica.SASLSCRAMSHA512
+		mech = kafkaconf.SASLSCRAMSHA512
 	default:
 		return nil, usagef("--kafka-sasl-mechanism %q: want %s", name, mechanismsAccepted)
 	}
@@ -68,7 +60,7 @@ func saslMechanism(name, user string, pass secure.Secret) (*saslLogin, error) {
 		return nil, usagef("--kafka-sasl-mechanism %s is set but --kafka-user is not: name the SASL user", name)
 	}
 	l := &saslLogin{mech: mech, user: user, pass: pass}
-	var c kafka.Config
+	var c kafkaconf.Config
 	kafkaAuth{sasl: l}.apply(&c)
 	if err := c.SASL.Validate(); err != nil {
 		// SASLprep refused the user or the password; the error never
@@ -82,7 +74,7 @@ func saslMechanism(name, user string, pass secure.Secret) (*saslLogin, error) {
 // printing anything that holds a saslLogin never shows it. Its String names
 // the mechanism and the user.
 type saslLogin struct {
-	mech replica.SASLMechanism
+	mech kafkaconf.SASLMechanism
 	user string
 	pass secure.Secret
 }

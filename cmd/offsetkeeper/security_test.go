@@ -25,6 +25,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
@@ -270,14 +271,14 @@ func TestSecurityFlagsBuildClients(t *testing.T) {
 			if a.sasl == nil || a.sasl.Name() != tc.name {
 				t.Fatalf("mechanism %v, want %s", a.sasl, tc.name)
 			}
-			var k replica.Kafka
-			a.applyFetch(&k)
+			var k kafkaconf.Config
+			a.apply(&k)
 			if k.SASL == nil || k.SASL.Mechanism != a.sasl.mech || k.SASL.Username != "alice" || k.TLS != nil {
 				t.Errorf("fetch config %v", k)
 			}
-			var fc kafka.Config
+			var fc kafkaconf.Config
 			a.apply(&fc)
-			mech, err := fc.SASL.KafkaMechanism()
+			mech, err := kafka.KafkaMechanism(*fc.SASL)
 			if err != nil || mech.Name() != tc.name {
 				t.Fatalf("kafka-go mechanism %v, %v; want %s", mech, err, tc.name)
 			}
@@ -305,12 +306,12 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if err := f.validate(); err != nil {
 			t.Fatal(err)
 		}
-		var k replica.Kafka
-		f.security.kafkaAuth().applyFetch(&k)
-		var fc kafka.Config
+		var k kafkaconf.Config
+		f.security.kafkaAuth().apply(&k)
+		var fc kafkaconf.Config
 		f.security.kafkaAuth().apply(&fc)
 		cfg := replica.Config{Group: "g", Kafka: k}
-		mech, err := fc.SASL.KafkaMechanism()
+		mech, err := kafka.KafkaMechanism(*fc.SASL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,8 +422,8 @@ func TestEtcdTLSAuthThroughTheCLI(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fetch := replica.Kafka{Brokers: f.brokers, FetchMaxWait: 100 * time.Millisecond}
-	f.security.kafkaAuth().applyFetch(&fetch)
+	fetch := kafkaconf.Config{Brokers: f.brokers, FetchMaxWait: 100 * time.Millisecond}
+	f.security.kafkaAuth().apply(&fetch)
 	if err := f.checkAccess(ctx, cli, []string{"orders"}); err != nil {
 		t.Fatalf("access check of g1: %v", err)
 	}

@@ -217,7 +217,10 @@ func (c code) check(text, dir string) []string {
 					found = found || p.members[q[1]][q[2]]
 				}
 			}
-			if typed && !found {
+			switch {
+			case !typed:
+				bad = append(bad, s+": no type "+q[1])
+			case !found:
 				bad = append(bad, s+": type "+q[1]+" has no "+q[2])
 			}
 		case filePath.MatchString(s) && !strings.HasPrefix(s, "_"):

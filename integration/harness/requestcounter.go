@@ -11,7 +11,7 @@ import (
 // and receives, per broker address: its dials, its requests by API key and
 // the bytes it reads. A real broker cannot be asked what it received, as
 // kfake can (CountRequests): give the client Dial as its dial function
-// (kafka.Config.Dial). It reads the plaintext framing of the requests, so
+// (kafkaconf.Config.Dial). It reads the plaintext framing of the requests, so
 // its request counts are zero for TLS connections; dials and bytes count
 // all the same.
 type RequestCounter struct {

@@ -184,7 +184,7 @@ func (b *brokerLoop) handle(r *fetchRequest) {
 				if cur.held == 0 {
 					want = max(want, int64(largest))
 				}
-				cur.big = min(want, int64(c.cfg.MaxRequestBytes))
+				cur.big = min(want, int64(c.cfg.FetchMaxBytes))
 			}
 		}
 	}

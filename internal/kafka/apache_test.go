@@ -68,12 +68,12 @@ func apacheKafka(t *testing.T) *harness.Kafka {
 func apacheConfig(k *harness.Kafka) (Config, *harness.RequestCounter) {
 	rc := harness.NewRequestCounter(nil)
 	return Config{
-		Brokers:     k.Brokers(),
-		Dial:        rc.Dial,
-		MaxWait:     200 * time.Millisecond,
-		MetadataTTL: time.Second,
-		BackoffMin:  20 * time.Millisecond,
-		BackoffMax:  500 * time.Millisecond,
+		Brokers:         k.Brokers(),
+		Dial:            rc.Dial,
+		FetchMaxWait:    200 * time.Millisecond,
+		MetadataTTL:     time.Second,
+		RetryBackoffMin: 20 * time.Millisecond,
+		RetryBackoffMax: 500 * time.Millisecond,
 	}, rc
 }
 
@@ -141,7 +141,7 @@ func TestApacheReadCommittedFromEveryMarker(t *testing.T) {
 	// and of all from a few.
 	for _, maxBytes := range []int{1500, 1, 1 << 20} {
 		cfg, _ := apacheConfig(k)
-		cfg.MaxBytes = maxBytes
+		cfg.FetchMaxPartitionBytes = maxBytes
 		c := openConsumer(t, cfg)
 		cur := openCursor(t, c, topic, 0, 0)
 		starts := append([]int64{0}, markers...)
@@ -375,7 +375,7 @@ func TestApacheElectionAndReassignmentWhileRecordsFlow(t *testing.T) {
 		t.Errorf("%d ListOffsets requests while nothing was out of range", n)
 	}
 	perSec := float64(rc.TotalRequests(kmsg.Fetch.Int16())-fetches) / time.Since(start).Seconds()
-	if limit := 2 * 3 / cfg.MaxWait.Seconds(); perSec > limit {
+	if limit := 2 * 3 / cfg.FetchMaxWait.Seconds(); perSec > limit {
 		t.Errorf("%.0f fetch requests/s idle for %d partitions on 3 brokers, want under %.0f", perSec, parts, limit)
 	}
 	cancel()
@@ -503,7 +503,7 @@ func TestApacheCompactedTopic(t *testing.T) {
 	})
 	end := k.EndOffsets(t, topic)[0]
 	cfg, rc := apacheConfig(k)
-	cfg.MaxBytes = 4096 // many responses, many batch boundaries
+	cfg.FetchMaxPartitionBytes = 4096 // many responses, many batch boundaries
 	c := openConsumer(t, cfg)
 	cur := openCursor(t, c, topic, 0, 0)
 	got, _ := drain(t, cur, end)
@@ -517,7 +517,7 @@ func TestApacheCompactedTopic(t *testing.T) {
 	}
 	logSize := partitionSize(t, k, topic, 0)
 	fetched := c.Stats().BytesFetched
-	if float64(fetched) > 1.5*float64(logSize)+float64(cfg.MaxBytes) {
+	if float64(fetched) > 1.5*float64(logSize)+float64(cfg.FetchMaxPartitionBytes) {
 		t.Fatalf("fetched %d bytes of a log of %d (%d fetch requests)", fetched, logSize, rc.TotalRequests(kmsg.Fetch.Int16()))
 	}
 	t.Logf("%d records of %d produced; fetched %d bytes of a log of %d in %d requests", len(got), len(recs), fetched, logSize,

@@ -188,7 +188,7 @@ func (b *brokerLoop) overdueAt() time.Time {
 			oldest = r.sent
 		}
 	}
-	due := oldest.Add(b.c.cfg.MaxWait + overdueSlack)
+	due := oldest.Add(b.c.cfg.FetchMaxWait + overdueSlack)
 	if next := b.overdueAsk.Add(overdueSlack); next.After(due) {
 		return next
 	}
@@ -263,7 +263,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 	b.poked.Store(false)
 	c.picks.Add(1)
 	share := c.share()
-	limit := min(int64(c.cfg.MaxRequestBytes), left)
+	limit := min(int64(c.cfg.FetchMaxBytes), left)
 	// While a long poll carries the quiet cursors (their last answer was
 	// empty), a request beside it is for cursors that may have more now:
 	// the quiet ones wait for the next request of all, so that an idle
@@ -280,7 +280,7 @@ func (b *brokerLoop) pick(now time.Time) (r *fetchRequest, wait time.Time, more 
 			}
 			continue
 		}
-		lim := int32(min(int64(c.cfg.MaxBytes), cur.fetchLimit(share)))
+		lim := int32(min(int64(c.cfg.FetchMaxPartitionBytes), cur.fetchLimit(share)))
 		if cur.big > int64(lim) {
 			if first == nil {
 				// First, its first batch comes whole whatever the limit,

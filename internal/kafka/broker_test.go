@@ -354,7 +354,7 @@ func TestSmallRequestsWaitBesideOneInFlight(t *testing.T) {
 func TestABacklogIsFetchedTwoRequestsAtATime(t *testing.T) {
 	setup := func(quiet bool) (*brokerLoop, []*Cursor) {
 		c, b := loopOfOne()
-		c.cfg.MaxBufferBytes, c.cfg.MaxBytes = 256<<20, 1<<20
+		c.cfg.MaxBufferBytes, c.cfg.FetchMaxPartitionBytes = 256<<20, 1<<20
 		c.cfg.NoFetchSessions = true
 		var curs []*Cursor
 		for p := range 8 {
@@ -411,7 +411,7 @@ func partsOf(r *fetchRequest) int {
 // it is quiet beside a long poll, the loop walked every cursor for nothing.
 func TestCursorWakesItsLoopOnlyWhenFetchable(t *testing.T) {
 	c, b := loopOfOne()
-	c.cfg.MaxBufferBytes, c.cfg.MaxBytes = 1<<20, 1<<20
+	c.cfg.MaxBufferBytes, c.cfg.FetchMaxPartitionBytes = 1<<20, 1<<20
 	cur := &Cursor{c: c, tp: sinks.Partition{Topic: "t", Partition: 0}, epoch: -1, hw: -1, lso: -1, fetchAt: unset, expect: unset,
 		signal: make(chan struct{}, 1)}
 	c.cursors[cur.tp] = cur

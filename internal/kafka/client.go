@@ -46,7 +46,7 @@ func NewClient(cfg Config, topics ...string) (*Client, error) {
 	d := &dialer{dial: cfg.Dial, tls: cfg.TLS, clientID: cfg.ClientID, versions: versions,
 		boot: newBootstrap(cfg.Brokers), bootName: addr.String()}
 	if cfg.SASL != nil {
-		m, err := cfg.SASL.kafkaMechanism()
+		m, err := kafkaMechanism(*cfg.SASL)
 		if err != nil {
 			return nil, err
 		}

@@ -114,7 +114,7 @@ func TestConsumerIdleCost(t *testing.T) {
 	k := harness.StartKafka(t, harness.NumBrokers(2))
 	k.CreateTopic(t, "idle", 200)
 	cfg := testFetchConfig(k)
-	cfg.MaxWait = 100 * time.Millisecond
+	cfg.FetchMaxWait = 100 * time.Millisecond
 	c := openConsumer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -252,7 +252,7 @@ func TestCursorNextWaitsForRecordsOrWake(t *testing.T) {
 		got <- b
 	}()
 	start := time.Now()
-	harness.Await(t, 5*time.Second, "three MaxWaits", func() bool { return time.Since(start) > 3*cfg.MaxWait })
+	harness.Await(t, 5*time.Second, "three MaxWaits", func() bool { return time.Since(start) > 3*cfg.FetchMaxWait })
 	select {
 	case b := <-got:
 		t.Fatalf("Next returned %+v on an idle partition before records or Wake", b)
@@ -301,7 +301,7 @@ func TestBudgetFreedWakesOtherBrokers(t *testing.T) {
 	// Partition 1's long poll, sent before, ends empty; its loop then
 	// finds no budget to fetch with.
 	used := time.Now()
-	harness.Await(t, 5*time.Second, "partition 1's poll over", func() bool { return time.Since(used) > 2*cfg.MaxWait })
+	harness.Await(t, 5*time.Second, "partition 1's poll over", func() bool { return time.Since(used) > 2*cfg.FetchMaxWait })
 	k.ProduceValues(t, "two", 1, "small")
 	got := make(chan PolledBatch, 1)
 	go func() {
@@ -314,7 +314,7 @@ func TestBudgetFreedWakesOtherBrokers(t *testing.T) {
 	select {
 	case b := <-got:
 		t.Fatalf("partition 1 fetched %d records while the budget was used up", len(b.Records))
-	case <-time.After(3 * cfg.MaxWait):
+	case <-time.After(3 * cfg.FetchMaxWait):
 	}
 	big.Free(b.Bytes)
 	select {
@@ -336,8 +336,8 @@ func TestConsumerIdlePartitionsShareOneLongPoll(t *testing.T) {
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "many", parts)
 	cfg := testFetchConfig(k)
-	cfg.MaxBytes, cfg.MaxRequestBytes = DefaultFetchMaxBytes, DefaultMaxRequestBytes
-	cfg.MaxWait = 200 * time.Millisecond
+	cfg.FetchMaxPartitionBytes, cfg.FetchMaxBytes = DefaultFetchMaxPartitionBytes, DefaultFetchMaxBytes
+	cfg.FetchMaxWait = 200 * time.Millisecond
 	c := openConsumer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -372,7 +372,7 @@ func TestConsumerIdlePartitionsShareOneLongPoll(t *testing.T) {
 		// Two long polls and a loaded machine's slack; the window of 16
 		// took up to (200-16) x 200ms = 37s.
 		if took := time.Unix(0, got[p].Load()).Sub(start); took > 3*time.Second {
-			t.Errorf("partition %d: a record came %v after it was produced, want within a long poll or two (%v each)", p, took, cfg.MaxWait)
+			t.Errorf("partition %d: a record came %v after it was produced, want within a long poll or two (%v each)", p, took, cfg.FetchMaxWait)
 		}
 	}
 }
@@ -412,14 +412,14 @@ func TestConsumerBacklogNotHeldBehindLongPolls(t *testing.T) {
 	pad := strings.Repeat("x", 100)
 	produceNumbered(t, k, "backlog", parts, perPart, perPart, pad) // some 60 KB a partition
 	cfg := testFetchConfig(k)
-	cfg.MaxWait = 5 * time.Second
-	cfg.MaxBytes, cfg.MaxRequestBytes = 128<<10, 1<<20 // each partition whole in an answer, 8 a request
+	cfg.FetchMaxWait = 5 * time.Second
+	cfg.FetchMaxPartitionBytes, cfg.FetchMaxBytes = 128<<10, 1<<20 // each partition whole in an answer, 8 a request
 	c := openConsumer(t, cfg)
 	start := time.Now()
 	drainAllNumbered(t, c, "backlog", parts, perPart, pad)
-	if took := time.Since(start); took >= cfg.MaxWait/2 {
+	if took := time.Since(start); took >= cfg.FetchMaxWait/2 {
 		t.Fatalf("the backlog of %d partitions took %v, want well within one long poll (%v): partitions with records waited on long polls",
-			parts, took.Round(time.Millisecond), cfg.MaxWait)
+			parts, took.Round(time.Millisecond), cfg.FetchMaxWait)
 	}
 }
 
@@ -435,8 +435,8 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "idle", parts)
 	cfg := testFetchConfig(k)
-	cfg.MaxWait = 5 * time.Second
-	cfg.MaxBytes, cfg.MaxRequestBytes = 64<<10, 1<<20 // 16 partitions a request, but for quiet ones
+	cfg.FetchMaxWait = 5 * time.Second
+	cfg.FetchMaxPartitionBytes, cfg.FetchMaxBytes = 64<<10, 1<<20 // 16 partitions a request, but for quiet ones
 	c := openConsumer(t, cfg)
 	curs := make([]*Cursor, parts)
 	for p := range parts {
@@ -457,8 +457,8 @@ func TestConsumerNewPartitionsAskedWithinALongPoll(t *testing.T) {
 	}
 	start := time.Now()
 	harness.Await(t, 30*time.Second, "every partition asked once and quiet, or riding the long poll", func() bool { return quiet() == parts })
-	if took := time.Since(start); took >= cfg.MaxWait/2 {
-		t.Fatalf("%d new partitions took %v to be asked once, want well within one long poll (%v)", parts, took.Round(time.Millisecond), cfg.MaxWait)
+	if took := time.Since(start); took >= cfg.FetchMaxWait/2 {
+		t.Fatalf("%d new partitions took %v to be asked once, want well within one long poll (%v)", parts, took.Round(time.Millisecond), cfg.FetchMaxWait)
 	}
 }
 
@@ -638,7 +638,7 @@ func TestAnswersCarryEveryPartitionOfABacklog(t *testing.T) {
 	pad := strings.Repeat("x", 1100) // about 900 KB a batch
 	produceNumbered(t, k, "near", parts, batches*perBatch, perBatch, pad)
 	cfg := testFetchConfig(k)
-	cfg.MaxBytes, cfg.MaxRequestBytes, cfg.MaxBufferBytes = 1<<20, 16<<20, 256<<20
+	cfg.FetchMaxPartitionBytes, cfg.FetchMaxBytes, cfg.MaxBufferBytes = 1<<20, 16<<20, 256<<20
 	c := openConsumer(t, cfg)
 	drainAllNumbered(t, c, "near", parts, batches*perBatch, pad)
 	// 32 batches, four a request (two requests of half the partitions in
@@ -699,7 +699,7 @@ func TestPicksFollowFetchableCursors(t *testing.T) {
 	k.CreateTopic(t, "picks", parts)
 	produceRounds(t, k, "picks", parts, perPart, 10)
 	cfg := testFetchConfig(k)
-	cfg.MaxWait = time.Second // no long poll answered while the cursors close
+	cfg.FetchMaxWait = time.Second // no long poll answered while the cursors close
 	c := openConsumer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()

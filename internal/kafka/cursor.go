@@ -501,7 +501,7 @@ func (cur *Cursor) fetch(ctx context.Context, bounded bool) (PolledBatch, error)
 		}
 		c.mu.Unlock()
 		if timeout == nil && bounded {
-			t := time.NewTimer(f.cfg.MaxWait)
+			t := time.NewTimer(f.cfg.FetchMaxWait)
 			defer t.Stop()
 			timeout = t.C
 		}

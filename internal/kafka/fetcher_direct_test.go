@@ -36,7 +36,7 @@ func NewFetcher(cfg Config, topic string, partition int, log *zap.Logger) (*Fetc
 // out-of-range offset by the start policy, and returns ctx.Err() as soon as
 // ctx ends.
 func (f *Fetcher) Fetch(ctx context.Context) (PolledBatch, error) {
-	return f.fetch(ctx, f.cfg.MaxWait)
+	return f.fetch(ctx, f.cfg.FetchMaxWait)
 }
 
 // FetchNow is Fetch without waiting on the broker: an empty answer comes at
@@ -88,7 +88,7 @@ func (f *Fetcher) fetch(ctx context.Context, maxWait time.Duration) (PolledBatch
 
 // fetchOnce sends one fetch request and decodes its answer.
 func (f *Fetcher) fetchOnce(ctx context.Context, from int64, maxWait time.Duration) (PolledBatch, error) {
-	p, err := f.request(ctx, from, maxWait, f.cfg.MinBytes, f.cfg.MaxBytes)
+	p, err := f.request(ctx, from, maxWait, f.cfg.FetchMinBytes, f.cfg.FetchMaxPartitionBytes)
 	if err != nil {
 		return PolledBatch{}, err
 	}

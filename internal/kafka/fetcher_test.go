@@ -24,7 +24,6 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/guard"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -33,10 +32,10 @@ const drainTimeout = 30 * time.Second
 
 func testFetchConfig(k *harness.Kafka) Config {
 	return Config{
-		Brokers:    k.Brokers(),
-		MaxWait:    100 * time.Millisecond,
-		BackoffMin: 10 * time.Millisecond,
-		BackoffMax: 100 * time.Millisecond,
+		Brokers:         k.Brokers(),
+		FetchMaxWait:    100 * time.Millisecond,
+		RetryBackoffMin: 10 * time.Millisecond,
+		RetryBackoffMax: 100 * time.Millisecond,
 	}
 }
 
@@ -194,10 +193,11 @@ func TestParseStartPolicy(t *testing.T) {
 	if err := p.UnmarshalText([]byte("latest")); err != nil || p != StartLatest {
 		t.Errorf("UnmarshalText(latest) = %v, %v", p, err)
 	}
-	if l, err := enum.Parse[isolationLevels]("read_uncommitted"); err != nil || IsolationLevel(l) != ReadUncommitted {
+	var l IsolationLevel
+	if err := l.Set("read_uncommitted"); err != nil || l != ReadUncommitted {
 		t.Errorf("ParseIsolationLevel(read_uncommitted) = %v, %v", l, err)
 	}
-	if _, err := enum.Parse[isolationLevels]("serializable"); err == nil || !strings.Contains(err.Error(), "read_committed, read_uncommitted") {
+	if err := new(IsolationLevel).Set("serializable"); err == nil || !strings.Contains(err.Error(), "read_committed, read_uncommitted") {
 		t.Errorf("ParseIsolationLevel(serializable) error %v", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestFetchDrainsPartitions(t *testing.T) {
 
 	for p := range partitions {
 		cfg := testFetchConfig(k)
-		cfg.MaxBytes = 16 << 10 // several fetches per partition
+		cfg.FetchMaxPartitionBytes = 16 << 10 // several fetches per partition
 		f := openFetcher(t, cfg, "orders", p)
 		f.SeekTo(0)
 		got, last := drain(t, f, perPartition)
@@ -322,7 +322,7 @@ func TestFetchCompressed(t *testing.T) {
 				}
 			}
 			cfg := testFetchConfig(k)
-			cfg.MaxBytes = 1 // one batch per fetch
+			cfg.FetchMaxPartitionBytes = 1 // one batch per fetch
 			f := openFetcher(t, cfg, "z", 0)
 			f.SeekTo(0)
 			got, _ := drain(t, f, int64(len(want)))
@@ -567,7 +567,7 @@ func TestFetchCancel(t *testing.T) {
 		return nil, nil, false
 	})
 	cfg := testFetchConfig(k)
-	cfg.MaxWait = 5 * time.Second
+	cfg.FetchMaxWait = 5 * time.Second
 	f := openFetcher(t, cfg, "idle", 0)
 	f.SeekTo(0)
 
@@ -691,7 +691,7 @@ func TestFetchCancelWhileRetrying(t *testing.T) {
 	k := harness.StartKafka(t)
 	k.CreateTopic(t, "flaky", 1)
 	cfg, proxies := proxied(t, k)
-	cfg.BackoffMin, cfg.BackoffMax = 2*time.Second, 2*time.Second
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = 2*time.Second, 2*time.Second
 	proxies[0].Refuse(true)
 	f, awaitRetries := openObserved(t, cfg, "flaky")
 	f.SeekTo(0)
@@ -760,7 +760,7 @@ func TestFetchFollowsLeaderChange(t *testing.T) {
 		k.ProduceValues(t, "moving", 0, gen(c*100, 100)...)
 	}
 	cfg := testFetchConfig(k)
-	cfg.MaxBytes = 1 // one batch of 100 per fetch
+	cfg.FetchMaxPartitionBytes = 1 // one batch of 100 per fetch
 	f, awaitRetries := openObserved(t, cfg, "moving")
 	f.SeekTo(0)
 	got, _ := drain(t, f, 500)
@@ -807,7 +807,7 @@ func TestFetchCompactedBatchTail(t *testing.T) {
 				k.ProduceValues(t, "compacted", 0, after...)
 			}
 			cfg := testFetchConfig(k)
-			cfg.MaxBytes = tc.maxBytes
+			cfg.FetchMaxPartitionBytes = tc.maxBytes
 			f := openFetcher(t, cfg, "compacted", 0)
 			f.SeekTo(0)
 			end := int64(10 + tc.after)
@@ -972,9 +972,9 @@ func BenchmarkFetch(b *testing.B) {
 		report := func(b *testing.B, total int) {
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "records/s")
 		}
-		for _, maxBytes := range []int{256 << 10, DefaultFetchMaxBytes, 16 << 20} {
+		for _, maxBytes := range []int{256 << 10, DefaultFetchMaxPartitionBytes, 16 << 20} {
 			b.Run(fmt.Sprintf("%s/fetcher/maxbytes=%dKiB", codec.name, maxBytes>>10), func(b *testing.B) {
-				cfg := Config{Brokers: k.Brokers(), MaxBytes: maxBytes}
+				cfg := Config{Brokers: k.Brokers(), FetchMaxPartitionBytes: maxBytes}
 				f, err := NewFetcher(cfg, "bench", 0, nil)
 				if err != nil {
 					b.Fatal(err)
@@ -1009,7 +1009,7 @@ func BenchmarkFetch(b *testing.B) {
 					b.Fatal(err)
 				}
 				for got := 0; got < n; {
-					batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
+					batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: DefaultFetchMaxPartitionBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
 					for {
 						if _, err := batch.ReadMessage(); err != nil {
 							break
@@ -1032,7 +1032,7 @@ func BenchmarkFetch(b *testing.B) {
 			total := 0
 			for b.Loop() {
 				for off := int64(0); off < n; {
-					res, err := c.Fetch(ctx, &kafkago.FetchRequest{Topic: "bench", Offset: off, MaxBytes: DefaultFetchMaxBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
+					res, err := c.Fetch(ctx, &kafkago.FetchRequest{Topic: "bench", Offset: off, MaxBytes: DefaultFetchMaxPartitionBytes, MaxWait: DefaultFetchMaxWait, IsolationLevel: kafkago.ReadCommitted})
 					if err != nil {
 						b.Fatal(err)
 					}

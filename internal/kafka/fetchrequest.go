@@ -77,7 +77,7 @@ type fetchPart struct {
 // and the delivery of earlier batches.
 func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	c := b.c
-	wait := c.cfg.MaxWait
+	wait := c.cfg.FetchMaxWait
 	if !r.quiet {
 		// Only the long poll, which carries the quiet partitions, waits.
 		// The others are for partitions that may have records now (or
@@ -90,7 +90,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 	req := &rawFetchRequest{clientID: c.cfg.ClientID, broker: b.id, direct: true, versions: c.kc.versions, Request: fetchapi.Request{
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(wait / time.Millisecond),
-		MinBytes:       int32(c.cfg.MinBytes),
+		MinBytes:       int32(c.cfg.FetchMinBytes),
 		MaxBytes:       int32(min(max(r.bound, r.reserve), 1<<31-1)),
 		IsolationLevel: int8(wireIsolation(c.cfg.IsolationLevel)),
 		SessionID:      r.sessionID,
@@ -118,7 +118,7 @@ func (b *brokerLoop) fetch(ctx context.Context, r *fetchRequest) *fetchRequest {
 			req.ForgottenTopics = append(req.ForgottenTopics, fetchapi.RequestForgottenTopic{Topic: tp.Topic, Partitions: []int32{int32(tp.Partition)}})
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.MaxWait+c.cfg.RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.FetchMaxWait+c.cfg.RequestTimeout)
 	defer cancel()
 	c.requests.Add(1)
 	if r.sessionEpoch > 0 {

@@ -66,7 +66,7 @@ func (r *retrier) wait(ctx context.Context, offset int64, err error) error {
 func (f *Fetcher) backoff(attempt int) time.Duration { return backoff(f.cfg, attempt) }
 
 func backoff(cfg Config, attempt int) time.Duration {
-	return retrypolicy.Delay(cfg.BackoffMin, cfg.BackoffMax, attempt)
+	return retrypolicy.Delay(cfg.RetryBackoffMin, cfg.RetryBackoffMax, attempt)
 }
 
 // retriable tells whether a failed request may succeed later: network

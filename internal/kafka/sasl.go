@@ -3,81 +3,15 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
-
-// SASLMechanism names a SASL mechanism Kafka brokers accept
-// (sasl.enabled.mechanisms).
-type SASLMechanism int
-
-func (m SASLMechanism) String() string               { return enum.Name[saslMechanisms](int(m)) }
-func (m SASLMechanism) Check() error                 { return enum.Valid[saslMechanisms](int(m)) }
-func (m SASLMechanism) MarshalText() ([]byte, error) { return enum.Text[saslMechanisms](int(m)) }
-func (m *SASLMechanism) UnmarshalText(b []byte) error {
-	return enum.SetInt[saslMechanisms]((*int)(m), string(b))
-}
-func (m *SASLMechanism) Set(s string) error { return enum.SetInt[saslMechanisms]((*int)(m), s) }
-func (SASLMechanism) Type() string          { return enum.Type[saslMechanisms]() }
-
-const (
-	// SASLPlain sends the user and the password as they are: use it only
-	// with TLS. It is the zero value.
-	SASLPlain SASLMechanism = iota
-	// SASLSCRAMSHA256 is SCRAM-SHA-256: the password never crosses the
-	// wire.
-	SASLSCRAMSHA256
-	// SASLSCRAMSHA512 is SCRAM-SHA-512.
-	SASLSCRAMSHA512
-)
-
-type saslMechanisms struct{}
-
-func (saslMechanisms) Enum() (string, []string) {
-	return "sasl mechanism", []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
-}
-
-// SASL is a SASL login: a mechanism, a user and its password. However it
-// is printed (fmt verbs, JSON, zap), it shows the mechanism and the user,
-// never the password.
-type SASL struct {
-	Mechanism SASLMechanism
-	Username  string
-	Password  string
-}
-
-// String returns the mechanism and the user: SCRAM-SHA-256 as "alice".
-func (s SASL) String() string { return fmt.Sprintf("%s as %q", s.Mechanism, s.Username) }
-
-// GoString is String, so that %#v does not print the password.
-func (s SASL) GoString() string { return s.String() }
-
-// Format prints String with every verb.
-func (s SASL) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }
-
-// MarshalText is String, so that JSON and zap do not print the password.
-func (s SASL) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// Validate checks the login; no message holds the password.
-func (s SASL) Validate() error {
-	if err := s.Mechanism.Check(); err != nil {
-		return err
-	}
-	if s.Username == "" {
-		return fmt.Errorf("sasl %s: no user name", s.Mechanism)
-	}
-	_, err := s.kafkaMechanism()
-	return err
-}
 
 // kafkaMechanism builds kafka-go's mechanism, wrapped so that it never
 // prints the password either.
-func (s SASL) kafkaMechanism() (sasl.Mechanism, error) {
+func kafkaMechanism(s SASL) (sasl.Mechanism, error) {
 	var m sasl.Mechanism
 	switch s.Mechanism {
 	case SASLPlain:
@@ -101,7 +35,7 @@ func (s SASL) kafkaMechanism() (sasl.Mechanism, error) {
 
 // KafkaMechanism returns kafka-go's mechanism of the login, for a client
 // that is not a Client (a test's).
-func (s SASL) KafkaMechanism() (sasl.Mechanism, error) { return s.kafkaMechanism() }
+func KafkaMechanism(s SASL) (sasl.Mechanism, error) { return kafkaMechanism(s) }
 
 // saslLogin is a SASL mechanism that holds its password out of sight: the
 // mechanism that knows it is inside a closure, which fmt prints as an

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 )
 
 func TestSASLNeverPrintsThePassword(t *testing.T) {
 	const pass = "s3cr3t-pass"
 	s := &SASL{Mechanism: SASLSCRAMSHA512, Username: "alice", Password: pass}
-	m, err := s.kafkaMechanism()
+	m, err := kafkaMechanism(*s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +56,8 @@ func TestSASLValidate(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", tc.s, err, tc.want)
 		}
 	}
-	if m, err := enum.Parse[saslMechanisms](" scram-sha-256 "); err != nil || SASLMechanism(m) != SASLSCRAMSHA256 {
+	var m SASLMechanism
+	if err := m.Set(" scram-sha-256 "); err != nil || m != SASLSCRAMSHA256 {
 		t.Errorf("ParseSASLMechanism = %v, %v", m, err)
 	}
 }

@@ -238,7 +238,7 @@ func TestSessionIdleRequestsAreSmall(t *testing.T) {
 	cfg := testFetchConfig(k)
 	// A request carries partitions while their limits fit its own (16
 	// MiB): 64 KiB each lets all 200 go in one long poll.
-	cfg.MaxBytes = 64 << 10
+	cfg.FetchMaxPartitionBytes = 64 << 10
 	perRequest := func(full bool) float64 {
 		cfg.NoFetchSessions = full
 		c := openConsumer(t, cfg)
@@ -717,7 +717,7 @@ func TestBatchAfterTheLogEndIsMarked(t *testing.T) {
 // most 16 MiB.
 func loopOfOne() (*Consumer, *brokerLoop) {
 	c := &Consumer{log: zap.NewNop(), brokers: map[int32]*brokerLoop{}, cursors: map[sinks.Partition]*Cursor{}}
-	c.cfg.MaxRequestBytes = 16 << 20
+	c.cfg.FetchMaxBytes = 16 << 20
 	b := newBrokerLoop(c, 1)
 	c.brokers[1] = b
 	return c, b

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
@@ -40,7 +41,7 @@ func offlineReplica(t *testing.T, sink sinks.Sink) *replica.Replica {
 }
 
 var offlineConfig = replica.Config{Group: "orders", ReplicaID: "r1", Topics: []string{"t"}, Version: "v1.2.3",
-	Kafka: replica.Kafka{Brokers: []string{"127.0.0.1:1"}}}
+	Kafka: kafkaconf.Config{Brokers: []string{"127.0.0.1:1"}}}
 
 // fakeSource is a Source whose stats and timings a test sets.
 type fakeSource struct {
