@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // InputError is input refused before anything changed: a value, a file,
@@ -38,8 +39,8 @@ func GroupTopics(s *coordinator.Snapshot) []string {
 
 // GroupPartitions lists the partitions that have a claim, offsets or an
 // intent, sorted.
-func GroupPartitions(s *coordinator.Snapshot) []coordinator.Partition {
-	seen := map[coordinator.Partition]bool{}
+func GroupPartitions(s *coordinator.Snapshot) []sinks.Partition {
+	seen := map[sinks.Partition]bool{}
 	for p := range s.Claims {
 		seen[p] = true
 	}
@@ -49,7 +50,7 @@ func GroupPartitions(s *coordinator.Snapshot) []coordinator.Partition {
 	for p := range s.Intents {
 		seen[p] = true
 	}
-	out := make([]coordinator.Partition, 0, len(seen))
+	out := make([]sinks.Partition, 0, len(seen))
 	for p := range seen {
 		out = append(out, p)
 	}
@@ -57,8 +58,8 @@ func GroupPartitions(s *coordinator.Snapshot) []coordinator.Partition {
 	return out
 }
 
-func sortPartitions(ps []coordinator.Partition) {
-	slices.SortFunc(ps, coordinator.Partition.Compare)
+func sortPartitions(ps []sinks.Partition) {
+	slices.SortFunc(ps, sinks.Partition.Compare)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // InFlight is an intent: the block [from, next) being written by the owner
@@ -67,7 +68,7 @@ func DescribeTopics(snap *coordinator.Snapshot, asked []string) []string {
 // the topics Kafka does not have.
 func Describe(ctx context.Context, group string, snap *coordinator.Snapshot, k *Kafka, topics []string) (d *Description, missing []string, kafkaErr error) {
 	parts := GroupPartitions(snap)
-	var ends map[coordinator.Partition]int64
+	var ends map[sinks.Partition]int64
 	if len(topics) > 0 {
 		ends, missing, kafkaErr = logEnds(ctx, k, topics, &parts)
 	}
@@ -107,19 +108,19 @@ func Describe(ctx context.Context, group string, snap *coordinator.Snapshot, k *
 // logEnds adds to parts the partitions of topics that Kafka knows and
 // returns the log end of each, and the topics Kafka does not know. An error
 // means Kafka could not be asked.
-func logEnds(ctx context.Context, k *Kafka, topics []string, parts *[]coordinator.Partition) (map[coordinator.Partition]int64, []string, error) {
+func logEnds(ctx context.Context, k *Kafka, topics []string, parts *[]sinks.Partition) (map[sinks.Partition]int64, []string, error) {
 	known, missing, err := k.Partitions(ctx, topics)
 	if err != nil {
 		return nil, nil, err
 	}
-	have := map[coordinator.Partition]bool{}
+	have := map[sinks.Partition]bool{}
 	for _, p := range *parts {
 		have[p] = true
 	}
-	var ask []coordinator.Partition
+	var ask []sinks.Partition
 	for _, t := range topics {
 		for _, id := range known[t] {
-			p := coordinator.Partition{Topic: t, Partition: id}
+			p := sinks.Partition{Topic: t, Partition: id}
 			ask = append(ask, p)
 			if !have[p] {
 				*parts = append(*parts, p)
@@ -131,7 +132,7 @@ func logEnds(ctx context.Context, k *Kafka, topics []string, parts *[]coordinato
 	if err != nil {
 		return nil, missing, err
 	}
-	ends := make(map[coordinator.Partition]int64, len(b))
+	ends := make(map[sinks.Partition]int64, len(b))
 	for p, lb := range b {
 		ends[p] = lb.End
 	}

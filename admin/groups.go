@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // GroupSummary is one group of an etcd cluster; its JSON fields are
@@ -33,7 +34,7 @@ func Groups(ctx context.Context, cli *clientv3.Client, groups []string) ([]Group
 		if err != nil {
 			return nil, err
 		}
-		parts := map[coordinator.Partition]bool{}
+		parts := map[sinks.Partition]bool{}
 		for p := range snap.Offsets {
 			parts[p] = true
 		}
@@ -69,7 +70,7 @@ type ReplicaState struct {
 // Replicas lists the group's live replicas (snap) with the partitions
 // each claims and what is left of its lease.
 func Replicas(ctx context.Context, cli *clientv3.Client, snap *coordinator.Snapshot) ([]ReplicaState, error) {
-	claims := map[string][]coordinator.Partition{}
+	claims := map[string][]sinks.Partition{}
 	for p, c := range snap.Claims {
 		claims[c.Replica] = append(claims[c.Replica], p)
 	}

@@ -9,7 +9,6 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
@@ -70,8 +69,8 @@ func (k *Kafka) Partitions(ctx context.Context, topics []string) (map[string][]i
 type LogBounds struct{ Earliest, End int64 }
 
 // Bounds returns the log bounds of every partition in ps.
-func (k *Kafka) Bounds(ctx context.Context, ps []coordinator.Partition) (map[coordinator.Partition]LogBounds, error) {
-	out := make(map[coordinator.Partition]LogBounds, len(ps))
+func (k *Kafka) Bounds(ctx context.Context, ps []sinks.Partition) (map[sinks.Partition]LogBounds, error) {
+	out := make(map[sinks.Partition]LogBounds, len(ps))
 	if len(ps) == 0 {
 		return out, nil
 	}
@@ -92,9 +91,9 @@ func (k *Kafka) Bounds(ctx context.Context, ps []coordinator.Partition) (map[coo
 // OffsetsAt returns, for every partition in ps, the first offset whose
 // record timestamp is at or after t, or -1 where there is none (t is after
 // the last record).
-func (k *Kafka) OffsetsAt(ctx context.Context, ps []coordinator.Partition, t time.Time) (map[coordinator.Partition]int64, error) {
+func (k *Kafka) OffsetsAt(ctx context.Context, ps []sinks.Partition, t time.Time) (map[sinks.Partition]int64, error) {
 	if len(ps) == 0 {
-		return map[coordinator.Partition]int64{}, nil
+		return map[sinks.Partition]int64{}, nil
 	}
 	return k.listOffsets(ctx, ps, t.UnixMilli(), "offset at "+t.Format(time.RFC3339))
 }
@@ -102,10 +101,10 @@ func (k *Kafka) OffsetsAt(ctx context.Context, ps []coordinator.Partition, t tim
 // listOffsets asks, with one request per broker, for the offset of every
 // partition in ps at ts (kafka.ListEarliest, kafka.ListLatest or a time in
 // milliseconds), read_committed. what names the offset in errors.
-func (k *Kafka) listOffsets(ctx context.Context, ps []coordinator.Partition, ts int64, what string) (map[coordinator.Partition]int64, error) {
+func (k *Kafka) listOffsets(ctx context.Context, ps []sinks.Partition, ts int64, what string) (map[sinks.Partition]int64, error) {
 	tps := make([]sinks.Partition, len(ps))
 	for i, p := range ps {
-		tps[i] = sinks.Partition{Topic: p.Topic, Partition: p.Partition}
+		tps[i] = p
 	}
 	if k.err != nil {
 		return nil, k.err
@@ -114,7 +113,7 @@ func (k *Kafka) listOffsets(ctx context.Context, ps []coordinator.Partition, ts 
 	if err != nil {
 		return nil, k.unreachable(err)
 	}
-	out := make(map[coordinator.Partition]int64, len(ps))
+	out := make(map[sinks.Partition]int64, len(ps))
 	for i, p := range ps {
 		if err := errs[tps[i]]; err != nil {
 			return nil, fmt.Errorf("%s of %s: %w", what, p, err)

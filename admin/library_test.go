@@ -14,6 +14,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // env is a group of one etcd and one Kafka: each operator action is
@@ -51,7 +52,7 @@ func (e *env) ctx() context.Context {
 }
 
 // join makes a live member that claims ps, and commits next for each.
-func (e *env) join(id string, next int64, ps ...coordinator.Partition) (*coordinator.Session, []*coordinator.Claim) {
+func (e *env) join(id string, next int64, ps ...sinks.Partition) (*coordinator.Session, []*coordinator.Claim) {
 	e.t.Helper()
 	s, err := e.coord.Join(e.ctx(), coordinator.Member{ID: id}, coordinator.WithTTL(5*time.Second))
 	if err != nil {
@@ -89,8 +90,8 @@ func (e *env) kafkaAdmin() *admin.Kafka {
 }
 
 var (
-	p0 = coordinator.Partition{Topic: "t", Partition: 0}
-	p1 = coordinator.Partition{Topic: "t", Partition: 1}
+	p0 = sinks.Partition{Topic: "t", Partition: 0}
+	p1 = sinks.Partition{Topic: "t", Partition: 1}
 )
 
 // A reset is planned from etcd and Kafka's log bounds, then applied by a
@@ -117,7 +118,7 @@ func TestResetPlanAndApply(t *testing.T) {
 	if err := plan.Apply(e.ctx(), e.coord, 5*time.Second, func(err error) error { return err }); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []coordinator.Partition{p0, p1} {
+	for _, p := range []sinks.Partition{p0, p1} {
 		if o := e.snapshot().Offsets[p]; o.Next != 3 || o.Generation != 1 {
 			t.Errorf("%s after the reset: %+v, want next 3, generation 1", p, o)
 		}
@@ -195,7 +196,7 @@ func TestDrainAndRelease(t *testing.T) {
 	if err := h.Await(wctx, e.coord, 5*time.Second); err != nil || !h.Done || h.To != "r2" {
 		t.Fatalf("Await = %v, %+v; want handed over to r2", err, h)
 	}
-	if _, err := admin.Release(e.ctx(), e.coord, e.snapshot(), coordinator.Partition{Topic: "t", Partition: 7}); !errors.As(err, &bad) {
+	if _, err := admin.Release(e.ctx(), e.coord, e.snapshot(), sinks.Partition{Topic: "t", Partition: 7}); !errors.As(err, &bad) {
 		t.Errorf("releasing a partition without a claim: %v, want an InputError", err)
 	}
 

@@ -8,24 +8,25 @@ import (
 	"testing"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // TestPlanReset covers the planner alone: every target, the clamping into
 // the log bounds at both ends, and the partitions left out, from offsets
 // and bounds given as values (no etcd, no Kafka).
 func TestPlanReset(t *testing.T) {
-	p0 := coordinator.Partition{Topic: "orders", Partition: 0}
-	p1 := coordinator.Partition{Topic: "orders", Partition: 1}
-	p2 := coordinator.Partition{Topic: "orders", Partition: 2}
-	parts := []coordinator.Partition{p0, p1, p2}
+	p0 := sinks.Partition{Topic: "orders", Partition: 0}
+	p1 := sinks.Partition{Topic: "orders", Partition: 1}
+	p2 := sinks.Partition{Topic: "orders", Partition: 2}
+	parts := []sinks.Partition{p0, p1, p2}
 	// p0: log [0, 20) committed 10; p1: [0, 20) committed 15; p2: [5, 20),
 	// nothing committed.
-	committed := map[coordinator.Partition]coordinator.Offsets{p0: {Next: 10}, p1: {Next: 15}}
-	bounds := map[coordinator.Partition]LogBounds{p0: {0, 20}, p1: {0, 20}, p2: {5, 20}}
+	committed := map[sinks.Partition]coordinator.Offsets{p0: {Next: 10}, p1: {Next: 15}}
+	bounds := map[sinks.Partition]LogBounds{p0: {0, 20}, p1: {0, 20}, p2: {5, 20}}
 
 	// want is each partition's new offset, "c" after it when clamped; a
 	// partition left out is missing.
-	type want map[coordinator.Partition]string
+	type want map[sinks.Partition]string
 	tests := []struct {
 		name     string
 		target   Target
@@ -47,11 +48,11 @@ func TestPlanReset(t *testing.T) {
 			[]string{"left out of --shift-by"}},
 		{"shift-by saturates", Target{Kind: ShiftBy, Shift: math.MaxInt64}, want{p0: "20c", p1: "20c"},
 			[]string{"orders/0: offset 9223372036854775807 is past the log end 20", "orders/1", "left out"}},
-		{"to-datetime", Target{Kind: ToDatetime, AtTime: map[coordinator.Partition]int64{p0: 3, p1: 18, p2: -1}},
+		{"to-datetime", Target{Kind: ToDatetime, AtTime: map[sinks.Partition]int64{p0: 3, p1: 18, p2: -1}},
 			want{p0: "3", p1: "18", p2: "20"}, nil},
-		{"by-duration", Target{Kind: ByDuration, AtTime: map[coordinator.Partition]int64{p0: -1, p1: 0, p2: 0}},
+		{"by-duration", Target{Kind: ByDuration, AtTime: map[sinks.Partition]int64{p0: -1, p1: 0, p2: 0}},
 			want{p0: "20", p1: "0", p2: "5c"}, []string{"orders/2: offset 0 is before the log start 5"}},
-		{"from-file", Target{Kind: FromFile, File: map[coordinator.Partition]int64{p0: 1, p1: 30, p2: 6}},
+		{"from-file", Target{Kind: FromFile, File: map[sinks.Partition]int64{p0: 1, p1: 30, p2: 6}},
 			want{p0: "1", p1: "20c", p2: "6"}, []string{"orders/1: offset 30 is past the log end 20; using 20"}},
 	}
 	for _, tc := range tests {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // The plan file: --export writes it, --from-file reads it.
@@ -19,7 +20,7 @@ const ExportHeader = "topic,partition,offset"
 
 // PlanLine is one row of a --from-file plan.
 type PlanLine struct {
-	Partition coordinator.Partition
+	Partition sinks.Partition
 	Offset    int64
 	Line      int // in the file, from 1
 }
@@ -50,7 +51,7 @@ func ParsePlan(r io.Reader) ([]PlanLine, error) {
 	cr.Comment = '#'
 	cr.TrimLeadingSpace = true
 	var out []PlanLine
-	seen := map[coordinator.Partition]int{}
+	seen := map[sinks.Partition]int{}
 	for first := true; ; first = false {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -85,7 +86,7 @@ func ParsePlan(r io.Reader) ([]PlanLine, error) {
 		if err != nil || off < 0 {
 			return nil, fmt.Errorf("line %d: %q: offset %q is not an integer 0 or more; %s", line, text, rec[2], want)
 		}
-		p := coordinator.Partition{Topic: rec[0], Partition: part}
+		p := sinks.Partition{Topic: rec[0], Partition: part}
 		if prev, dup := seen[p]; dup {
 			return nil, fmt.Errorf("line %d: %q: %s is already on line %d; want each partition once", line, text, p, prev)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Handover is a claim released: from its owner and epoch, to the replica
@@ -27,7 +28,7 @@ type Handover struct {
 // boundary. A partition without a claim is an *InputError that says
 // whether the group knows it (snap is the group's state). Other errors
 // are etcd's.
-func Release(ctx context.Context, coord *coordinator.Coordinator, snap *coordinator.Snapshot, p coordinator.Partition) (Handover, error) {
+func Release(ctx context.Context, coord *coordinator.Coordinator, snap *coordinator.Snapshot, p sinks.Partition) (Handover, error) {
 	before, ok := snap.Claims[p]
 	if !ok {
 		return Handover{}, notClaimed(snap, p, coord.Group())
@@ -46,7 +47,7 @@ func Release(ctx context.Context, coord *coordinator.Coordinator, snap *coordina
 // released, then clears the release request (also when ctx ends first,
 // with ctx's error).
 func (h *Handover) Await(ctx context.Context, coord *coordinator.Coordinator, etcdTimeout time.Duration) error {
-	p := coordinator.Partition{Topic: h.Topic, Partition: h.Partition}
+	p := sinks.Partition{Topic: h.Topic, Partition: h.Partition}
 	err := backoff.Poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		s, err := coord.Snapshot(ctx)
 		if err != nil {
@@ -66,7 +67,7 @@ func (h *Handover) Await(ctx context.Context, coord *coordinator.Coordinator, et
 
 // notClaimed is the refusal to release p, which has no claim: it says
 // whether the group knows the partition, and which of the topic's it knows.
-func notClaimed(snap *coordinator.Snapshot, p coordinator.Partition, group string) error {
+func notClaimed(snap *coordinator.Snapshot, p sinks.Partition, group string) error {
 	var ids []int
 	for _, q := range GroupPartitions(snap) {
 		if q.Topic == p.Topic {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // The reset's target flags and the parsing of their values.
@@ -101,8 +102,8 @@ type Target struct {
 	Shift  int64  // ShiftBy
 	// AtTime is, for ToDatetime and ByDuration, Kafka's first offset at
 	// or after the time: -1 where it is after the last record.
-	AtTime map[coordinator.Partition]int64
-	File   map[coordinator.Partition]int64 // FromFile
+	AtTime map[sinks.Partition]int64
+	File   map[sinks.Partition]int64 // FromFile
 }
 
 // PlanRow is one partition of a reset; its JSON fields are stable. current
@@ -120,7 +121,7 @@ type PlanRow struct {
 	Generation *int64 `json:"generation,omitempty"`
 	Error      string `json:"error,omitempty"`
 
-	p    coordinator.Partition
+	p    sinks.Partition
 	seen coordinator.Offsets
 }
 
@@ -129,8 +130,8 @@ type PlanRow struct {
 // A partition without a committed offset is left out of --to-current and
 // --shift-by. The warnings name what was left out or clamped. It needs
 // neither etcd nor Kafka: committed and bounds are what they gave.
-func PlanReset(t Target, parts []coordinator.Partition, committed map[coordinator.Partition]coordinator.Offsets,
-	bounds map[coordinator.Partition]LogBounds) (rows []PlanRow, warnings []string) {
+func PlanReset(t Target, parts []sinks.Partition, committed map[sinks.Partition]coordinator.Offsets,
+	bounds map[sinks.Partition]LogBounds) (rows []PlanRow, warnings []string) {
 	rows = []PlanRow{}
 	for _, p := range parts {
 		b := bounds[p]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Reset is a reset of a group's committed offsets: where to (Target) and
@@ -80,7 +81,7 @@ func (r *Reset) Plan(ctx context.Context, group string, snap *coordinator.Snapsh
 		}
 	}
 	if t.Kind == FromFile {
-		t.File = make(map[coordinator.Partition]int64, len(r.Lines))
+		t.File = make(map[sinks.Partition]int64, len(r.Lines))
 		for _, l := range r.Lines {
 			t.File[l.Partition] = l.Offset
 		}
@@ -151,13 +152,13 @@ func ParseScopes(args []string) ([]TopicScope, error) {
 // inScope lists the partitions to reset, checked against what Kafka has
 // (known, missing): a topic or partition it does not know is an
 // *InputError. warn is told of a topic of the group Kafka does not have.
-func (r *Reset) inScope(snap *coordinator.Snapshot, brokerList []string, known map[string][]int, missing []string, warn func(string)) ([]coordinator.Partition, error) {
+func (r *Reset) inScope(snap *coordinator.Snapshot, brokerList []string, known map[string][]int, missing []string, warn func(string)) ([]sinks.Partition, error) {
 	brokers := strings.Join(brokerList, ",")
 	groupHas := "the group's topics in etcd: " + strings.Join(GroupTopics(snap), ", ")
 	if len(GroupTopics(snap)) == 0 {
 		groupHas = "the group has no topics in etcd yet"
 	}
-	var parts []coordinator.Partition
+	var parts []sinks.Partition
 	exists := func(t string, n int) bool { return slices.Contains(known[t], n) }
 	describeTopic := func(t string) string {
 		ids := known[t]
@@ -180,7 +181,7 @@ func (r *Reset) inScope(snap *coordinator.Snapshot, brokerList []string, known m
 		}
 		for _, t := range GroupTopics(snap) {
 			for _, n := range known[t] {
-				parts = append(parts, coordinator.Partition{Topic: t, Partition: n})
+				parts = append(parts, sinks.Partition{Topic: t, Partition: n})
 			}
 		}
 	default:
@@ -196,7 +197,7 @@ func (r *Reset) inScope(snap *coordinator.Snapshot, brokerList []string, known m
 				if !exists(s.Topic, n) {
 					return nil, inputf("--topic %q: partition %d not found in Kafka; %s", s.Arg, n, describeTopic(s.Topic))
 				}
-				parts = append(parts, coordinator.Partition{Topic: s.Topic, Partition: n})
+				parts = append(parts, sinks.Partition{Topic: s.Topic, Partition: n})
 			}
 		}
 	}

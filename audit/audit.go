@@ -282,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap *coordinator.Snapshot, tp sinks.Partition, caps sinks.Capabilities, progress func(int64)) (*Partition, error) {
-	cp := coordinator.Partition{Topic: tp.Topic, Partition: tp.Partition}
+	cp := tp
 	cur, err := cons.Open(tp.Topic, tp.Partition)
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", tp, err)
@@ -337,7 +337,7 @@ func auditPartition(ctx context.Context, cfg Config, cons *kafka.Consumer, snap 
 // the truncation of Kafka's log its generation began at (nil for none) of
 // p. A key that does not parse is taken as the snapshot had it (the
 // snapshot lists it as unreadable).
-func partitionState(ctx context.Context, cli *clientv3.Client, group string, p coordinator.Partition, snap *coordinator.Snapshot) (int64, *coordinator.Intent, *coordinator.Truncation, error) {
+func partitionState(ctx context.Context, cli *clientv3.Client, group string, p sinks.Partition, snap *coordinator.Snapshot) (int64, *coordinator.Intent, *coordinator.Truncation, error) {
 	keys := coordinator.KeysFor(group)
 	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(keys.Offsets(p)), clientv3.OpGet(keys.Intent(p))).Commit()
 	if err != nil {
@@ -377,7 +377,7 @@ func kafkaContext(ctx context.Context, d time.Duration) (context.Context, contex
 // snapTopics lists the topics the group's keys name, sorted.
 func snapTopics(s *coordinator.Snapshot) []string {
 	var out []string
-	add := func(p coordinator.Partition) {
+	add := func(p sinks.Partition) {
 		if !slices.Contains(out, p.Topic) {
 			out = append(out, p.Topic)
 		}
@@ -447,7 +447,7 @@ func scope(ctx context.Context, kcfg kafkaconf.Config, group string, topics []st
 		out = in
 	}
 	slices.SortFunc(out, func(a, b sinks.Partition) int {
-		return coordinator.Partition{Topic: a.Topic, Partition: a.Partition}.Compare(coordinator.Partition{Topic: b.Topic, Partition: b.Partition})
+		return a.Compare(b)
 	})
 	return out, nil
 }

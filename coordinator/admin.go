@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 var (
@@ -21,7 +23,7 @@ var (
 // claim, so that the planned replica (possibly the same one, under a new
 // epoch) takes it with nothing replayed. It returns the epoch of the claim
 // the request is for.
-func (c *Coordinator) RequestRelease(ctx context.Context, p Partition) (int64, error) {
+func (c *Coordinator) RequestRelease(ctx context.Context, p sinks.Partition) (int64, error) {
 	ck := c.keys.Claim(p)
 	resp, err := c.cli.Get(ctx, ck)
 	if err != nil {
@@ -49,7 +51,7 @@ func (c *Coordinator) RequestRelease(ctx context.Context, p Partition) (int64, e
 }
 
 // ClearRelease deletes the release request of p, once it was served.
-func (c *Coordinator) ClearRelease(ctx context.Context, p Partition) error {
+func (c *Coordinator) ClearRelease(ctx context.Context, p sinks.Partition) error {
 	if _, err := c.cli.Delete(ctx, c.keys.Release(p)); err != nil {
 		return fmt.Errorf("clear release request of %s: %w", p, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // commitAttempts is how many times a commit is tried while etcd does not
@@ -29,7 +30,7 @@ const commitAttempts = 5
 // time per partition.
 type Claim struct {
 	s     *Session
-	p     Partition
+	p     sinks.Partition
 	epoch int64
 	keys  claimKeys
 	log   *zap.Logger
@@ -49,8 +50,8 @@ type claimKeys struct{ claim, offsets, intent string }
 // Claim takes p if no one holds it, in one Txn that also reads its offsets
 // and intent. It returns ErrClaimed when another claim exists. The Txn is a
 // nested one in the session's next write round.
-func (s *Session) Claim(ctx context.Context, p Partition) (*Claim, error) {
-	claims, errs := s.ClaimAll(ctx, []Partition{p})
+func (s *Session) Claim(ctx context.Context, p sinks.Partition) (*Claim, error) {
+	claims, errs := s.ClaimAll(ctx, []sinks.Partition{p})
 	return claims[0], errs[0]
 }
 
@@ -63,7 +64,7 @@ func (s *Session) Claim(ctx context.Context, p Partition) (*Claim, error) {
 // The claims made in one round share its revision as their epoch (each claim
 // key's CreateRevision). That is sound: an epoch fences one partition's
 // claims against each other, and a partition has one op per round.
-func (s *Session) ClaimAll(ctx context.Context, ps []Partition) ([]*Claim, []error) {
+func (s *Session) ClaimAll(ctx context.Context, ps []sinks.Partition) ([]*Claim, []error) {
 	claims, errs := make([]*Claim, len(ps)), make([]error, len(ps))
 	if !s.Alive() {
 		for i, p := range ps {
@@ -88,7 +89,7 @@ func (s *Session) ClaimAll(ctx context.Context, ps []Partition) ([]*Claim, []err
 	return claims, errs
 }
 
-func (c *Coordinator) claimKeys(p Partition) claimKeys {
+func (c *Coordinator) claimKeys(p sinks.Partition) claimKeys {
 	return claimKeys{claim: c.keys.Claim(p), offsets: c.keys.Offsets(p), intent: c.keys.Intent(p)}
 }
 
@@ -117,7 +118,7 @@ func (s *Session) claimOp(k claimKeys) *op {
 }
 
 // claimed turns a claim op's outcome into a Claim.
-func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error) {
+func (s *Session) claimed(p sinks.Partition, k claimKeys, res opResult) (*Claim, error) {
 	switch {
 	case errors.Is(res.err, errNotAlive):
 		return nil, leaseLost("claim " + p.String())
@@ -168,7 +169,7 @@ func (s *Session) claimed(p Partition, k claimKeys, res opResult) (*Claim, error
 }
 
 // Partition is the claimed partition.
-func (c *Claim) Partition() Partition { return c.p }
+func (c *Claim) Partition() sinks.Partition { return c.p }
 
 // Epoch is the claim key's CreateRevision: the fencing token.
 func (c *Claim) Epoch() int64 { return c.epoch }
@@ -524,7 +525,7 @@ func ReleaseAll(ctx context.Context, claims []*Claim) error {
 // ReleaseStray deletes a claim key of this session that no Claim stands
 // for (a claim whose answer was lost, or whose release failed), if it is
 // still of that epoch, so that the partition can be claimed again.
-func (s *Session) ReleaseStray(ctx context.Context, p Partition, epoch int64) error {
+func (s *Session) ReleaseStray(ctx context.Context, p sinks.Partition, epoch int64) error {
 	res := s.do(ctx, s.releaseOp(s.c.keys.Claim(p), epoch))
 	if res.err != nil {
 		return fmt.Errorf("release stray claim %s at epoch %d: %w", p, epoch, res.err)

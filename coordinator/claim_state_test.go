@@ -6,12 +6,13 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 func TestIntentFoundByNextOwnerAndDeletedByCommit(t *testing.T) {
 	ctx := harness.Context(t, 30*time.Second)
 	etcd, c, a, b := twoMembers(t, ctx, "intent")
-	p := coordinator.Partition{Topic: "t", Partition: 2}
+	p := sinks.Partition{Topic: "t", Partition: 2}
 	ac := claim(t, ctx, a, p)
 	if err := ac.Commit(ctx, 10, 10); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Coordinator is a group's view of etcd. It is safe for concurrent use.
@@ -153,10 +155,10 @@ type ClaimInfo struct {
 type Snapshot struct {
 	Revision int64
 	Members  []Member // by join order
-	Claims   map[Partition]ClaimInfo
-	Offsets  map[Partition]Offsets
-	Intents  map[Partition]Intent
-	Releases map[Partition]ReleaseRequest
+	Claims   map[sinks.Partition]ClaimInfo
+	Offsets  map[sinks.Partition]Offsets
+	Intents  map[sinks.Partition]Intent
+	Releases map[sinks.Partition]ReleaseRequest
 	// Unreadable lists the group's keys that could not be parsed, each with
 	// why, so that tools can show what the views above leave out.
 	Unreadable []string
@@ -171,10 +173,10 @@ func (c *Coordinator) Snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	s := &Snapshot{
 		Revision: resp.Header.Revision,
-		Claims:   map[Partition]ClaimInfo{},
-		Offsets:  map[Partition]Offsets{},
-		Intents:  map[Partition]Intent{},
-		Releases: map[Partition]ReleaseRequest{},
+		Claims:   map[sinks.Partition]ClaimInfo{},
+		Offsets:  map[sinks.Partition]Offsets{},
+		Intents:  map[sinks.Partition]Intent{},
+		Releases: map[sinks.Partition]ReleaseRequest{},
 	}
 	skip := func(key, what string, err error) {
 		c.log.Warn("skipping unreadable "+what, zap.String("key", key), zap.Error(err))
@@ -257,7 +259,7 @@ func Groups(ctx context.Context, cli *clientv3.Client) ([]string, error) {
 
 // partitionValue parses the partition of key, a key below prefix, and
 // decodes its value v with decode.
-func partitionValue[T any](key, prefix string, v []byte, decode func([]byte) (T, error)) (Partition, T, error) {
+func partitionValue[T any](key, prefix string, v []byte, decode func([]byte) (T, error)) (sinks.Partition, T, error) {
 	p, err := partitionOf(key, prefix)
 	if err != nil {
 		var zero T

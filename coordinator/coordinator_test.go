@@ -13,6 +13,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 func TestMain(m *testing.M) {
@@ -63,7 +64,7 @@ func twoMembers(t *testing.T, ctx context.Context, group string) (etcd *harness.
 	return etcd, c, a, b
 }
 
-func claim(t *testing.T, ctx context.Context, s *coordinator.Session, p coordinator.Partition) *coordinator.Claim {
+func claim(t *testing.T, ctx context.Context, s *coordinator.Session, p sinks.Partition) *coordinator.Claim {
 	t.Helper()
 	c, err := s.Claim(ctx, p)
 	if err != nil {
@@ -86,7 +87,7 @@ func proxied(t *testing.T, etcd *harness.Etcd) (*harness.Proxy, *clientv3.Client
 }
 
 // stored reads p's offsets straight from etcd.
-func stored(t *testing.T, ctx context.Context, c *coordinator.Coordinator, p coordinator.Partition) coordinator.Offsets {
+func stored(t *testing.T, ctx context.Context, c *coordinator.Coordinator, p sinks.Partition) coordinator.Offsets {
 	t.Helper()
 	snap, err := c.Snapshot(ctx)
 	if err != nil {
@@ -114,7 +115,7 @@ func TestClaimRaceExactlyOneWins(t *testing.T) {
 	_, _, a, b := twoMembers(t, ctx, "race")
 	wins := map[string]int{}
 	for i := 0; i < 100; i++ {
-		p := coordinator.Partition{Topic: "t", Partition: i}
+		p := sinks.Partition{Topic: "t", Partition: i}
 		var wg sync.WaitGroup
 		var got [2]*coordinator.Claim
 		var errs [2]error
@@ -149,14 +150,14 @@ func TestCommitFencing(t *testing.T) {
 	// stored offset must stay b's.
 	cases := []struct {
 		name  string
-		stale func(t *testing.T, ctx context.Context, cli *clientv3.Client, a *coordinator.Session, p coordinator.Partition)
+		stale func(t *testing.T, ctx context.Context, cli *clientv3.Client, a *coordinator.Session, p sinks.Partition)
 	}{
-		{"lease revoked", func(t *testing.T, ctx context.Context, cli *clientv3.Client, a *coordinator.Session, _ coordinator.Partition) {
+		{"lease revoked", func(t *testing.T, ctx context.Context, cli *clientv3.Client, a *coordinator.Session, _ sinks.Partition) {
 			if _, err := cli.Revoke(ctx, a.Lease()); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"claim key deleted", func(t *testing.T, ctx context.Context, cli *clientv3.Client, _ *coordinator.Session, p coordinator.Partition) {
+		{"claim key deleted", func(t *testing.T, ctx context.Context, cli *clientv3.Client, _ *coordinator.Session, p sinks.Partition) {
 			if _, err := cli.Delete(ctx, coordinator.KeysFor("fence").Claim(p)); err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +172,7 @@ func TestCommitFencing(t *testing.T) {
 			cb := newCoordinator(t, etcd.Client(t), "fence")
 			a := join(t, ctx, ca, fmt.Sprintf("a%d", i), coordinator.DefaultTTL)
 			b := join(t, ctx, cb, fmt.Sprintf("b%d", i), coordinator.DefaultTTL)
-			p := coordinator.Partition{Topic: "orders", Partition: 3}
+			p := sinks.Partition{Topic: "orders", Partition: 3}
 
 			ac := claim(t, ctx, a, p)
 			if err := ac.Commit(ctx, 100, 100); err != nil {
@@ -216,7 +217,7 @@ func TestZombieCutOffByProxy(t *testing.T) {
 	a := join(t, ctx, newCoordinator(t, zcli, "zombie"), "a", ttl)
 	cb := newCoordinator(t, etcd.Client(t), "zombie")
 	b := join(t, ctx, cb, "b", ttl)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	ac := claim(t, ctx, a, p)
 	if err := ac.Commit(ctx, 10, 10); err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestZombieCutOffByProxy(t *testing.T) {
 func TestOffsetsNeverMoveBackThroughStaleEpoch(t *testing.T) {
 	ctx := harness.Context(t, 30*time.Second)
 	_, c, a, b := twoMembers(t, ctx, "epochs")
-	p := coordinator.Partition{Topic: "t", Partition: 1}
+	p := sinks.Partition{Topic: "t", Partition: 1}
 
 	var last int64
 	owner := []*coordinator.Session{a, b}
@@ -289,7 +290,7 @@ func TestOperatorResetMakesOwnerReload(t *testing.T) {
 	c := newCoordinator(t, etcd.Client(t), "reset")
 	op := newCoordinator(t, etcd.Client(t), "reset")
 	s := join(t, ctx, c, "a", coordinator.DefaultTTL)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	cl := claim(t, ctx, s, p)
 	if err := cl.Commit(ctx, 500, 500); err != nil {
 		t.Fatal(err)
@@ -355,7 +356,7 @@ func TestAmbiguousCommitResolvedByReadBack(t *testing.T) {
 	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "ambiguous")
 	s := join(t, ctx, c, "a", 10*time.Second)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	cl := claim(t, ctx, s, p)
 	if err := cl.Commit(ctx, 10, 10); err != nil {
 		t.Fatal(err)
@@ -404,7 +405,7 @@ func TestCommitFailsAfterRetriesWithClearError(t *testing.T) {
 	proxy, cli := proxied(t, etcd)
 	c := newCoordinator(t, cli, "retries")
 	s := join(t, ctx, c, "a", 10*time.Second)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	cl := claim(t, ctx, s, p)
 	proxy.Blackhole()
 	err := cl.Commit(ctx, 20, 10)
@@ -437,7 +438,7 @@ func TestLivenessLostBeforeLeaseExpires(t *testing.T) {
 	proxy, cli := proxied(t, etcd)
 	ttl := 4 * time.Second
 	s := join(t, ctx, newCoordinator(t, cli, "live"), "a", ttl)
-	cl := claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 0})
+	cl := claim(t, ctx, s, sinks.Partition{Topic: "t", Partition: 0})
 	if !s.Alive() {
 		t.Fatal("new session not alive")
 	}
@@ -479,7 +480,7 @@ func TestThreeMemberLeaderStop(t *testing.T) {
 	s := join(t, ctx, c, "a", 10*time.Second)
 	var claims []*coordinator.Claim
 	for i := 0; i < 4; i++ {
-		cl := claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: i})
+		cl := claim(t, ctx, s, sinks.Partition{Topic: "t", Partition: i})
 		if err := cl.Commit(ctx, int64(100+i), 1); err != nil {
 			t.Fatal(err)
 		}
@@ -493,7 +494,7 @@ func TestThreeMemberLeaderStop(t *testing.T) {
 		}
 	}
 	// New claims too.
-	if _, err := s.Claim(ctx, coordinator.Partition{Topic: "t", Partition: 9}); err != nil {
+	if _, err := s.Claim(ctx, sinks.Partition{Topic: "t", Partition: 9}); err != nil {
 		t.Fatalf("claim after leader stop: %v", err)
 	}
 	snap, err := c.Snapshot(ctx)
@@ -501,7 +502,7 @@ func TestThreeMemberLeaderStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range claims {
-		p := coordinator.Partition{Topic: "t", Partition: i}
+		p := sinks.Partition{Topic: "t", Partition: i}
 		if got := snap.Offsets[p].Next; got != int64(200+i) {
 			t.Fatalf("%s: next %d after election, want %d", p, got, 200+i)
 		}

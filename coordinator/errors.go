@@ -3,6 +3,8 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 var (
@@ -34,7 +36,7 @@ var (
 // block is already in the sink but its offset is not committed, so the next
 // owner replays it.
 type CommitError struct {
-	Partition Partition
+	Partition sinks.Partition
 	Next      int64
 	Attempts  int
 	Err       error

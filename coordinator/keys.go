@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // The etcd layout is a contract (DESIGN.md): operators, the CLI and older
@@ -38,28 +40,28 @@ func (k Keys) Prefix() string { return k.prefix }
 func (k Keys) Member(id string) string { return k.prefix + membersDir + id }
 
 // Claim is P/claims/<topic>/<partition>.
-func (k Keys) Claim(p Partition) string { return k.prefix + claimsDir + p.path() }
+func (k Keys) Claim(p sinks.Partition) string { return k.prefix + claimsDir + p.String() }
 
 // Offsets is P/offsets/<topic>/<partition>.
-func (k Keys) Offsets(p Partition) string { return k.prefix + offsetsDir + p.path() }
+func (k Keys) Offsets(p sinks.Partition) string { return k.prefix + offsetsDir + p.String() }
 
 // Intent is P/intents/<topic>/<partition>.
-func (k Keys) Intent(p Partition) string { return k.prefix + intentsDir + p.path() }
+func (k Keys) Intent(p sinks.Partition) string { return k.prefix + intentsDir + p.String() }
 
 // Release is P/release/<topic>/<partition>.
-func (k Keys) Release(p Partition) string { return k.prefix + releaseDir + p.path() }
+func (k Keys) Release(p sinks.Partition) string { return k.prefix + releaseDir + p.String() }
 
 // ReleasePrefix is P/release/.
 func (k Keys) ReleasePrefix() string { return k.prefix + releaseDir }
 
 // Reset is P/resets/<topic>/<partition>: the generation of the last reset.
-func (k Keys) Reset(p Partition) string { return k.prefix + resetsDir + p.path() }
+func (k Keys) Reset(p sinks.Partition) string { return k.prefix + resetsDir + p.String() }
 
 // ResetsPrefix is P/resets/.
 func (k Keys) ResetsPrefix() string { return k.prefix + resetsDir }
 
 // PartitionOf parses the partition out of a key below dirPrefix.
-func PartitionOf(key, dirPrefix string) (Partition, error) { return partitionOf(key, dirPrefix) }
+func PartitionOf(key, dirPrefix string) (sinks.Partition, error) { return partitionOf(key, dirPrefix) }
 
 // MembersPrefix, ClaimsPrefix, OffsetsPrefix and IntentsPrefix list a kind.
 func (k Keys) MembersPrefix() string { return k.prefix + membersDir }
@@ -74,18 +76,18 @@ func (k Keys) OffsetsPrefix() string { return k.prefix + offsetsDir }
 func (k Keys) IntentsPrefix() string { return k.prefix + intentsDir }
 
 // partitionOf parses the "<topic>/<partition>" tail of a key below dirPrefix.
-func partitionOf(key, dirPrefix string) (Partition, error) {
+func partitionOf(key, dirPrefix string) (sinks.Partition, error) {
 	rest, ok := strings.CutPrefix(key, dirPrefix)
 	if !ok {
-		return Partition{}, fmt.Errorf("key %q is not below %q", key, dirPrefix)
+		return sinks.Partition{}, fmt.Errorf("key %q is not below %q", key, dirPrefix)
 	}
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 {
-		return Partition{}, fmt.Errorf("key %q: want <topic>/<partition>", key)
+		return sinks.Partition{}, fmt.Errorf("key %q: want <topic>/<partition>", key)
 	}
 	n, err := strconv.Atoi(rest[i+1:])
 	if err != nil || n < 0 {
-		return Partition{}, fmt.Errorf("key %q: partition %q is not a non-negative decimal", key, rest[i+1:])
+		return sinks.Partition{}, fmt.Errorf("key %q: partition %q is not a non-negative decimal", key, rest[i+1:])
 	}
-	return Partition{Topic: rest[:i], Partition: n}, nil
+	return sinks.Partition{Topic: rest[:i], Partition: n}, nil
 }

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"cmp"
 	"slices"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Plan returns the owner (member ID) of every partition.
@@ -34,10 +36,10 @@ import (
 // free) and partitions that are not in partitions (ignored). Duplicate
 // members (by ID) and partitions count once. No members or no partitions
 // give an empty plan.
-func Plan(members []Member, partitions []Partition, claims map[Partition]string) map[Partition]string {
+func Plan(members []Member, partitions []sinks.Partition, claims map[sinks.Partition]string) map[sinks.Partition]string {
 	order := planMemberOrder(members)
 	parts := planSortedPartitions(partitions)
-	plan := make(map[Partition]string, len(parts))
+	plan := make(map[sinks.Partition]string, len(parts))
 	n, p := len(order), len(parts)
 	if n == 0 || p == 0 {
 		return plan
@@ -56,7 +58,7 @@ func Plan(members []Member, partitions []Partition, claims map[Partition]string)
 	// Keep live claims up to quota; walking in sorted order makes an owner
 	// over quota shed its highest partitions.
 	owned := make([]int, n)
-	var free []Partition
+	var free []sinks.Partition
 	for _, part := range parts {
 		if owner, ok := claims[part]; ok {
 			if i, live := index[owner]; live && owned[i] < quota[i] {
@@ -99,7 +101,7 @@ func Plan(members []Member, partitions []Partition, claims map[Partition]string)
 // or does not know (e.g. a partition that no longer exists).
 //
 // Both lists are sorted.
-func Diff(plan, claims map[Partition]string, member string) (claim, release []Partition) {
+func Diff(plan, claims map[sinks.Partition]string, member string) (claim, release []sinks.Partition) {
 	for p, owner := range plan {
 		if owner != member {
 			continue
@@ -113,8 +115,8 @@ func Diff(plan, claims map[Partition]string, member string) (claim, release []Pa
 			release = append(release, p)
 		}
 	}
-	slices.SortFunc(claim, Partition.Compare)
-	slices.SortFunc(release, Partition.Compare)
+	slices.SortFunc(claim, sinks.Partition.Compare)
+	slices.SortFunc(release, sinks.Partition.Compare)
 	return claim, release
 }
 
@@ -137,8 +139,8 @@ func planMemberOrder(members []Member) []string {
 }
 
 // planSortedPartitions returns partitions sorted and without duplicates.
-func planSortedPartitions(partitions []Partition) []Partition {
+func planSortedPartitions(partitions []sinks.Partition) []sinks.Partition {
 	sorted := slices.Clone(partitions)
-	slices.SortFunc(sorted, Partition.Compare)
+	slices.SortFunc(sorted, sinks.Partition.Compare)
 	return slices.Compact(sorted)
 }

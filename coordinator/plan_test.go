@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // The property tests draw their inputs from a seeded generator. The seed is
@@ -52,13 +54,13 @@ func planRandMembers(r *rand.Rand, n int) []Member {
 }
 
 // planRandPartitions returns p distinct partitions over a few topics.
-func planRandPartitions(r *rand.Rand, p int) []Partition {
+func planRandPartitions(r *rand.Rand, p int) []sinks.Partition {
 	topics := []string{"orders", "payments", "audit"}
 	next := map[string]int{}
-	parts := make([]Partition, 0, p)
+	parts := make([]sinks.Partition, 0, p)
 	for range p {
 		topic := topics[r.IntN(len(topics))]
-		parts = append(parts, Partition{Topic: topic, Partition: next[topic]})
+		parts = append(parts, sinks.Partition{Topic: topic, Partition: next[topic]})
 		next[topic]++
 	}
 	r.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
@@ -68,8 +70,8 @@ func planRandPartitions(r *rand.Rand, p int) []Partition {
 // planRandClaims claims a random share of parts, by live members and by dead
 // ones, plus some partitions that are not in parts any more. The live
 // members' shares are skewed, so some are over their quota.
-func planRandClaims(r *rand.Rand, members []Member, parts []Partition) map[Partition]string {
-	claims := map[Partition]string{}
+func planRandClaims(r *rand.Rand, members []Member, parts []sinks.Partition) map[sinks.Partition]string {
+	claims := map[sinks.Partition]string{}
 	free := r.Float64()
 	dead := r.Float64() / 2
 	for _, p := range parts {
@@ -88,7 +90,7 @@ func planRandClaims(r *rand.Rand, members []Member, parts []Partition) map[Parti
 		if len(members) > 0 && r.IntN(2) == 0 {
 			owner = members[r.IntN(len(members))].ID
 		}
-		claims[Partition{Topic: "gone", Partition: i}] = owner
+		claims[sinks.Partition{Topic: "gone", Partition: i}] = owner
 	}
 	return claims
 }
@@ -124,7 +126,7 @@ func planWantCounts(members []Member, p int) map[string]int {
 	return want
 }
 
-func planCounts(plan map[Partition]string) map[string]int {
+func planCounts(plan map[sinks.Partition]string) map[string]int {
 	counts := map[string]int{}
 	for _, owner := range plan {
 		counts[owner]++
@@ -135,7 +137,7 @@ func planCounts(plan map[Partition]string) map[string]int {
 // planCheck checks the contract of one plan: it covers exactly parts, gives
 // every member its exact quota, and keeps, of each live member's claims, the
 // lowest ones up to its quota.
-func planCheck(members []Member, parts []Partition, claims, plan map[Partition]string) error {
+func planCheck(members []Member, parts []sinks.Partition, claims, plan map[sinks.Partition]string) error {
 	if len(members) == 0 || len(parts) == 0 {
 		if len(plan) != 0 {
 			return fmt.Errorf("want an empty plan, got %d partitions", len(plan))
@@ -167,7 +169,7 @@ func planCheck(members []Member, parts []Partition, claims, plan map[Partition]s
 	if hi-lo > 1 {
 		return fmt.Errorf("unbalanced: counts from %d to %d", lo, hi)
 	}
-	held := map[string][]Partition{}
+	held := map[string][]sinks.Partition{}
 	for _, p := range parts {
 		if owner, ok := claims[p]; ok {
 			held[owner] = append(held[owner], p)
@@ -175,7 +177,7 @@ func planCheck(members []Member, parts []Partition, claims, plan map[Partition]s
 	}
 	for id, n := range want {
 		mine := held[id]
-		slices.SortFunc(mine, Partition.Compare)
+		slices.SortFunc(mine, sinks.Partition.Compare)
 		for i, p := range mine {
 			if kept := plan[p] == id; kept != (i < n) {
 				return fmt.Errorf("member %s (quota %d): its claim #%d %v kept=%v", id, n, i, p, kept)
@@ -205,7 +207,7 @@ func TestPlanQuotasRandom(t *testing.T) {
 
 // planShuffled returns a copy of members, parts and claims in another order,
 // with some members and partitions listed twice.
-func planShuffled(r *rand.Rand, members []Member, parts []Partition, claims map[Partition]string) ([]Member, []Partition, map[Partition]string) {
+func planShuffled(r *rand.Rand, members []Member, parts []sinks.Partition, claims map[sinks.Partition]string) ([]Member, []sinks.Partition, map[sinks.Partition]string) {
 	ms := slices.Clone(members)
 	ps := slices.Clone(parts)
 	if len(ms) > 0 && r.IntN(2) == 0 {
@@ -219,7 +221,7 @@ func planShuffled(r *rand.Rand, members []Member, parts []Partition, claims map[
 	// A map built in another insertion order iterates in another order.
 	keys := slices.Collect(maps.Keys(claims))
 	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	cs := make(map[Partition]string, len(claims))
+	cs := make(map[sinks.Partition]string, len(claims))
 	for _, k := range keys {
 		cs[k] = claims[k]
 	}
@@ -245,7 +247,7 @@ func TestPlanDeterministic(t *testing.T) {
 
 // planRandBefore draws a group of n members (least to 20) and p partitions
 // (0 to 300), and the plan that stands before a member comes or goes.
-func planRandBefore(r *rand.Rand, least int) (n, p int, members []Member, parts []Partition, before map[Partition]string) {
+func planRandBefore(r *rand.Rand, least int) (n, p int, members []Member, parts []sinks.Partition, before map[sinks.Partition]string) {
 	n, p = least+r.IntN(21-least), r.IntN(301)
 	members = planRandMembers(r, n)
 	parts = planRandPartitions(r, p)
@@ -317,17 +319,17 @@ func TestPlanTable(t *testing.T) {
 		{ID: "c", Revision: 30},
 		{ID: "a", Revision: 10},
 	}
-	parts := func(topic string, n int) []Partition {
-		ps := make([]Partition, n)
+	parts := func(topic string, n int) []sinks.Partition {
+		ps := make([]sinks.Partition, n)
 		for i := range ps {
-			ps[i] = Partition{Topic: topic, Partition: i}
+			ps[i] = sinks.Partition{Topic: topic, Partition: i}
 		}
 		return ps
 	}
 	t10 := parts("t", 10)
 	t12 := parts("t", 12)
-	owners := func(ps []Partition, ids ...string) map[Partition]string {
-		m := map[Partition]string{}
+	owners := func(ps []sinks.Partition, ids ...string) map[sinks.Partition]string {
+		m := map[sinks.Partition]string{}
 		for i, id := range ids {
 			if id != "" {
 				m[ps[i]] = id
@@ -339,9 +341,9 @@ func TestPlanTable(t *testing.T) {
 	tests := []struct {
 		name       string
 		members    []Member
-		partitions []Partition
-		claims     map[Partition]string
-		want       map[Partition]string
+		partitions []sinks.Partition
+		claims     map[sinks.Partition]string
+		want       map[sinks.Partition]string
 	}{
 		{
 			name:       "P=10 N=4 from nothing: the oldest two get 3",
@@ -386,26 +388,26 @@ func TestPlanTable(t *testing.T) {
 		{
 			name:       "duplicates count once",
 			members:    []Member{{ID: "x", Revision: 1}, {ID: "x", Revision: 1}},
-			partitions: []Partition{{"t", 0}, {"t", 0}},
-			want:       map[Partition]string{{"t", 0}: "x"},
+			partitions: []sinks.Partition{{Topic: "t", Partition: 0}, {Topic: "t", Partition: 0}},
+			want:       map[sinks.Partition]string{{Topic: "t", Partition: 0}: "x"},
 		},
 		{
 			name:       "partitions sort by topic, then number",
 			members:    []Member{{ID: "x", Revision: 1}, {ID: "y", Revision: 2}},
-			partitions: []Partition{{"b", 0}, {"a", 10}, {"a", 9}},
-			want:       map[Partition]string{{"a", 9}: "x", {"a", 10}: "x", {"b", 0}: "y"},
+			partitions: []sinks.Partition{{Topic: "b", Partition: 0}, {Topic: "a", Partition: 10}, {Topic: "a", Partition: 9}},
+			want:       map[sinks.Partition]string{{Topic: "a", Partition: 9}: "x", {Topic: "a", Partition: 10}: "x", {Topic: "b", Partition: 0}: "y"},
 		},
 		{
 			name:       "no members",
 			partitions: t10,
 			claims:     owners(t10, "a", "b"),
-			want:       map[Partition]string{},
+			want:       map[sinks.Partition]string{},
 		},
 		{
 			name:    "no partitions",
 			members: members,
 			claims:  owners(t10, "a", "b"),
-			want:    map[Partition]string{},
+			want:    map[sinks.Partition]string{},
 		},
 	}
 	for _, tt := range tests {
@@ -422,8 +424,8 @@ func TestPlanTable(t *testing.T) {
 }
 
 // planFormat prints a plan in partition order.
-func planFormat(plan map[Partition]string) string {
-	keys := slices.SortedFunc(maps.Keys(plan), Partition.Compare)
+func planFormat(plan map[sinks.Partition]string) string {
+	keys := slices.SortedFunc(maps.Keys(plan), sinks.Partition.Compare)
 	s := "{"
 	for i, k := range keys {
 		if i > 0 {
@@ -457,9 +459,9 @@ func BenchmarkPlan(b *testing.B) {
 }
 
 func TestDiff(t *testing.T) {
-	p := func(n int) Partition { return Partition{Topic: "t", Partition: n} }
-	plan := map[Partition]string{p(0): "a", p(1): "a", p(2): "a", p(3): "b", p(10): "a"}
-	claims := map[Partition]string{
+	p := func(n int) sinks.Partition { return sinks.Partition{Topic: "t", Partition: n} }
+	plan := map[sinks.Partition]string{p(0): "a", p(1): "a", p(2): "a", p(3): "b", p(10): "a"}
+	claims := map[sinks.Partition]string{
 		p(1):                          "a", // kept
 		p(2):                          "b", // b must release it first
 		p(3):                          "a", // planned to b
@@ -468,11 +470,11 @@ func TestDiff(t *testing.T) {
 	}
 	tests := []struct {
 		member         string
-		claim, release []Partition
+		claim, release []sinks.Partition
 	}{
-		{member: "a", claim: []Partition{p(0), p(10)}, release: []Partition{{Topic: "gone", Partition: 0}, p(3)}},
-		{member: "b", claim: nil, release: []Partition{p(2)}},
-		{member: "c", claim: nil, release: []Partition{p(4)}},
+		{member: "a", claim: []sinks.Partition{p(0), p(10)}, release: []sinks.Partition{{Topic: "gone", Partition: 0}, p(3)}},
+		{member: "b", claim: nil, release: []sinks.Partition{p(2)}},
+		{member: "c", claim: nil, release: []sinks.Partition{p(4)}},
 		{member: "z", claim: nil, release: nil},
 	}
 	for _, tt := range tests {
@@ -487,16 +489,16 @@ func TestDiff(t *testing.T) {
 
 // planWorld simulates one group's etcd state and its replicas.
 type planWorld struct {
-	parts   []Partition
-	members []Member             // live member keys
-	claims  map[Partition]string // claim keys
-	expiry  map[string]int       // gone member -> round its lease expires
-	history []planSnapshot       // every state so far, for stale reads
+	parts   []sinks.Partition
+	members []Member                   // live member keys
+	claims  map[sinks.Partition]string // claim keys
+	expiry  map[string]int             // gone member -> round its lease expires
+	history []planSnapshot             // every state so far, for stale reads
 }
 
 type planSnapshot struct {
 	members []Member
-	claims  map[Partition]string
+	claims  map[sinks.Partition]string
 }
 
 func (w *planWorld) record() {
@@ -568,7 +570,7 @@ func TestPlanConvergence(t *testing.T) {
 		for round := 0; round < calm+4; round++ {
 			for id, at := range w.expiry {
 				if at <= round {
-					maps.DeleteFunc(w.claims, func(_ Partition, owner string) bool { return owner == id })
+					maps.DeleteFunc(w.claims, func(_ sinks.Partition, owner string) bool { return owner == id })
 					delete(w.expiry, id)
 				}
 			}

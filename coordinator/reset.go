@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // ErrConflict means the offsets changed between an operator's read and write.
@@ -30,7 +32,7 @@ const resetAttempts = 20
 // other silently. The owner then fails its next commit with
 // ErrOffsetsChanged, rolls back and seeks to next; the P/resets/ key written
 // alongside makes an idle owner seek at once.
-func (c *Coordinator) ResetOffsets(ctx context.Context, p Partition, next int64, seen Offsets) (Offsets, error) {
+func (c *Coordinator) ResetOffsets(ctx context.Context, p sinks.Partition, next int64, seen Offsets) (Offsets, error) {
 	if next < 0 {
 		return Offsets{}, fmt.Errorf("reset %s to %d: offset must not be negative", p, next)
 	}

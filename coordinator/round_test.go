@@ -19,18 +19,19 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
-func partitions(topic string, n int) []coordinator.Partition {
-	ps := make([]coordinator.Partition, n)
+func partitions(topic string, n int) []sinks.Partition {
+	ps := make([]sinks.Partition, n)
 	for i := range ps {
-		ps[i] = coordinator.Partition{Topic: topic, Partition: i}
+		ps[i] = sinks.Partition{Topic: topic, Partition: i}
 	}
 	return ps
 }
 
 // claimAll claims every partition of ps or fails the test.
-func claimAll(t *testing.T, ctx context.Context, s *coordinator.Session, ps []coordinator.Partition) []*coordinator.Claim {
+func claimAll(t *testing.T, ctx context.Context, s *coordinator.Session, ps []sinks.Partition) []*coordinator.Claim {
 	t.Helper()
 	claims, errs := s.ClaimAll(ctx, ps)
 	for i, err := range errs {
@@ -83,7 +84,7 @@ func intentAndCommitEach(t *testing.T, ctx context.Context, claims []*coordinato
 
 // storedNextIs fails the test unless etcd stores next for every partition
 // of ps.
-func storedNextIs(t *testing.T, ctx context.Context, c *coordinator.Coordinator, ps []coordinator.Partition, next int64) {
+func storedNextIs(t *testing.T, ctx context.Context, c *coordinator.Coordinator, ps []sinks.Partition, next int64) {
 	t.Helper()
 	snap, err := c.Snapshot(ctx)
 	if err != nil {
@@ -116,18 +117,18 @@ func TestRoundFailsOnePartitionAlone(t *testing.T) {
 	admin := etcd.Client(t)
 	cases := []struct {
 		name    string
-		disturb func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, op *coordinator.Coordinator, p coordinator.Partition)
+		disturb func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, op *coordinator.Coordinator, p sinks.Partition)
 		wantErr error
 		lost    bool
 		stored  int64 // the victim's next in etcd afterwards
 	}{
-		{"claim taken over", func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, _ *coordinator.Coordinator, p coordinator.Partition) {
+		{"claim taken over", func(t *testing.T, ctx context.Context, group string, b *coordinator.Session, _ *coordinator.Coordinator, p sinks.Partition) {
 			if _, err := admin.Delete(ctx, coordinator.KeysFor(group).Claim(p)); err != nil {
 				t.Fatal(err)
 			}
 			claim(t, ctx, b, p)
 		}, coordinator.ErrFenced, true, 100},
-		{"operator reset", func(t *testing.T, ctx context.Context, _ string, _ *coordinator.Session, op *coordinator.Coordinator, p coordinator.Partition) {
+		{"operator reset", func(t *testing.T, ctx context.Context, _ string, _ *coordinator.Session, op *coordinator.Coordinator, p sinks.Partition) {
 			if _, err := op.ResetOffsets(ctx, p, 42, stored(t, ctx, op, p)); err != nil {
 				t.Fatal(err)
 			}
@@ -458,7 +459,7 @@ func TestWaiterLeavingTheQueueIsNeverSent(t *testing.T) {
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "leave")
 	s := joinWith(t, ctx, c, "a", coordinator.WithLinger(coordinator.DefaultTTL/16))
-	left, kept := claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 0}), claim(t, ctx, s, coordinator.Partition{Topic: "t", Partition: 1})
+	left, kept := claim(t, ctx, s, sinks.Partition{Topic: "t", Partition: 0}), claim(t, ctx, s, sinks.Partition{Topic: "t", Partition: 1})
 	ops0 := c.RoundOps()
 
 	gone, cancel := context.WithCancel(ctx)
@@ -500,7 +501,7 @@ func TestClaimTakenAfterCallerLeftIsReleased(t *testing.T) {
 	admin := etcd.Client(t)
 	proxy, cli := proxied(t, etcd)
 	s := join(t, ctx, newCoordinator(t, cli, "orphan"), "a", 20*time.Second)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	key := coordinator.KeysFor("orphan").Claim(p)
 	watch := admin.Watch(ctx, key)
 

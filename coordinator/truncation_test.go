@@ -7,6 +7,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // CommitTruncation: the owner starts a new generation at the divergence
@@ -18,7 +19,7 @@ func TestCommitTruncationIsFencedAndKeptByTheGeneration(t *testing.T) {
 	etcd := harness.StartEtcd(t, 1)
 	c := newCoordinator(t, etcd.Client(t), "trunc")
 	a := join(t, ctx, c, "a", 10*time.Second)
-	p := coordinator.Partition{Topic: "t", Partition: 0}
+	p := sinks.Partition{Topic: "t", Partition: 0}
 	ac := claim(t, ctx, a, p)
 	if err := ac.CommitEpoch(ctx, 1500, 3, 1500); err != nil {
 		t.Fatal(err)

@@ -1,28 +1,9 @@
 package coordinator
 
 import (
-	"cmp"
 	"fmt"
-	"strconv"
 	"time"
 )
-
-// Partition names one topic-partition.
-type Partition struct {
-	Topic     string `json:"topic"`
-	Partition int    `json:"partition"`
-}
-
-// String is "topic/partition", the form used in logs and errors.
-func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
-
-func (p Partition) path() string { return p.String() }
-
-// Compare orders partitions by topic, then number, the way cmp.Compare
-// does: sort with slices.SortFunc(ps, Partition.Compare).
-func (p Partition) Compare(q Partition) int {
-	return cmp.Or(cmp.Compare(p.Topic, q.Topic), cmp.Compare(p.Partition, q.Partition))
-}
 
 // Member is the value of P/members/<id>: who a replica is and where its HTTP
 // endpoints listen.

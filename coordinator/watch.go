@@ -6,6 +6,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Changes are what a replica watches of its group, kept open by
@@ -19,14 +21,14 @@ type Changes struct {
 	Plan <-chan struct{}
 	// Resets receives each partition an operator reset, as its reset key
 	// changes.
-	Resets <-chan Partition
+	Resets <-chan sinks.Partition
 }
 
 // Watch watches the group's members, claims, release requests and resets
 // until ctx ends, keys only: the replica re-reads what it needs.
 func (c *Coordinator) Watch(ctx context.Context) Changes {
 	plan := make(chan struct{}, 1)
-	resets := make(chan Partition, 64)
+	resets := make(chan sinks.Partition, 64)
 	signal := func() {
 		select {
 		case plan <- struct{}{}:

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // Watch signals a change of members, claims and release requests on Plan,
@@ -40,7 +40,7 @@ func TestWatchSurvivesALostLeader(t *testing.T) {
 		}
 	}
 	keys := c.Keys()
-	p := coordinator.Partition{Topic: "t", Partition: 3}
+	p := sinks.Partition{Topic: "t", Partition: 3}
 	// The watches open in the background: the member key is written until
 	// one sees it.
 	for i := 0; ; i++ {

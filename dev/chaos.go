@@ -13,6 +13,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // The faults of Chaos, in the order the report counts them.
@@ -318,7 +319,7 @@ func (c *chaos) reset() (string, bool, error) {
 	if err != nil {
 		return "", false, nil
 	}
-	var parts []coordinator.Partition
+	var parts []sinks.Partition
 	for p, o := range snap.Offsets {
 		if p.Topic == c.topic && o.Next > 0 {
 			parts = append(parts, p)
@@ -353,7 +354,7 @@ func (c *chaos) release() (string, bool, error) {
 	if err != nil {
 		return "", false, nil
 	}
-	var parts []coordinator.Partition
+	var parts []sinks.Partition
 	for p := range snap.Claims {
 		if p.Topic == c.topic {
 			parts = append(parts, p)
@@ -442,6 +443,6 @@ func (c *chaos) counted() (map[string]int, int, []string) {
 
 // sortPartitions sorts ps by topic and partition, so that a seed picks the
 // same partition from one run to the next.
-func sortPartitions(ps []coordinator.Partition) {
-	slices.SortFunc(ps, coordinator.Partition.Compare)
+func sortPartitions(ps []sinks.Partition) {
+	slices.SortFunc(ps, sinks.Partition.Compare)
 }

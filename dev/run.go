@@ -377,7 +377,7 @@ func committedAll(ctx context.Context, c *coordinator.Coordinator, topic string,
 		return false, err
 	}
 	for p, n := range produced {
-		if n > 0 && snap.Offsets[coordinator.Partition{Topic: topic, Partition: p}].Next < n {
+		if n > 0 && snap.Offsets[sinks.Partition{Topic: topic, Partition: p}].Next < n {
 			return false, nil
 		}
 	}

@@ -205,7 +205,7 @@ func (e *env) putIntent(p int, from, next int64) {
 	v, _ := json.Marshal(coordinator.Intent{From: from, Next: next, Epoch: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	key := coordinator.KeysFor(e.group).Intent(coordinator.Partition{Topic: e.topic, Partition: p})
+	key := coordinator.KeysFor(e.group).Intent(sinks.Partition{Topic: e.topic, Partition: p})
 	if _, err := e.admin.Put(ctx, key, string(v)); err != nil {
 		e.t.Fatal(err)
 	}

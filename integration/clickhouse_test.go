@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // chEvents is the table of the ClickHouse tests, for the sink's columns
@@ -328,7 +328,7 @@ func TestClickHouseZombieInsertAfterReplayDeduplicated(t *testing.T) {
 	})
 	a.Signal(syscall.SIGSTOP)
 	snap := e.snapshot()
-	p0 := coordinator.Partition{Topic: e.topic, Partition: 0}
+	p0 := sinks.Partition{Topic: e.topic, Partition: 0}
 	intent, ok := snap.Intents[p0]
 	claim := snap.Claims[p0]
 	if !ok || intent.From != 100 || intent.Next <= 100 || claim.Replica != "a" || intent.Epoch != claim.Epoch {

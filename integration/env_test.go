@@ -222,9 +222,9 @@ func (e *env) logEnds() map[int]int64 {
 	defer cancel()
 	k := admin.NewKafka(kafkaconf.Config{Brokers: e.kafka.Brokers()}, e.topic)
 	defer k.Close()
-	var ps []coordinator.Partition
+	var ps []sinks.Partition
 	for p := 0; p < e.parts; p++ {
-		ps = append(ps, coordinator.Partition{Topic: e.topic, Partition: p})
+		ps = append(ps, sinks.Partition{Topic: e.topic, Partition: p})
 	}
 	bounds, err := k.Bounds(ctx, ps)
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 type (
@@ -14,6 +14,6 @@ type (
 
 const sigterm = syscall.SIGTERM
 
-func coordinatorPartition(topic string, p int) coordinator.Partition {
-	return coordinator.Partition{Topic: topic, Partition: p}
+func coordinatorPartition(topic string, p int) sinks.Partition {
+	return sinks.Partition{Topic: topic, Partition: p}
 }

@@ -339,7 +339,7 @@ func TestRoundFencesOnePartitionOthersCommit(t *testing.T) {
 	// Another replica takes the victim's claim, as after a lost lease.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p := coordinator.Partition{Topic: e.topic, Partition: victim}
+	p := sinks.Partition{Topic: e.topic, Partition: victim}
 	if _, err := e.admin.Delete(ctx, e.coord.Keys().Claim(p)); err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +525,7 @@ func TestStrayClaimOfOwnSessionIsReleased(t *testing.T) {
 			lease = m.Lease
 		}
 	}
-	p := coordinator.Partition{Topic: e.topic, Partition: 1}
+	p := sinks.Partition{Topic: e.topic, Partition: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	key := e.coord.Keys().Claim(p)
@@ -559,7 +559,7 @@ func TestIntentReplayFailingPartWayLosesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p := coordinator.Partition{Topic: e.topic, Partition: 0}
+	p := sinks.Partition{Topic: e.topic, Partition: 0}
 	if _, err := e.admin.Put(ctx, e.coord.Keys().Intent(p), `{"from":0,"next":20,"epoch":1}`); err != nil {
 		t.Fatal(err)
 	}

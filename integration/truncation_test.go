@@ -15,6 +15,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/audit"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // truncationCase is one topic of TestApacheUncleanElectionTruncatesLog:
@@ -125,7 +126,7 @@ func TestApacheUncleanElectionTruncatesLog(t *testing.T) {
 		end := int64(1000 + c.after)
 		var o coordinator.Offsets
 		await(t, 60*time.Second, fmt.Sprintf("%s committed at %d in a new generation", c.e.topic, end), func() bool {
-			o = c.e.snapshot().Offsets[coordinator.Partition{Topic: c.e.topic, Partition: 0}]
+			o = c.e.snapshot().Offsets[sinks.Partition{Topic: c.e.topic, Partition: 0}]
 			return o.Next == end && o.Generation == 1
 		})
 		if o.Truncated == nil || o.Truncated.At != 1000 || o.Truncated.Committed != 1500 || o.Truncated.Lost() != 500 {

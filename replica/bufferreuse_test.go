@@ -248,7 +248,7 @@ func testBufferReuse(t *testing.T, blockRows int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p0 := coordinator.Partition{Topic: "reuse", Partition: 0}
+	p0 := sinks.Partition{Topic: "reuse", Partition: 0}
 	snap, err := op.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)

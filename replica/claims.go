@@ -20,7 +20,7 @@ import (
 // reconcile plans from one snapshot, claims the free partitions planned to
 // this replica and asks the ones planned elsewhere to stop at their next
 // block boundary.
-func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard context.Context, partitions []coordinator.Partition,
+func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard context.Context, partitions []sinks.Partition,
 	wg *sync.WaitGroup, exited chan<- *partition) {
 	if !s.Alive() {
 		return
@@ -38,7 +38,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 	if nobody {
 		return
 	}
-	claims := make(map[coordinator.Partition]string, len(snap.Claims))
+	claims := make(map[sinks.Partition]string, len(snap.Claims))
 	for p, c := range snap.Claims {
 		owner := c.Replica
 		if owner == s.ID() && c.Lease != int64(s.Lease()) {
@@ -90,7 +90,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		toClaim = append(toClaim[k:], toClaim[:k]...)
 	}
 	r.mu.Lock()
-	toClaim = slices.DeleteFunc(toClaim, func(p coordinator.Partition) bool { _, have := r.owned[p]; return have })
+	toClaim = slices.DeleteFunc(toClaim, func(p sinks.Partition) bool { _, have := r.owned[p]; return have })
 	r.mu.Unlock()
 	var got []*coordinator.Claim
 	var errs []error
@@ -103,7 +103,7 @@ func (r *Replica) reconcile(ctx context.Context, s *coordinator.Session, hard co
 		var fresh []sinks.Partition
 		for _, p := range toClaim {
 			if _, ok := snap.Offsets[p]; !ok {
-				fresh = append(fresh, sinks.Partition{Topic: p.Topic, Partition: p.Partition})
+				fresh = append(fresh, p)
 			}
 		}
 		if len(fresh) > 0 {
@@ -187,7 +187,7 @@ func (r *Replica) start(ctx, hard context.Context, claims []*coordinator.Claim, 
 	if len(unplaced) > 0 {
 		tps := make([]sinks.Partition, len(unplaced))
 		for i, pt := range unplaced {
-			tps[i] = sinks.Partition{Topic: pt.p.Topic, Partition: pt.p.Partition}
+			tps[i] = pt.p
 		}
 		sb := r.readStarts(hard, tps)
 		for _, pt := range unplaced {
@@ -226,18 +226,18 @@ func (r *Replica) readStarts(ctx context.Context, tps []sinks.Partition) *startB
 }
 
 // covers reports whether p was asked for. sb may be nil.
-func (sb *startBounds) covers(p coordinator.Partition) bool {
-	return sb != nil && sb.asked[sinks.Partition{Topic: p.Topic, Partition: p.Partition}]
+func (sb *startBounds) covers(p sinks.Partition) bool {
+	return sb != nil && sb.asked[p]
 }
 
 // start returns where the start policy puts p, if the shared read found it.
-func (sb *startBounds) start(ctx context.Context, p coordinator.Partition) (int64, bool) {
+func (sb *startBounds) start(ctx context.Context, p sinks.Partition) (int64, bool) {
 	select {
 	case <-sb.done:
 	case <-ctx.Done():
 		return 0, false
 	}
-	at, ok := sb.starts[sinks.Partition{Topic: p.Topic, Partition: p.Partition}]
+	at, ok := sb.starts[p]
 	return at, ok
 }
 

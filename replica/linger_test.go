@@ -112,7 +112,7 @@ func TestBacklogCommitsWithoutLinger(t *testing.T) {
 	// returns how long after the block ending there was written.
 	committedAfter := func(p int, next int64) time.Duration {
 		t.Helper()
-		tp := coordinator.Partition{Topic: "linger", Partition: p}
+		tp := sinks.Partition{Topic: "linger", Partition: p}
 		for {
 			snap, err := op.Snapshot(ctx)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // DefaultMirrorInterval is how often a Mirror copies the committed offsets
@@ -40,14 +41,14 @@ type Mirror struct {
 	log      *zap.Logger
 
 	lags    func() []PartitionLag
-	offsets func(ctx context.Context) (map[coordinator.Partition]coordinator.Offsets, error)
+	offsets func(ctx context.Context) (map[sinks.Partition]coordinator.Offsets, error)
 
 	kc    *kafka.Client // nil when it could not be made: see clientErr
 	kcErr error
 
 	mu      sync.Mutex
-	seen    map[coordinator.Partition]bool // partitions copied since the start, for Flush
-	failing bool                           // the last pass failed: log the recovery
+	seen    map[sinks.Partition]bool // partitions copied since the start, for Flush
+	failing bool                     // the last pass failed: log the recovery
 
 	commits  atomic.Int64
 	failures atomic.Int64
@@ -71,7 +72,7 @@ func WithMirrorInterval(d time.Duration) MirrorOption {
 // settings (TLS, SASL) but connections of its own. Call it before r.Run. It
 // connects lazily; Close releases the connections.
 func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
-	offsets := func(ctx context.Context) (map[coordinator.Partition]coordinator.Offsets, error) {
+	offsets := func(ctx context.Context) (map[sinks.Partition]coordinator.Offsets, error) {
 		if r.Stats().Commits == 0 {
 			// Nothing committed since New (a replica that never joined:
 			// etcd out of reach): nothing to copy, and no reason to wait
@@ -88,7 +89,7 @@ func NewMirror(r *Replica, opts ...MirrorOption) *Mirror {
 }
 
 func newMirror(group, replica string, fc kafkaconf.Config, topics []string, lags func() []PartitionLag,
-	offsets func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error),
+	offsets func(context.Context) (map[sinks.Partition]coordinator.Offsets, error),
 	log *zap.Logger, opts ...MirrorOption) *Mirror {
 	// A client of its own: a replica's config is valid, so this fails
 	// only with a config made up by a test, and every pass then says why.
@@ -106,7 +107,7 @@ func newMirror(group, replica string, fc kafkaconf.Config, topics []string, lags
 		offsets:  offsets,
 		kc:       kc,
 		kcErr:    err,
-		seen:     map[coordinator.Partition]bool{},
+		seen:     map[sinks.Partition]bool{},
 	}
 	for _, o := range opts {
 		o(m)
@@ -141,7 +142,7 @@ func (m *Mirror) Run(ctx context.Context) {
 // Sync copies the committed offset of every partition the replica owns now,
 // in one OffsetCommit request. The error is also counted and logged.
 func (m *Mirror) Sync(ctx context.Context) error {
-	offsets := map[coordinator.Partition]int64{}
+	offsets := map[sinks.Partition]int64{}
 	for _, l := range m.lags() {
 		if l.Committed > 0 {
 			offsets[l.Partition] = l.Committed
@@ -170,7 +171,7 @@ func (m *Mirror) Flush(ctx context.Context) error {
 		return err
 	}
 	m.mu.Lock()
-	offsets := map[coordinator.Partition]int64{}
+	offsets := map[sinks.Partition]int64{}
 	for p, o := range all {
 		if o.Next > 0 && (m.seen[p] || (o.Replica == m.replica && !o.At.Before(m.started))) {
 			offsets[p] = o.Next
@@ -184,7 +185,7 @@ func (m *Mirror) Flush(ctx context.Context) error {
 	return err
 }
 
-func (m *Mirror) commit(ctx context.Context, offsets map[coordinator.Partition]int64) error {
+func (m *Mirror) commit(ctx context.Context, offsets map[sinks.Partition]int64) error {
 	if len(offsets) == 0 {
 		return nil
 	}

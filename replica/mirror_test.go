@@ -18,6 +18,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // kafkaGroupOffsets reads the offsets Kafka holds for group on topic with
@@ -61,7 +62,7 @@ func (f *fakeLags) set(committed map[int]int64) {
 	defer f.mu.Unlock()
 	f.lags = nil
 	for p, c := range committed {
-		f.lags = append(f.lags, PartitionLag{Partition: coordinator.Partition{Topic: "t", Partition: p}, Committed: c, LogEnd: -1})
+		f.lags = append(f.lags, PartitionLag{Partition: sinks.Partition{Topic: "t", Partition: p}, Committed: c, LogEnd: -1})
 	}
 }
 
@@ -71,7 +72,7 @@ func (f *fakeLags) get() []PartitionLag {
 	return append([]PartitionLag(nil), f.lags...)
 }
 
-func noOffsets(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) {
+func noOffsets(context.Context) (map[sinks.Partition]coordinator.Offsets, error) {
 	return nil, nil
 }
 
@@ -135,8 +136,8 @@ func TestMirrorFlushCopiesEtcdOffsets(t *testing.T) {
 	k := harness.StartKafka(t, harness.SeedTopics(4, "t"))
 	lags := &fakeLags{}
 	now := time.Now().UTC()
-	etcd := map[coordinator.Partition]coordinator.Offsets{}
-	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return etcd, nil }
+	etcd := map[sinks.Partition]coordinator.Offsets{}
+	offsets := func(context.Context) (map[sinks.Partition]coordinator.Offsets, error) { return etcd, nil }
 	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: k.Brokers()}, []string{"t"}, lags.get, offsets, nil)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -146,7 +147,7 @@ func TestMirrorFlushCopiesEtcdOffsets(t *testing.T) {
 	if err := m.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := func(n int) coordinator.Partition { return coordinator.Partition{Topic: "t", Partition: n} }
+	p := func(n int) sinks.Partition { return sinks.Partition{Topic: "t", Partition: n} }
 	etcd[p(0)] = coordinator.Offsets{Next: 40, Replica: "other", At: now.Add(time.Second)} // copied before: etcd's value
 	etcd[p(1)] = coordinator.Offsets{Next: 5, Replica: "r1", At: now.Add(time.Second)}     // committed by r1 since the start
 	etcd[p(2)] = coordinator.Offsets{Next: 7, Replica: "r1", At: now.Add(-time.Hour)}      // by r1, before this run
@@ -164,7 +165,7 @@ func TestMirrorFailureIsCountedAndLoggedOnce(t *testing.T) {
 	lags := &fakeLags{}
 	lags.set(map[int]int64{0: 10})
 	readErr := errors.New("etcd unreachable")
-	offsets := func(context.Context) (map[coordinator.Partition]coordinator.Offsets, error) { return nil, readErr }
+	offsets := func(context.Context) (map[sinks.Partition]coordinator.Offsets, error) { return nil, readErr }
 	// Port 1 on loopback: nothing listens, connecting is refused at once.
 	m := newMirror("orders", "r1", kafkaconf.Config{Brokers: []string{"127.0.0.1:1"}, RetryBackoffMax: 10 * time.Millisecond},
 		[]string{"t"}, lags.get, offsets, zap.New(core))

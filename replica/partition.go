@@ -22,7 +22,7 @@ import (
 type partition struct {
 	r     *Replica
 	claim *coordinator.Claim
-	p     coordinator.Partition
+	p     sinks.Partition
 	f     *kafka.Cursor
 	log   *zap.Logger
 

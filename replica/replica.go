@@ -66,7 +66,7 @@ type Replica struct {
 
 	mu      sync.Mutex
 	session *coordinator.Session
-	owned   map[coordinator.Partition]*partition
+	owned   map[sinks.Partition]*partition
 
 	killOnce sync.Once
 	killed   chan struct{}
@@ -124,7 +124,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 		name = fmt.Sprintf("%T", sink)
 	}
 	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.WithDefaults(), coord: coord, sink: sink, codec: c, log: log,
-		owned: map[coordinator.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
+		owned: map[sinks.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 
 // Run joins the group and consumes until ctx ends, then stops gracefully:
@@ -289,7 +289,7 @@ func (r *Replica) refreshLogEnds(ctx context.Context, c *kafka.Consumer) {
 		tps = tps[:0]
 		for p, pt := range r.owned {
 			pts = append(pts, pt)
-			tps = append(tps, sinks.Partition{Topic: p.Topic, Partition: p.Partition})
+			tps = append(tps, p)
 		}
 		r.mu.Unlock()
 		if len(tps) == 0 {

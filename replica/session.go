@@ -13,6 +13,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // runSession owns the partitions of one session. It returns when ctx ends
@@ -31,7 +32,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 	defer cancelWatch()
 	changes := r.coord.Watch(wctx)
 
-	var partitions []coordinator.Partition
+	var partitions []sinks.Partition
 	metadata := time.NewTimer(0)
 	defer metadata.Stop()
 	resync := time.NewTicker(r.cfg.ResyncInterval)
@@ -102,26 +103,26 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 // a client of its own each MetadataInterval dialled a broker (a TLS
 // handshake, a login) and sent two metadata requests of the whole topics,
 // one of them its transport's.
-func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]coordinator.Partition, error) {
+func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]sinks.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	byTopic, err := c.Partitions(mctx, r.cfg.Topics...)
 	if err != nil {
 		return nil, err
 	}
-	var out []coordinator.Partition
+	var out []sinks.Partition
 	for t, ps := range byTopic {
 		for _, p := range ps {
-			out = append(out, coordinator.Partition{Topic: t, Partition: p})
+			out = append(out, sinks.Partition{Topic: t, Partition: p})
 		}
 	}
-	slices.SortFunc(out, coordinator.Partition.Compare)
+	slices.SortFunc(out, sinks.Partition.Compare)
 	return out, nil
 }
 
 // resetSeen tells p's partition, if the replica owns it, that an operator
 // reset its offsets.
-func (r *Replica) resetSeen(p coordinator.Partition) {
+func (r *Replica) resetSeen(p sinks.Partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pt, ok := r.owned[p]; ok {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -58,14 +57,14 @@ func (r *Replica) Stats() Stats {
 func (r *Replica) Timings() Timings { return r.hist.snapshot() }
 
 // Owned lists the partitions this replica consumes now.
-func (r *Replica) Owned() []coordinator.Partition {
+func (r *Replica) Owned() []sinks.Partition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]coordinator.Partition, 0, len(r.owned))
+	out := make([]sinks.Partition, 0, len(r.owned))
 	for p := range r.owned {
 		out = append(out, p)
 	}
-	slices.SortFunc(out, coordinator.Partition.Compare)
+	slices.SortFunc(out, sinks.Partition.Compare)
 	return out
 }
 
@@ -126,7 +125,7 @@ func (r *Replica) Ready(ctx context.Context) error {
 
 // PartitionLag is how far a partition this replica owns is behind.
 type PartitionLag struct {
-	Partition coordinator.Partition
+	Partition sinks.Partition
 	Epoch     int64
 	Committed int64 // the committed offset
 	LogEnd    int64 // the log end last seen (last stable offset); -1 unknown

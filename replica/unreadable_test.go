@@ -106,12 +106,12 @@ func TestOnlyReplicasThatReadHoldPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owners := func() map[coordinator.Partition]string {
+	owners := func() map[sinks.Partition]string {
 		snap, err := coord.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[coordinator.Partition]string{}
+		out := map[sinks.Partition]string{}
 		for p, c := range snap.Claims {
 			out[p] = c.Replica
 		}

@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -33,14 +34,22 @@ type Reader interface {
 // (a missing directory or table, a table without kafka_offset).
 var ErrUnreadable = errors.New("sink cannot be read")
 
-// Partition names one topic-partition, as a Reader is asked about it.
+// Partition names one topic-partition: the one identity of a partition,
+// in etcd's keys (coordinator), Kafka's requests (the consumer) and a
+// sink's reading back (Reader).
 type Partition struct {
-	Topic     string
-	Partition int
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
 }
 
-// String is "topic/partition", the form of logs and errors.
+// String is "topic/partition", the form of logs, errors and etcd's keys.
 func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
+
+// Compare orders partitions by topic, then number, the way cmp.Compare
+// does: sort with slices.SortFunc(ps, Partition.Compare).
+func (p Partition) Compare(q Partition) int {
+	return cmp.Or(cmp.Compare(p.Topic, q.Topic), cmp.Compare(p.Partition, q.Partition))
+}
 
 // Capabilities say what an audit of a sink can find.
 type Capabilities struct {

@@ -143,7 +143,7 @@ func TestAuditKafkaTimeoutNamesBrokersAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := json.Marshal(coordinator.Offsets{Next: 1, Epoch: 1, Replica: "seed", At: time.Now().UTC()})
-	if _, err := cli.Put(ctx, coord.Keys().Offsets(coordinator.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
+	if _, err := cli.Put(ctx, coord.Keys().Offsets(sinks.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
 		t.Fatal(err)
 	}
 	silent := harness.Blackhole(t)

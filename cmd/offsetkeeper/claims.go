@@ -11,6 +11,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // claimsReleaseOptions is `offsetkeeper claims release`.
@@ -22,7 +23,7 @@ type claimsReleaseOptions struct {
 
 	// Set by complete.
 	partitionSet bool
-	p            coordinator.Partition
+	p            sinks.Partition
 }
 
 func newClaimsCommand() *cobra.Command {
@@ -66,7 +67,7 @@ error says whether the group knows the partition at all.`,
 // complete reads the partition of --topic T:P.
 func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error {
 	o.partitionSet = cmd.Flags().Changed("partition")
-	o.p = coordinator.Partition{Topic: o.topic, Partition: o.partition}
+	o.p = sinks.Partition{Topic: o.topic, Partition: o.partition}
 	if topic, part, ok := strings.Cut(o.topic, ":"); ok {
 		n, err := strconv.Atoi(strings.TrimSpace(part))
 		if err != nil {
@@ -75,7 +76,7 @@ func (o *claimsReleaseOptions) complete(cmd *cobra.Command) error {
 		if o.partitionSet && n != o.partition {
 			return usagef("--topic %q and --partition %d conflict: give the partition once", o.topic, o.partition)
 		}
-		o.p, o.partitionSet = coordinator.Partition{Topic: topic, Partition: n}, true
+		o.p, o.partitionSet = sinks.Partition{Topic: topic, Partition: n}, true
 	}
 	return nil
 }

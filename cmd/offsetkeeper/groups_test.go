@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // TestGroupsList lists a running group and one that only keeps offsets.
@@ -22,7 +23,7 @@ func TestGroupsList(t *testing.T) {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	for p := range 3 {
-		if _, err := idle.ResetOffsets(ctx, coordinator.Partition{Topic: "old", Partition: p}, 7, coordinator.Offsets{}); err != nil {
+		if _, err := idle.ResetOffsets(ctx, sinks.Partition{Topic: "old", Partition: p}, 7, coordinator.Offsets{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +118,7 @@ func TestGroupsDelete(t *testing.T) {
 	e := newOpsEnv(t, "orders", 2)
 	e.produce("orders", 0, 5, nil)
 	r1 := e.startReplica("r1", newRecordingSink())
-	e.awaitCommitted(map[coordinator.Partition]int64{e.part(0): 5})
+	e.awaitCommitted(map[sinks.Partition]int64{e.part(0): 5})
 	idle, err := coordinator.New(e.cli, "peek")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestGroupsDelete(t *testing.T) {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	for p := range 3 {
-		if _, err := idle.ResetOffsets(ctx, coordinator.Partition{Topic: "orders", Partition: p}, 7, coordinator.Offsets{}); err != nil {
+		if _, err := idle.ResetOffsets(ctx, sinks.Partition{Topic: "orders", Partition: p}, 7, coordinator.Offsets{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 var describeHeaders = []string{"TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER", "EPOCH", "LAST-COMMIT", "IN-FLIGHT"}
@@ -60,7 +60,7 @@ func TestOffsetsDescribe(t *testing.T) {
 	e.startReplica("r1", s1)
 	e.startReplica("r2", s2)
 	t.Cleanup(s1.release) // runs before the replicas stop
-	want := map[coordinator.Partition]int64{}
+	want := map[sinks.Partition]int64{}
 	for p := range e.parts {
 		e.produce(e.topic, p, 10, nil)
 		want[e.part(p)] = 10
@@ -76,7 +76,7 @@ func TestOffsetsDescribe(t *testing.T) {
 
 	// r1's writes wait: its partitions get a block in flight and lag.
 	s1.hold()
-	owner := map[coordinator.Partition]string{}
+	owner := map[sinks.Partition]string{}
 	for p, c := range e.snapshot().Claims {
 		owner[p] = c.Replica
 	}
@@ -98,7 +98,7 @@ func TestOffsetsDescribe(t *testing.T) {
 	})
 	snap := e.snapshot()
 
-	check := func(t *testing.T, r map[string]string, p coordinator.Partition) {
+	check := func(t *testing.T, r map[string]string, p sinks.Partition) {
 		t.Helper()
 		end := e.logEnd(p)
 		off := snap.Offsets[p]
@@ -176,7 +176,7 @@ func TestOffsetsDescribe(t *testing.T) {
 				got.Group, got.KafkaReachable, got.Revision, len(got.Partitions), e.group, snap.Revision)
 		}
 		for _, row := range got.Partitions {
-			p := coordinator.Partition{Topic: row.Topic, Partition: row.Partition}
+			p := sinks.Partition{Topic: row.Topic, Partition: row.Partition}
 			if p.Topic == "fresh" {
 				if row.Committed != nil || row.Lag != nil || row.Owner != nil || row.Epoch != nil || row.LastCommit != nil ||
 					row.InFlight != nil || row.LogEnd == nil || *row.LogEnd != e.logEnd(p) {
@@ -230,7 +230,7 @@ func TestOffsetsDescribe(t *testing.T) {
 					t.Fatalf("%d rows, want the 4 partitions etcd knows:\n%s", len(rows), r.stdout)
 				}
 				for _, row := range rows {
-					p := coordinator.Partition{Topic: row["TOPIC"], Partition: int(mustAtoi(t, row["PARTITION"]))}
+					p := sinks.Partition{Topic: row["TOPIC"], Partition: int(mustAtoi(t, row["PARTITION"]))}
 					if row["COMMITTED"] != itoa(snap.Offsets[p].Next) || row["LOG-END"] != "-" || row["LAG"] != "-" ||
 						row["OWNER"] != snap.Claims[p].Replica {
 						t.Errorf("%s: %v, want committed %d, LOG-END and LAG -, owner %s", p, row, snap.Offsets[p].Next, snap.Claims[p].Replica)

@@ -120,12 +120,12 @@ func (e *opsEnv) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-func (e *opsEnv) part(n int) coordinator.Partition {
-	return coordinator.Partition{Topic: e.topic, Partition: n}
+func (e *opsEnv) part(n int) sinks.Partition {
+	return sinks.Partition{Topic: e.topic, Partition: n}
 }
 
 // commit writes p's offsets as a replica's commit would leave them.
-func (e *opsEnv) commit(p coordinator.Partition, next int64) {
+func (e *opsEnv) commit(p sinks.Partition, next int64) {
 	e.t.Helper()
 	v, err := json.Marshal(coordinator.Offsets{Next: next, Epoch: 1, Replica: "seed", At: time.Now().UTC(), Rows: next})
 	if err != nil {
@@ -139,7 +139,7 @@ func (e *opsEnv) commit(p coordinator.Partition, next int64) {
 }
 
 // uncommit deletes p's offsets.
-func (e *opsEnv) uncommit(p coordinator.Partition) {
+func (e *opsEnv) uncommit(p sinks.Partition) {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
@@ -202,13 +202,13 @@ func (e *opsEnv) produce(topic string, p, n int, ts func(i int) time.Time) {
 
 // logEnd is Kafka's read_committed log end of p, read with the replica's
 // Kafka client: a source independent of the command under test.
-func (e *opsEnv) logEnd(p coordinator.Partition) int64 {
+func (e *opsEnv) logEnd(p sinks.Partition) int64 {
 	e.t.Helper()
 	ctx, cancel := e.ctx()
 	defer cancel()
 	k := admin.NewKafka(kafkaconf.Config{Brokers: e.kafka.Brokers()}, p.Topic)
 	defer k.Close()
-	bounds, err := k.Bounds(ctx, []coordinator.Partition{p})
+	bounds, err := k.Bounds(ctx, []sinks.Partition{p})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func awaitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // awaitCommitted waits until every partition in want has committed at
 // least want[p].
-func (e *opsEnv) awaitCommitted(want map[coordinator.Partition]int64) {
+func (e *opsEnv) awaitCommitted(want map[sinks.Partition]int64) {
 	e.t.Helper()
 	awaitCond(e.t, 30*time.Second, fmt.Sprintf("commits %v", want), func() bool {
 		s := e.snapshot()
@@ -270,17 +270,17 @@ func (e *opsEnv) awaitCommitted(want map[coordinator.Partition]int64) {
 // held, each Write waits at a gate until released (or its ctx ends).
 type recordingSink struct {
 	mu      sync.Mutex
-	counts  map[coordinator.Partition]map[int64]int
+	counts  map[sinks.Partition]map[int64]int
 	gate    chan struct{}
-	waiting map[coordinator.Partition][2]int64 // blocks waiting at the gate
+	waiting map[sinks.Partition][2]int64 // blocks waiting at the gate
 }
 
 func newRecordingSink() *recordingSink {
-	return &recordingSink{counts: map[coordinator.Partition]map[int64]int{}, waiting: map[coordinator.Partition][2]int64{}}
+	return &recordingSink{counts: map[sinks.Partition]map[int64]int{}, waiting: map[sinks.Partition][2]int64{}}
 }
 
 func (s *recordingSink) Write(ctx context.Context, b *sinks.Block) error {
-	p := coordinator.Partition{Topic: b.Topic, Partition: b.Partition}
+	p := sinks.Partition{Topic: b.Topic, Partition: b.Partition}
 	s.mu.Lock()
 	gate := s.gate
 	if gate != nil {
@@ -333,7 +333,7 @@ func (s *recordingSink) release() {
 }
 
 // held is the block of p waiting at the gate, if any.
-func (s *recordingSink) held(p coordinator.Partition) ([2]int64, bool) {
+func (s *recordingSink) held(p sinks.Partition) ([2]int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.waiting[p]
@@ -341,7 +341,7 @@ func (s *recordingSink) held(p coordinator.Partition) ([2]int64, bool) {
 }
 
 // count is how many times offset off of p was written.
-func (s *recordingSink) count(p coordinator.Partition, off int64) int {
+func (s *recordingSink) count(p sinks.Partition, off int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[p][off]

@@ -9,6 +9,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // resetEnv is a group that no replica runs, over topic orders of three
@@ -135,7 +136,7 @@ func TestOffsetsReset(t *testing.T) {
 				t.Fatalf("JSON plan %+v, want %d partitions, not executed", plan, len(tc.want))
 			}
 			for _, row := range plan.Partitions {
-				p := coordinator.Partition{Topic: row.Topic, Partition: row.Partition}
+				p := sinks.Partition{Topic: row.Topic, Partition: row.Partition}
 				off, committed := before.Offsets[p]
 				if row.New != tc.want[row.Partition] || (row.Current != nil) != committed || committed && *row.Current != off.Next ||
 					row.Status != "" || row.Generation != nil || row.LogEnd != 20 || row.LogStart != map[int]int64{0: 0, 1: 0, 2: 5}[row.Partition] {
@@ -183,7 +184,7 @@ func checkPlan(t *testing.T, rows []map[string]string, before *coordinator.Snaps
 	}
 	for _, row := range rows {
 		n := int(mustAtoi(t, row["PARTITION"]))
-		p := coordinator.Partition{Topic: row["TOPIC"], Partition: n}
+		p := sinks.Partition{Topic: row["TOPIC"], Partition: n}
 		cur := "-"
 		if o, ok := before.Offsets[p]; ok {
 			cur = itoa(o.Next)

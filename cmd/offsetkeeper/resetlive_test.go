@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
-	"github.com/offsetkeeper/offsetkeeper/coordinator"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // TestOffsetsResetLive resets a partition while its owner consumes it: the
@@ -27,7 +27,7 @@ func TestOffsetsResetLive(t *testing.T) {
 
 	e.produce(e.topic, 0, 100, nil)
 	e.produce(e.topic, 1, 50, nil)
-	e.awaitCommitted(map[coordinator.Partition]int64{p0: 100, p1: 50})
+	e.awaitCommitted(map[sinks.Partition]int64{p0: 100, p1: 50})
 	epoch := e.snapshot().Claims[p0].Epoch
 	if epoch == 0 {
 		t.Fatal("live/0 not claimed")

@@ -27,6 +27,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 )
 
@@ -448,8 +449,8 @@ func TestEtcdTLSAuthThroughTheCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return snap.Offsets[coordinator.Partition{Topic: "orders", Partition: 0}].Next == 50 &&
-			snap.Offsets[coordinator.Partition{Topic: "orders", Partition: 1}].Next == 50
+		return snap.Offsets[sinks.Partition{Topic: "orders", Partition: 0}].Next == 50 &&
+			snap.Offsets[sinks.Partition{Topic: "orders", Partition: 1}].Next == 50
 	})
 
 	// The operator commands work with the same credentials.
@@ -543,7 +544,7 @@ func TestOperatorCommandsUseKafkaSASL(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := json.Marshal(coordinator.Offsets{Next: 1, Epoch: 1, Replica: "seed", At: time.Now().UTC()})
-	if _, err := cli.Put(ctx, coord.Keys().Offsets(coordinator.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
+	if _, err := cli.Put(ctx, coord.Keys().Offsets(sinks.Partition{Topic: "orders", Partition: 0}), string(v)); err != nil {
 		t.Fatal(err)
 	}
 	pwFile := writeFile(t, "kafka-password", testSecret+"\n")
