@@ -70,17 +70,15 @@ func (b *block) empty() bool { return b.next == b.from && len(b.records) == 0 }
 // row; in EveryBatch mode after each batch. A failed or stopped poll returns
 // what it has so far with the error.
 func (pt *partition) poll(ctx context.Context) (*block, error) {
-	cfg := &pt.r.cfg
+	rules := pt.rules
 	b := &block{from: pt.f.Offset(), next: pt.f.Offset(), records: pt.spare, epoch: pt.epochAt(pt.f.Offset())}
 	pt.spare = nil
 	var first time.Time
 	empties := 0
 	throttled := false
 	for {
-		b.full = len(b.records) >= cfg.MaxBlockRows || b.bytes >= cfg.MaxBlockBytes || (throttled && !b.empty())
-		if b.full || (!first.IsZero() && time.Since(first) >= cfg.FlushInterval) ||
-			(empties >= cfg.MaxEmptyPolls && !b.empty()) ||
-			(cfg.CommitMode == EveryBatch && !b.empty()) {
+		b.full = rules.full(b, throttled)
+		if rules.ends(b, first, empties, time.Now()) {
 			return b, nil
 		}
 		if ctx.Err() != nil {
@@ -133,7 +131,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		}
 		if end := batch.LastStable; end >= 0 {
 			pt.seeLogEnd(end)
-			if pt.r.cfg.Kafka.IsolationLevel == kafkaconf.ReadCommitted {
+			if pt.cfg.Kafka.IsolationLevel == kafkaconf.ReadCommitted {
 				pt.seeHighWatermark(batch.HighWatermark)
 			}
 		} else if batch.HighWatermark >= 0 {
@@ -218,6 +216,35 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 	}
 }
 
+// blockRules are the rules that end a block, between batches: they look
+// at the block and at how it was read, nothing else.
+type blockRules struct {
+	maxRows, maxBytes int
+	flushInterval     time.Duration
+	maxEmptyPolls     int
+	everyBatch        bool // CommitMode EveryBatch: a block per batch
+}
+
+func newBlockRules(cfg *Config) blockRules {
+	return blockRules{maxRows: cfg.MaxBlockRows, maxBytes: cfg.MaxBlockBytes, flushInterval: cfg.FlushInterval,
+		maxEmptyPolls: cfg.MaxEmptyPolls, everyBatch: cfg.CommitMode == EveryBatch}
+}
+
+// full tells that b reached a bound: its rows, its bytes, or, throttled
+// (the partition holds its share of the budget), anything at all.
+func (r blockRules) full(b *block, throttled bool) bool {
+	return len(b.records) >= r.maxRows || b.bytes >= r.maxBytes || (throttled && !b.empty())
+}
+
+// ends tells whether b, marked full or not, ends now: full, FlushInterval
+// after its first row (first; zero for none yet), after MaxEmptyPolls
+// empty polls in a row (empties), or after each batch in EveryBatch mode.
+// A block without rows ends only full.
+func (r blockRules) ends(b *block, first time.Time, empties int, now time.Time) bool {
+	return b.full || (!first.IsZero() && now.Sub(first) >= r.flushInterval) ||
+		(empties >= r.maxEmptyPolls && !b.empty()) || (r.everyBatch && !b.empty())
+}
+
 // likelyRows is how many records a block of batches like this one holds:
 // as many as fit in half the partition's share of the budget or
 // MaxBlockBytes, at most MaxBlockRows, and one batch more, for a block ends
@@ -225,7 +252,7 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 // every full block grew again at its last batch, and each of its records
 // was copied once more.
 func (pt *partition) likelyRows(batch kafka.PolledBatch) int {
-	cfg := &pt.r.cfg
+	cfg := pt.cfg
 	bytes := min(pt.f.Share()/2, int64(cfg.MaxBlockBytes))
 	per := max(int64(batch.Bytes+batch.Reserved)/int64(max(batch.Len(), 1)), 1)
 	return int(min(bytes/per, int64(cfg.MaxBlockRows))) + batch.Len()
@@ -272,16 +299,16 @@ func (pt *partition) seeHighWatermark(hw int64) {
 // reset says, once, that the partition's offset was out of range and where
 // reading resumes.
 func (pt *partition) reset(r *kafka.OffsetReset) {
-	pt.r.stats.offsetResets.Add(1)
+	pt.stats.offsetResets.Add(1)
 	if r.Reason == kafka.ResetLogStart {
-		pt.r.stats.offsetsSkipped.Add(r.To - r.From)
+		pt.stats.offsetsSkipped.Add(r.To - r.From)
 		pt.log.Error("records gone from Kafka before they were read: the log start moved past the offset (retention or DeleteRecords); resuming at the log start",
 			zap.Int64("from", r.From), zap.Int64("next", r.To), zap.Int64("skipped", r.To-r.From))
 		return
 	}
 	// Without a leader epoch to ask Kafka where the logs diverge (offsets
 	// committed before epochs were stored): a truncation all the same.
-	pt.r.stats.truncations[pastLogEnd].Add(1)
+	pt.stats.truncations[pastLogEnd].Add(1)
 	pt.log.Error("the offset is past the log end and no leader epoch tells where the log diverged: the log was truncated "+
 		"(an unclean leader election); resuming at the log end",
 		zap.Int64("from", r.From), zap.Int64("next", r.To))

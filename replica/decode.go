@@ -153,7 +153,7 @@ func (pt *partition) decode(ctx context.Context, b *block) error {
 		buf, err = c.record(ctx, buf, &r, d)
 		if err == nil && budgeted && len(buf) > allowed && len(kept) > 0 {
 			buf = buf[:end] // the record left for the next block
-			pt.r.stats.decodeBudgetStops.Add(1)
+			pt.stats.decodeBudgetStops.Add(1)
 			pt.log.Debug("block ends early: its decoded records fill the partition's share of the memory budget",
 				zap.Int64("next", r.Offset), zap.Int("decoded_bytes", len(buf)))
 			pt.cut(b, kept, r.Offset)
@@ -162,14 +162,14 @@ func (pt *partition) decode(ctx context.Context, b *block) error {
 		if err != nil {
 			var re *format.RecordError
 			if !errors.As(err, &re) {
-				pt.r.stats.registryWaits.Add(1)
+				pt.stats.registryWaits.Add(1)
 				return fmt.Errorf("decode %s offset %d: %w", pt.p, r.Offset, err)
 			}
-			pt.r.stats.decodeErrors.Add(1)
+			pt.stats.decodeErrors.Add(1)
 			r = b.records[i] // the bytes as they were in Kafka
 			switch {
 			case c.policy == Skip:
-				pt.r.stats.decodeSkipped.Add(1)
+				pt.stats.decodeSkipped.Add(1)
 				pt.log.Warn("record skipped: it cannot be decoded (--on-decode-error skip)", zap.Int64("offset", r.Offset), zap.Error(err))
 				continue
 			case c.policy == DeadLetter && c.deadLetters:

@@ -25,7 +25,7 @@ import (
 // backlog of many small partitions would end late, its last commits
 // lingering.
 func (pt *partition) writeOptions(b *block) []coordinator.WriteOption {
-	cfg := &pt.r.cfg
+	cfg := pt.cfg
 	// Small: at most a 64th of a full block (one record at least), as a
 	// trickle's blocks are; a larger one is a backlog's, whose own rows
 	// dwarf its etcd writes.
@@ -63,7 +63,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	g := guard.New(committer{pt.claim, b, opts}, pt, b.from, b.next)
 	defer g.Release()
 
-	if pt.r.cfg.CommitMode == EveryBatch {
+	if pt.cfg.CommitMode == EveryBatch {
 		// At-most-once: the offset moves before the write.
 		start := time.Now()
 		if err := g.Commit(ctx); err != nil {
@@ -79,8 +79,8 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 				return nil
 			}
 			pt.r.observeWrite(len(b.records), time.Since(start))
-			pt.r.stats.records.Add(int64(len(b.records)))
-			pt.r.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
+			pt.stats.records.Add(int64(len(b.records)))
+			pt.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
 		}
 		return nil
 	}
@@ -96,8 +96,8 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			return err
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
-		pt.r.stats.records.Add(int64(len(b.records)))
-		pt.r.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
+		pt.stats.records.Add(int64(len(b.records)))
+		pt.stats.stored.Add(int64(len(blk.Records) - blk.SetAside))
 	}
 	start := time.Now()
 	if err := g.Commit(ctx); err != nil {
@@ -112,25 +112,25 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 // back, rather than hold the partition (and its lag) for as long as a lock
 // or a silent server lasts.
 func (pt *partition) write(ctx context.Context, blk *sinks.Block) error {
-	wctx, cancel := context.WithTimeout(ctx, pt.r.cfg.WriteTimeout)
+	wctx, cancel := context.WithTimeout(ctx, pt.cfg.WriteTimeout)
 	defer cancel()
 	start := time.Now()
 	pt.writing.Store(start.UnixNano())
 	defer pt.writing.Store(0)
-	slow := time.AfterFunc(pt.r.cfg.WriteTimeout/4, func() {
+	slow := time.AfterFunc(pt.cfg.WriteTimeout/4, func() {
 		pt.log.Warn("a sink write is taking long", zap.String("sink", pt.r.sinkName), zap.Int64("from", blk.From),
 			zap.Int64("next", blk.Next), zap.Int("rows", len(blk.Records)), zap.Duration("so_far", time.Since(start)),
-			zap.Duration("timeout", pt.r.cfg.WriteTimeout))
+			zap.Duration("timeout", pt.cfg.WriteTimeout))
 	})
 	defer slow.Stop()
 	err := pt.r.writer.Write(wctx, blk)
 	if err == nil {
 		return nil
 	}
-	pt.r.stats.sinkErrors.Add(1)
+	pt.stats.sinkErrors.Add(1)
 	if wctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-		pt.r.stats.writeTimeouts.Add(1)
-		return fmt.Errorf("write %s to %s: no answer within the write timeout (%s): %w", blk, pt.r.sinkName, pt.r.cfg.WriteTimeout, err)
+		pt.stats.writeTimeouts.Add(1)
+		return fmt.Errorf("write %s to %s: no answer within the write timeout (%s): %w", blk, pt.r.sinkName, pt.cfg.WriteTimeout, err)
 	}
 	return fmt.Errorf("write %s to %s: %w", blk, pt.r.sinkName, err)
 }
@@ -141,8 +141,8 @@ func (pt *partition) committed(b *block) {
 	pt.next.Store(b.next)
 	pt.pending.Store(0)
 	pt.progress.Store(time.Now().UnixNano())
-	pt.r.stats.blocks.Add(1)
-	pt.r.stats.commits.Add(1)
+	pt.stats.blocks.Add(1)
+	pt.stats.commits.Add(1)
 	pt.log.Debug("block committed", zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)))
 }
 
@@ -150,7 +150,7 @@ func (pt *partition) committed(b *block) {
 // The oldest uncommitted record stays what it was: the lag in seconds goes
 // on growing through rollbacks and retries.
 func (pt *partition) Rewind(from int64) {
-	pt.r.stats.rollbacks.Add(1)
+	pt.stats.rollbacks.Add(1)
 	pt.f.SeekTo(from)
 }
 

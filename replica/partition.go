@@ -21,6 +21,9 @@ import (
 // it; stop asks it to finish the block it is on and return.
 type partition struct {
 	r     *Replica
+	cfg   *Config    // the replica's, defaults applied
+	stats *counters  // the replica's
+	rules blockRules // when its blocks end
 	claim *coordinator.Claim
 	p     sinks.Partition
 	f     *kafka.Cursor
@@ -86,6 +89,9 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 	p := c.Partition()
 	pt := &partition{
 		r:     r,
+		cfg:   &r.cfg,
+		stats: &r.stats,
+		rules: newBlockRules(&r.cfg),
 		claim: c,
 		p:     p,
 		f:     f,
@@ -148,7 +154,7 @@ func (pt *partition) run(ctx context.Context) {
 	// release is conditioned on the claim's epoch: after an etcd fence it
 	// changes nothing; after a sink's fence (a newer epoch wrote there) it
 	// frees a claim etcd may still show as ours.
-	rctx, cancel := context.WithTimeout(context.Background(), pt.r.cfg.LeaseTTL/2)
+	rctx, cancel := context.WithTimeout(context.Background(), pt.cfg.LeaseTTL/2)
 	defer cancel()
 	if err := pt.claim.Release(rctx); err != nil {
 		pt.log.Warn("release failed; the claim expires with the lease", zap.Error(err))
@@ -194,11 +200,92 @@ func isClosed(ch <-chan struct{}) bool {
 
 func (pt *partition) consume(fctx, wctx context.Context) error {
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	start, err := pt.start(fctx, wctx, &retry)
+	if err != nil {
+		return err
+	}
+	if in, ok := pt.claim.Intent(); replaysIntent(in, ok, start) {
+		if err := pt.replayIntent(fctx, wctx, in, &retry); err != nil {
+			return err
+		}
+	}
+
+	// again is the range of the last block, when its write failed: the
+	// next block is exactly that range. The write may have reached the
+	// sink all the same (an answer lost, a check after the insert that
+	// failed), and a sink that deduplicates a block by its range
+	// (ClickHouse's tokens) drops only one of the same range: a larger
+	// block from the same offset would write the first one's records twice.
+	var again *block
+	for {
+		var b *block
+		var perr error
+		switch nextSource(again, pt.resetSeen.Load()) {
+		case exactReread:
+			b, perr = pt.pollRange(fctx, again.from, again.next)
+			if perr != nil {
+				pt.finish(b)
+				keep, err := pt.rereadFailed(fctx, wctx, again, perr, &retry)
+				if err != nil {
+					return err
+				}
+				if !keep {
+					again = nil
+				}
+				continue
+			}
+		default:
+			again = nil // an operator's reset moves the partition anyway: poll reads it
+			b, perr = pt.poll(fctx)
+		}
+		var derr error
+		if !b.empty() {
+			derr = pt.deliver(wctx, b)
+			// A graceful stop past its timeout, or a lost session (which cuts
+			// the writes at once, whether or not the stop reached this
+			// partition first).
+			cut := pt.stopping() || errors.Is(context.Cause(wctx), errSessionLost)
+			if derr != nil && wctx.Err() != nil && cut && !errors.Is(derr, coordinator.ErrFenced) {
+				pt.abandoned(wctx, b)
+			}
+		}
+		// Committed or rolled back, the block's batches are done with.
+		pt.finish(b)
+		if err := pt.handle(wctx, derr); err != nil {
+			return err
+		}
+		again = nil
+		if derr != nil && pt.cfg.CommitMode != EveryBatch && !errors.Is(derr, coordinator.ErrOffsetsChanged) &&
+			!errors.As(derr, new(*decodeStop)) {
+			// Rolled back to b.from (the guard): the same range next.
+			again = &block{from: b.from, next: b.next, epoch: -1}
+		}
+		if derr != nil {
+			if err := retry.Wait(fctx); err != nil {
+				return errStopped
+			}
+			continue
+		}
+		if perr == nil {
+			retry.Reset()
+			continue
+		}
+		if err := pt.pollFailed(fctx, wctx, perr, &retry); err != nil {
+			return err
+		}
+	}
+}
+
+// start finds where the partition resumes, positions the cursor there
+// (asking the leader about truncation when the committed offset says its
+// epoch), and, when the sink holds more than etcd, commits the sink's
+// offset first. It retries finding the resume point until fctx ends.
+func (pt *partition) start(fctx, wctx context.Context, retry *backoff.Backoff) (int64, error) {
 	start, err := pt.resume(fctx)
 	for err != nil {
 		pt.log.Warn("finding the resume point failed; retrying", zap.Error(err))
 		if retry.Wait(fctx) != nil {
-			return errStopped
+			return 0, errStopped
 		}
 		start, err = pt.resume(fctx)
 	}
@@ -228,167 +315,163 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		// write, so lag and the intent are right before any new record.
 		from := pt.claim.Offsets().Next
 		if err := pt.handle(wctx, pt.deliver(wctx, &block{from: min(from, start), next: start, epoch: -1})); err != nil {
-			return err
+			return 0, err
 		}
 	}
+	return start, nil
+}
 
-	if in, ok := pt.claim.Intent(); ok && in.From == start && in.Next > in.From {
-		// The previous owner was writing [From, Next) when it stopped:
-		// write exactly that range again, so a sink keyed by range
-		// overwrites instead of duplicating.
-		// Until it is delivered: a poll that failed part way has moved the
-		// cursor into the range, and no guard rolls that back.
-		for {
-			b, err := pt.pollRange(fctx, in.From, in.Next)
-			if err == nil {
-				pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
-				err = pt.deliver(wctx, b)
-			}
-			pt.finish(b)
-			if te := (*truncationError)(nil); errors.As(err, &te) {
-				// Kafka's log no longer holds what the range was read
-				// from: what comes next is read in a new generation.
-				if err := pt.onTruncation(fctx, wctx, te.t); err != nil {
-					return err
-				}
-				break
-			}
-			if herr := pt.handle(wctx, err); herr != nil {
-				return herr
-			}
-			if err == nil || errors.Is(err, coordinator.ErrOffsetsChanged) || errors.Is(err, errRangeGone) {
-				// Delivered; or an operator's reset, or the start policy
-				// after retention took the range, moved the partition.
-				break
-			}
-			pt.f.SeekTo(in.From)
-			if retry.Wait(fctx) != nil {
-				return errStopped
-			}
-		}
-		retry.Reset()
-	}
-
-	// again is the range of the last block, when its write failed: the
-	// next block is exactly that range. The write may have reached the
-	// sink all the same (an answer lost, a check after the insert that
-	// failed), and a sink that deduplicates a block by its range
-	// (ClickHouse's tokens) drops only one of the same range: a larger
-	// block from the same offset would write the first one's records twice.
-	var again *block
+// replayIntent writes the previous owner's block again, exactly its range
+// in (replaysIntent), so that a sink keyed by range overwrites instead of
+// duplicating; it retries until the block is delivered, the partition
+// moved (a reset, retention, a truncation) or it stops.
+func (pt *partition) replayIntent(fctx, wctx context.Context, in coordinator.Intent, retry *backoff.Backoff) error {
+	// The previous owner was writing [From, Next) when it stopped:
+	// write exactly that range again, so a sink keyed by range
+	// overwrites instead of duplicating.
+	// Until it is delivered: a poll that failed part way has moved the
+	// cursor into the range, and no guard rolls that back.
 	for {
-		var b *block
-		var perr error
-		if again != nil && pt.resetSeen.Load() {
-			again = nil // an operator's reset moves the partition anyway: poll reads it
+		b, err := pt.pollRange(fctx, in.From, in.Next)
+		if err == nil {
+			pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
+			err = pt.deliver(wctx, b)
 		}
-		if again != nil {
-			b, perr = pt.pollRange(fctx, again.from, again.next)
-			if perr != nil {
-				// Nothing of a part of the range is written: read it
-				// whole again, unless the partition moved.
-				pt.finish(b)
-				te := (*truncationError)(nil)
-				switch {
-				case errors.As(perr, &te):
-					if err := pt.onTruncation(fctx, wctx, te.t); err != nil {
-						return err
-					}
-					again = nil
-				case errors.Is(perr, errRangeGone):
-					pt.log.Warn("the range of a block whose write failed is gone from kafka; going on where the start policy put the partition", zap.Error(perr))
-					again = nil
-				case fctx.Err() != nil:
-					return errStopped
-				default:
-					pt.f.SeekTo(again.from)
-					pt.log.Warn("reading a failed block's range again failed; retrying", zap.Error(perr))
-					if err := retry.Wait(fctx); err != nil {
-						return errStopped
-					}
-				}
-				continue
-			}
-		} else {
-			b, perr = pt.poll(fctx)
-		}
-		var derr error
-		if !b.empty() {
-			derr = pt.deliver(wctx, b)
-			// A graceful stop past its timeout, or a lost session (which cuts
-			// the writes at once, whether or not the stop reached this
-			// partition first).
-			cut := pt.stopping() || errors.Is(context.Cause(wctx), errSessionLost)
-			if derr != nil && wctx.Err() != nil && cut && !errors.Is(derr, coordinator.ErrFenced) {
-				// A stop cut this block short: rolled back, nothing lost,
-				// but the next owner writes it again.
-				pt.r.stats.abandoned.Add(1)
-				fields := []zap.Field{zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records))}
-				switch cause := context.Cause(wctx); {
-				case errors.Is(cause, errShutdownTimeout):
-					pt.log.Warn("stop gave up on a block in flight (shutdown timeout): rolled back, the next owner replays it",
-						append(fields, zap.Duration("shutdown_timeout", pt.r.cfg.ShutdownTimeout))...)
-				default:
-					pt.log.Warn("a block in flight was cut short: rolled back, the next owner replays it",
-						append(fields, zap.NamedError("cause", cause))...)
-				}
-			}
-		}
-		// Committed or rolled back, the block's batches are done with.
 		pt.finish(b)
-		if err := pt.handle(wctx, derr); err != nil {
-			return err
-		}
-		again = nil
-		if derr != nil && pt.r.cfg.CommitMode != EveryBatch && !errors.Is(derr, coordinator.ErrOffsetsChanged) &&
-			!errors.As(derr, new(*decodeStop)) {
-			// Rolled back to b.from (the guard): the same range next.
-			again = &block{from: b.from, next: b.next, epoch: -1}
-		}
-		if derr != nil {
-			if err := retry.Wait(fctx); err != nil {
-				return errStopped
-			}
-			continue
-		}
-		var truncErr *truncationError
-		switch {
-		case perr == nil:
-			retry.Reset()
-		case errors.Is(perr, errStopped) || fctx.Err() != nil:
-			return errStopped
-		case errors.As(perr, &truncErr):
-			if err := pt.onTruncation(fctx, wctx, truncErr.t); err != nil {
+		if te := (*truncationError)(nil); errors.As(err, &te) {
+			// Kafka's log no longer holds what the range was read
+			// from: what comes next is read in a new generation.
+			if err := pt.onTruncation(fctx, wctx, te.t); err != nil {
 				return err
 			}
-		default:
-			var recreated *kafka.TopicRecreatedError
-			if errors.As(perr, &recreated) {
-				// Held until an operator resets the offsets: reading the
-				// new topic from the old offset would skip its first
-				// records, or read nothing for a long while.
-				if pt.recreated.CompareAndSwap(false, true) {
-					pt.r.stats.topicsRecreated.Add(1)
-				}
-				pt.log.Error("the topic was re-created: the partition waits for an operator's reset of its offsets", zap.Error(perr))
-				if err := retry.Wait(fctx); err != nil {
-					return errStopped
-				}
-				continue
+			break
+		}
+		if herr := pt.handle(wctx, err); herr != nil {
+			return herr
+		}
+		if err == nil || errors.Is(err, coordinator.ErrOffsetsChanged) || errors.Is(err, errRangeGone) {
+			// Delivered; or an operator's reset, or the start policy
+			// after retention took the range, moved the partition.
+			break
+		}
+		pt.f.SeekTo(in.From)
+		if retry.Wait(fctx) != nil {
+			return errStopped
+		}
+	}
+	retry.Reset()
+	return nil
+}
+
+// abandoned counts and logs a block a stop cut short: rolled back,
+// nothing lost, but the next owner writes it again.
+func (pt *partition) abandoned(wctx context.Context, b *block) {
+	pt.stats.abandoned.Add(1)
+	fields := []zap.Field{zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records))}
+	switch cause := context.Cause(wctx); {
+	case errors.Is(cause, errShutdownTimeout):
+		pt.log.Warn("stop gave up on a block in flight (shutdown timeout): rolled back, the next owner replays it",
+			append(fields, zap.Duration("shutdown_timeout", pt.cfg.ShutdownTimeout))...)
+	default:
+		pt.log.Warn("a block in flight was cut short: rolled back, the next owner replays it",
+			append(fields, zap.NamedError("cause", cause))...)
+	}
+}
+
+// pollFailed sorts a poll's error (the block so far delivered): a stop
+// ends the partition, a truncation starts a new generation, a re-created
+// topic or a batch past the budget waits, and any other error is retried
+// after a backoff.
+func (pt *partition) pollFailed(fctx, wctx context.Context, perr error, retry *backoff.Backoff) error {
+	var truncErr *truncationError
+	switch {
+	case errors.Is(perr, errStopped) || fctx.Err() != nil:
+		return errStopped
+	case errors.As(perr, &truncErr):
+		if err := pt.onTruncation(fctx, wctx, truncErr.t); err != nil {
+			return err
+		}
+	default:
+		var recreated *kafka.TopicRecreatedError
+		if errors.As(perr, &recreated) {
+			// Held until an operator resets the offsets: reading the
+			// new topic from the old offset would skip its first
+			// records, or read nothing for a long while.
+			if pt.recreated.CompareAndSwap(false, true) {
+				pt.stats.topicsRecreated.Add(1)
 			}
-			if errors.Is(perr, kafka.ErrBatchTooLarge) {
-				// Retried, for the budget may be raised; the partition
-				// goes no further until then, and says why.
-				pt.r.stats.oversizedBatches.Add(1)
-				pt.log.Error("a record batch inflates past the memory budget (--max-buffer-bytes); the partition waits", zap.Error(perr))
-			} else {
-				pt.log.Warn("poll failed; retrying", zap.Error(perr))
-			}
+			pt.log.Error("the topic was re-created: the partition waits for an operator's reset of its offsets", zap.Error(perr))
 			if err := retry.Wait(fctx); err != nil {
 				return errStopped
 			}
+			return nil
+		}
+		if errors.Is(perr, kafka.ErrBatchTooLarge) {
+			// Retried, for the budget may be raised; the partition
+			// goes no further until then, and says why.
+			pt.stats.oversizedBatches.Add(1)
+			pt.log.Error("a record batch inflates past the memory budget (--max-buffer-bytes); the partition waits", zap.Error(perr))
+		} else {
+			pt.log.Warn("poll failed; retrying", zap.Error(perr))
+		}
+		if err := retry.Wait(fctx); err != nil {
+			return errStopped
 		}
 	}
+	return nil
+}
+
+// rangeSource says where the next block's range comes from.
+type rangeSource int
+
+const (
+	// freshPoll reads on from the cursor, by the block rules.
+	freshPoll rangeSource = iota
+	// exactReread reads again exactly the range of the last block, whose
+	// write failed: the write may have reached the sink all the same, and
+	// a sink that deduplicates a block by its range drops only one of the
+	// same range.
+	exactReread
+)
+
+// nextSource is where the block after last comes from: again is the range
+// of a block whose write failed (nil for none); an operator's reset
+// (resetSeen) moves the partition anyway, and a fresh poll reads it.
+func nextSource(again *block, resetSeen bool) rangeSource {
+	if again != nil && !resetSeen {
+		return exactReread
+	}
+	return freshPoll
+}
+
+// replaysIntent tells whether a partition resumed at start replays the
+// previous owner's intent (ok: there is one) as its first block: the range
+// it was writing when it stopped, starting where the partition resumes.
+func replaysIntent(in coordinator.Intent, ok bool, start int64) bool {
+	return ok && in.From == start && in.Next > in.From
+}
+
+// rereadFailed sorts the failure of an exact re-read of again: nothing of
+// a part of the range is written, so the whole range is read again (keep)
+// after a backoff, unless the partition moved (a truncation, the range gone
+// to retention) or the partition stops (err).
+func (pt *partition) rereadFailed(fctx, wctx context.Context, again *block, perr error, retry *backoff.Backoff) (keep bool, err error) {
+	te := (*truncationError)(nil)
+	switch {
+	case errors.As(perr, &te):
+		return false, pt.onTruncation(fctx, wctx, te.t)
+	case errors.Is(perr, errRangeGone):
+		pt.log.Warn("the range of a block whose write failed is gone from kafka; going on where the start policy put the partition", zap.Error(perr))
+		return false, nil
+	case fctx.Err() != nil:
+		return false, errStopped
+	}
+	pt.f.SeekTo(again.from)
+	pt.log.Warn("reading a failed block's range again failed; retrying", zap.Error(perr))
+	if err := retry.Wait(fctx); err != nil {
+		return false, errStopped
+	}
+	return true, nil
 }
 
 // handle sorts a delivery error: nil goes on, a lost claim ends the
@@ -404,7 +487,7 @@ func (pt *partition) handle(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, coordinator.ErrFenced) || errors.Is(err, sinks.ErrFenced):
-		pt.r.stats.fenced.Add(1)
+		pt.stats.fenced.Add(1)
 		pt.log.Warn("claim lost; partition stopped", zap.Error(err))
 		return fmt.Errorf("%s: %w", pt.p, coordinator.ErrFenced)
 	case errors.Is(err, coordinator.ErrOffsetsChanged):
@@ -440,7 +523,7 @@ const failuresBeforeError = 3
 
 // seekReset moves the partition to the offsets an operator's reset wrote.
 func (pt *partition) seekReset(o coordinator.Offsets) {
-	pt.r.stats.offsetsChanged.Add(1)
+	pt.stats.offsetsChanged.Add(1)
 	pt.gen = o.Generation
 	pt.truncated = o.Truncated
 	pt.next.Store(o.Next)
@@ -482,7 +565,7 @@ func (pt *partition) resume(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume %s by the start policy: %w", pt.p, err)
 	}
-	if pt.r.cfg.Kafka.StartPolicy == kafkaconf.StartLatest {
+	if pt.cfg.Kafka.StartPolicy == kafkaconf.StartLatest {
 		return logEnd, nil
 	}
 	return earliest, nil

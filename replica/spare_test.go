@@ -95,7 +95,9 @@ func TestTrickleBlockSizedToItsBatch(t *testing.T) {
 	_, cur := openCursor(t, cluster.ListenAddrs(), 64<<20)
 	cur.DecodeOnRead(true)
 	cur.SeekTo(0)
-	pt := &partition{r: &Replica{cfg: Config{}.withDefaults()}, f: cur}
+	cfg := Config{}.withDefaults()
+	r := &Replica{cfg: cfg}
+	pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg), f: cur}
 	pt.logEnd.Store(-1)
 	b, err := pt.poll(ctx)
 	if err != nil {
@@ -130,7 +132,8 @@ func TestFullBlockSizedOnce(t *testing.T) {
 		{"bytes", 65536, 1 << 20, 1000, 1000},
 	} {
 		cfg := Config{MaxBlockRows: c.rows, MaxBlockBytes: c.blockSize}.withDefaults()
-		pt := &partition{r: &Replica{cfg: cfg}, f: cur}
+		r := &Replica{cfg: cfg}
+		pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg), f: cur}
 		batch := kafka.PolledBatch{Records: make([]sinks.Record, c.batch), Bytes: c.batch * c.per}
 		// Batches are added until the block reaches a bound: the last
 		// one is added below it.

@@ -63,8 +63,8 @@ func (pt *partition) onTruncation(fctx, wctx context.Context, t *kafka.Truncatio
 	pt.f.Committed(at, epoch)
 	pt.f.SeekTo(at)
 	lost := rec.Lost()
-	pt.r.stats.truncations[truncationCause(t.Cause)].Add(1)
-	pt.r.stats.offsetsTruncated.Add(lost)
+	pt.stats.truncations[truncationCause(t.Cause)].Add(1)
+	pt.stats.offsetsTruncated.Add(lost)
 	fields := []zap.Field{zap.Int64("diverges_at", t.To), zap.Int64("read_up_to", t.From), zap.Int64("committed", committed),
 		zap.Int64("lost_by_kafka", lost), zap.Int64("next", at), zap.Int64("generation", o.Generation), zap.String("cause", t.Cause)}
 	if lost > 0 {
