@@ -41,7 +41,7 @@ const sinkDocsDir = "../../docs"
 // commands, byte for byte: a changed flag, help text or command fails here
 // until the reference is regenerated. With OFFSETKEEPER_UPDATE_DOCS=1 it
 // regenerates docs/cli instead (clidocs.Regenerate). The reference is of the
-// default build, which has dev (clidocs.go is not in a -tags nodev build).
+// default build, which has dev (internal/clidocs is not linked by a -tags nodev build).
 // The sinks' URL parameter tables in docs/postgresql.md and
 // docs/clickhouse.md are checked and regenerated the same way.
 func TestCLIDocsUpToDate(t *testing.T) {
