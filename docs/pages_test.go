@@ -193,6 +193,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
