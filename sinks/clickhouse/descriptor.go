@@ -19,13 +19,7 @@ var Descriptor = &sinks.Descriptor{
 	Doc:    "clickhouse.md",
 	Check:  func(raw string) error { return ValidateURL(raw, false) },
 	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
-		var opts []Option
-		if o.Group != "" {
-			opts = append(opts, WithGroup(o.Group))
-		}
-		if o.Log != nil {
-			opts = append(opts, WithLogger(o.Log))
-		}
+		opts := sqlsink.Options(o, WithGroup, WithLogger)
 		return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
 			func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
 	},

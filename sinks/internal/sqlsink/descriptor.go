@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -41,6 +43,19 @@ func Open[S sinks.Sink](ctx context.Context, scheme, raw string, def time.Durati
 		return nil, fmt.Errorf("open sink %s: %w", scheme, err)
 	}
 	return s, nil
+}
+
+// Options are the options of a SQL sink's New that o sets: its group and
+// its logger, each where o has one.
+func Options[O any](o sinks.Options, withGroup func(string) O, withLogger func(*zap.Logger) O) []O {
+	var opts []O
+	if o.Group != "" {
+		opts = append(opts, withGroup(o.Group))
+	}
+	if o.Log != nil {
+		opts = append(opts, withLogger(o.Log))
+	}
+	return opts
 }
 
 // Identity is a SQL sink's identity (sinks.Descriptor.Identity): its
