@@ -152,68 +152,79 @@ func (pt *partition) poll(ctx context.Context) (*block, error) {
 		if b.empty() && b.next != batch.From {
 			b.from = batch.From
 		}
-		had := len(b.records)
-		switch {
-		case batch.Undecoded():
-			// Decoded straight into the block: no copy, nothing to clear.
-			if need := had + batch.Len(); need > cap(b.records) {
-				// The first batch's size, for a block is often one batch
-				// (many partitions, or a trickle's); once a second comes,
-				// room for what the block is likely to hold, unless this
-				// batch reached the log end and ends it. Sized to a share
-				// from the first batch, 512 partitions' slices wrote
-				// records into 115 MB of cold memory, and 10,000 trickling
-				// partitions would each keep one.
-				want := need
-				if had > 0 && !caughtUp(batch) {
-					want = max(need, pt.likelyRows(batch))
-				}
-				b.records = slices.Grow(b.records, want-had)
-			}
-			recs, err := batch.AppendRecords(b.records)
-			if err != nil {
-				// Not the block's: it is read again after the block,
-				// the error said meanwhile.
-				pt.giveBack(batch)
-				pt.f.SeekTo(b.next)
-				return b, fmt.Errorf("decode %s [%d, %d): %w", pt.p, batch.From, batch.Next, err)
-			}
-			b.records = recs
-		case had == 0 && cap(b.records) < 2*len(batch.Records):
-			// The batch's own slice, which is ours, saves a copy: with
-			// many partitions a block is often one batch.
-			b.records = batch.Records
-		default:
-			if need := had + len(batch.Records); need > cap(b.records) {
-				// Once, to what the block is likely to hold, rather than
-				// doubling from one batch's size.
-				b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-had)
-			}
-			b.records = append(b.records, batch.Records...)
-			kafka.RecycleRecords(batch.Records)
+		if err := pt.add(b, batch); err != nil {
+			return b, err
 		}
-		if had == 0 && len(b.records) > 0 {
-			pt.pending.CompareAndSwap(0, b.records[0].Time.UnixNano())
-			b.afterLogEnd = batch.AfterLogEnd
-		}
-		if batch.Len() > 0 {
-			b.batches++
-			if b.batches == 2 {
-				// A block of several answers: the rest of this one is
-				// decoded into directly too, as fetched from now on
-				// (see finish).
-				pt.f.DecodeOnRead(true)
-			}
-		}
-		b.keep(batch)
-		b.bytes += batch.Bytes + batch.Reserved
-		b.raw += batch.Bytes
-		b.reserved += batch.Reserved
-		b.take(batch)
 		if first.IsZero() {
 			first = time.Now()
 		}
 	}
+}
+
+// add takes batch into b: its records decoded straight into the block,
+// the batch's own slice taken, or copied; its buffers kept until the block
+// is finished. A record that cannot be decoded leaves the batch out (read
+// again after the block) and is the error.
+func (pt *partition) add(b *block, batch kafka.PolledBatch) error {
+	had := len(b.records)
+	switch {
+	case batch.Undecoded():
+		// Decoded straight into the block: no copy, nothing to clear.
+		if need := had + batch.Len(); need > cap(b.records) {
+			// The first batch's size, for a block is often one batch
+			// (many partitions, or a trickle's); once a second comes,
+			// room for what the block is likely to hold, unless this
+			// batch reached the log end and ends it: sized to a share
+			// from the first batch, many partitions' slices would write
+			// records into cold memory, and trickling partitions would
+			// each keep one.
+			want := need
+			if had > 0 && !caughtUp(batch) {
+				want = max(need, pt.likelyRows(batch))
+			}
+			b.records = slices.Grow(b.records, want-had)
+		}
+		recs, err := batch.AppendRecords(b.records)
+		if err != nil {
+			// Not the block's: it is read again after the block,
+			// the error said meanwhile.
+			pt.giveBack(batch)
+			pt.f.SeekTo(b.next)
+			return fmt.Errorf("decode %s [%d, %d): %w", pt.p, batch.From, batch.Next, err)
+		}
+		b.records = recs
+	case had == 0 && cap(b.records) < 2*len(batch.Records):
+		// The batch's own slice, which is ours, saves a copy: with
+		// many partitions a block is often one batch.
+		b.records = batch.Records
+	default:
+		if need := had + len(batch.Records); need > cap(b.records) {
+			// Once, to what the block is likely to hold, rather than
+			// doubling from one batch's size.
+			b.records = slices.Grow(b.records, max(need, pt.likelyRows(batch))-had)
+		}
+		b.records = append(b.records, batch.Records...)
+		kafka.RecycleRecords(batch.Records)
+	}
+	if had == 0 && len(b.records) > 0 {
+		pt.pending.CompareAndSwap(0, b.records[0].Time.UnixNano())
+		b.afterLogEnd = batch.AfterLogEnd
+	}
+	if batch.Len() > 0 {
+		b.batches++
+		if b.batches == 2 {
+			// A block of several answers: the rest of this one is
+			// decoded into directly too, as fetched from now on
+			// (see finish).
+			pt.f.DecodeOnRead(true)
+		}
+	}
+	b.keep(batch)
+	b.bytes += batch.Bytes + batch.Reserved
+	b.raw += batch.Bytes
+	b.reserved += batch.Reserved
+	b.take(batch)
+	return nil
 }
 
 // blockRules are the rules that end a block, between batches: they look
