@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 )
 
 // runArgs is a run command line that passes validation but for what a
@@ -119,35 +117,6 @@ func TestAdvertisedHTTPAddress(t *testing.T) {
 		t.Errorf("disabled http advertises %q, want nothing", got)
 	}
 	o.Stop()
-}
-
-func TestRedactURL(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"127.0.0.1:2379", "127.0.0.1:2379"},
-		{"http://etcd:2379", "http://etcd:2379"},
-		{"https://root:s3cret@etcd:2379", "https://xxxxx@etcd:2379"},
-		{"https://tok3n@etcd:2379", "https://xxxxx@etcd:2379"},
-		{"postgres://app:pw@db:5432/offsets?sslmode=require", "postgres://xxxxx@db:5432/offsets?sslmode=require"},
-		{"postgres://db/offsets?password=pw&sslmode=disable", "postgres://db/offsets?password=xxxxx&sslmode=disable"},
-		{"postgres://db/x?sslkey=/k&api_token=t&client_secret=c", "postgres://db/x?api_token=xxxxx&client_secret=xxxxx&sslkey=xxxxx"},
-		{"root:s3cret@etcd:2379", "xxxxx@etcd:2379"},
-		{"file:///var/lib/ok", "file:///var/lib/ok"},
-		{"discard:", "discard:"},
-	}
-	for _, tc := range tests {
-		got := redact.URL(tc.in)
-		if got != tc.want {
-			t.Errorf("redact.URL(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		for _, secret := range []string{"s3cret", "tok3n", ":pw@", "=pw", "=t&", "=c"} {
-			if strings.Contains(tc.in, secret) && strings.Contains(got, secret) {
-				t.Errorf("redact.URL(%q) = %q still holds %q", tc.in, got, secret)
-			}
-		}
-	}
-	if got := strings.Join(redact.URLs([]string{"http://u:p@a:1", "b:2"}), ","); got != "http://xxxxx@a:1,b:2" {
-		t.Errorf("redactURLs: %q", got)
-	}
 }
 
 // TestProfilesOnlyOnLoopbackOrAsked: /debug/pprof/ is served when

@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
-	"github.com/offsetkeeper/offsetkeeper/internal/redact"
 	"github.com/offsetkeeper/offsetkeeper/sinks/builtin"
 	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 )
@@ -77,26 +76,6 @@ func TestParseSinkForms(t *testing.T) {
 				t.Errorf("parseSink = %s %q, want %s %q", got.scheme(), dir, tc.scheme, tc.dir)
 			}
 		})
-	}
-}
-
-// TestShownSink: a sink URL in a message shows the user and masks the
-// password, parsable or not.
-func TestShownSink(t *testing.T) {
-	for raw, want := range map[string]string{
-		"postgres://app:s3cret@db:5432/shop?table=t":        "postgres://app:xxxxx@db:5432/shop?table=t",
-		"postgres://app@db/shop":                            "postgres://app@db/shop",
-		"clickhouse://default:s3cret@ch:9000/db":            "clickhouse://default:xxxxx@ch:9000/db",
-		"postgres://app:s3cret@db:port/shop":                "postgres://app:xxxxx@db:port/shop",
-		"postgres://app@db/shop?sslpassword=s3cret":         "postgres://app@db/shop?sslpassword=xxxxx",
-		"clickhouse://ch/db?password_file=%2Frun%2Fs3cret":  "clickhouse://ch/db?password_file=xxxxx",
-		"file:///var/lib/offsetkeeper":                      "file:///var/lib/offsetkeeper",
-		"postgres://app:p%40ss%3As3cret@db/shop?mode=raw":   "postgres://app:xxxxx@db/shop?mode=raw",
-		"postgres://app:s3cret@db/shop?tabel=x&table=y#frg": "postgres://app:xxxxx@db/shop?tabel=x&table=y#frg",
-	} {
-		if got := redact.Sink(raw); got != want {
-			t.Errorf("redact.Sink(%q) = %q, want %q", raw, got, want)
-		}
 	}
 }
 
