@@ -202,7 +202,8 @@ func TestDrainAndRelease(t *testing.T) {
 
 	// The drained replica gives t/1 up; AwaitDrained sees it.
 	var seen []int
-	go func() { _ = claims[1].Release(e.ctx()) }()
+	rctx := e.ctx()
+	go func() { _ = claims[1].Release(rctx) }()
 	left, err := admin.AwaitDrained(wctx, e.coord, "r1", func(n int) { seen = append(seen, n) })
 	if err != nil || left != 0 || len(seen) == 0 || seen[len(seen)-1] != 0 {
 		t.Fatalf("AwaitDrained = %d, %v (seen %v); want 0", left, err, seen)

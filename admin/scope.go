@@ -55,9 +55,13 @@ func (r *Reset) ScopeTopics(group string, snap *coordinator.Snapshot) ([]string,
 // Plan plans the reset from the group's state in etcd (snap) and Kafka's
 // log bounds: each partition's committed offset and the new one. Nothing
 // is changed; Plan.Apply applies it. warn is told what was left out or
-// clamped. A scope Kafka does not have is an *InputError; an error of Kafka
-// is returned as it is (ErrKafkaUnreachable when it could not be asked).
+// clamped (nil: not told). A scope Kafka does not have is an *InputError;
+// an error of Kafka is returned as it is (ErrKafkaUnreachable when it
+// could not be asked).
 func (r *Reset) Plan(ctx context.Context, group string, snap *coordinator.Snapshot, k *Kafka, warn func(string)) (*Plan, error) {
+	if warn == nil {
+		warn = func(string) {}
+	}
 	topics, err := r.ScopeTopics(group, snap)
 	if err != nil {
 		return nil, err

@@ -164,17 +164,6 @@ func (t Table) Usage() string {
 	return b.String()
 }
 
-// Audited lists the URLs of t's sinks that can be read back.
-func (t Table) Audited() []string {
-	var forms []string
-	for _, d := range t {
-		if d.Audit != nil {
-			forms = append(forms, d.Scheme+"://…")
-		}
-	}
-	return forms
-}
-
 // Target is a checked sink URL: the sink it names, and the URL.
 type Target struct {
 	Sink *Descriptor

@@ -279,7 +279,7 @@ func TestSecurityFlagsBuildClients(t *testing.T) {
 			}
 			var fc kafkaconf.Config
 			a.apply(&fc)
-			mech, err := kafka.KafkaMechanism(*fc.SASL)
+			mech, err := kafka.Mechanism(*fc.SASL)
 			if err != nil || mech.Name() != tc.name {
 				t.Fatalf("kafka-go mechanism %v, %v; want %s", mech, err, tc.name)
 			}
@@ -312,7 +312,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		var fc kafkaconf.Config
 		f.security.kafkaAuth().apply(&fc)
 		cfg := replica.Config{Group: "g", Kafka: k}
-		mech, err := kafka.KafkaMechanism(*fc.SASL)
+		mech, err := kafka.Mechanism(*fc.SASL)
 		if err != nil {
 			t.Fatal(err)
 		}

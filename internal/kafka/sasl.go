@@ -33,9 +33,9 @@ func kafkaMechanism(s SASL) (sasl.Mechanism, error) {
 	return &saslLogin{name: m.Name(), user: s.Username, mech: func() sasl.Mechanism { return m }}, nil
 }
 
-// KafkaMechanism returns kafka-go's mechanism of the login, for a client
+// Mechanism returns kafka-go's mechanism of the login, for a client
 // that is not a Client (a test's).
-func KafkaMechanism(s SASL) (sasl.Mechanism, error) { return kafkaMechanism(s) }
+func Mechanism(s SASL) (sasl.Mechanism, error) { return kafkaMechanism(s) }
 
 // saslLogin is a SASL mechanism that holds its password out of sight: the
 // mechanism that knows it is inside a closure, which fmt prints as an
