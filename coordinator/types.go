@@ -20,6 +20,10 @@ type Member struct {
 	// Topics are the topics the member reads. The members of a group
 	// name the same.
 	Topics []string `json:"topics,omitempty"`
+	// TopicsRegex is the pattern the member reads the topics matching,
+	// besides Topics; empty when it has none. The members of a group name
+	// the same.
+	TopicsRegex string `json:"topics_regex,omitempty"`
 	// Draining is set by an operator (`replicas drain`): the plan gives the
 	// member no partitions, so it hands its claims over at block
 	// boundaries. It lasts as long as the member key.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -127,8 +128,15 @@ type Config struct {
 	// again in logs; two live replicas with one ID refuse each other.
 	ReplicaID string
 	// Topics are consumed whole, every partition of each, partitions added
-	// later included (see MetadataInterval). Required.
+	// later included (see MetadataInterval). Topics or TopicsRegex is
+	// required.
 	Topics []string
+	// TopicsRegex adds every topic whose whole name matches it (Go's
+	// RE2 syntax, anchored at both ends, as Kafka's pattern
+	// subscriptions are), but Kafka's internal topics: topics created
+	// while the group runs are found within MetadataInterval, and a
+	// deleted topic's partitions are released.
+	TopicsRegex string
 	// Kafka says how Kafka is reached and read: brokers, TLS, SASL, fetch
 	// sizes, isolation level and the group's start policy
 	// (Kafka.StartPolicy, auto.offset.reset). Kafka.Brokers is required.
@@ -322,8 +330,11 @@ func (c Config) Validate() error {
 	if c.ReplicaID == "" || strings.ContainsAny(c.ReplicaID, "/ \t\n") {
 		errs = append(errs, fmt.Errorf("replica id %q: want a non-empty name without '/' or spaces", c.ReplicaID))
 	}
-	if len(c.Topics) == 0 {
-		errs = append(errs, errors.New("no topics: name at least one"))
+	if len(c.Topics) == 0 && c.TopicsRegex == "" {
+		errs = append(errs, errors.New("no topics: name at least one, or give a pattern"))
+	}
+	if _, err := CompileTopics(c.TopicsRegex); err != nil {
+		errs = append(errs, err)
 	}
 	for _, t := range c.Topics {
 		if err := coordinator.ValidTopic(t); err != nil {
@@ -367,4 +378,18 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// CompileTopics compiles a TopicsRegex, anchored at both ends: a topic is
+// read when its whole name matches, as with Kafka's pattern subscriptions.
+// An empty pattern is nil, matching nothing.
+func CompileTopics(pattern string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile("^(?:" + pattern + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("topics regex %q: %w (Go's RE2 syntax: https://golang.org/s/re2syntax)", pattern, err)
+	}
+	return re, nil
 }

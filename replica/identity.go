@@ -69,17 +69,33 @@ func (r *Replica) duplicate(ctx context.Context, since *time.Time) error {
 }
 
 // TopicsMismatchError is Run's error when live members of the group read
-// other topics than Config.Topics.
+// other topics than Config.Topics and Config.TopicsRegex.
 type TopicsMismatchError struct {
-	Group, Member string
-	Theirs, Ours  []string
+	Group, Member        string
+	Theirs, Ours         []string
+	TheirRegex, OurRegex string
 }
 
 func (e *TopicsMismatchError) Error() string {
 	return fmt.Sprintf("group %q reads topics %s (member %s), this replica %s: replicas of a group must read the same topics, "+
 		"or the plan gives each partitions it does not read, and a topic only one replica names is left unowned when it stops; "+
-		"fix --topics, or to change the group's topics on purpose start the replicas with --allow-topic-change",
-		e.Group, strings.Join(e.Theirs, ","), e.Member, strings.Join(e.Ours, ","))
+		"fix --topics and --topics-regex, or to change the group's topics on purpose start the replicas with --allow-topic-change",
+		e.Group, topicsText(e.Theirs, e.TheirRegex), e.Member, topicsText(e.Ours, e.OurRegex))
+}
+
+// topicsText says which topics a list and a pattern name.
+func topicsText(topics []string, pattern string) string {
+	var parts []string
+	if len(topics) > 0 {
+		parts = append(parts, strings.Join(topics, ","))
+	}
+	if pattern != "" {
+		parts = append(parts, fmt.Sprintf("those matching %q", pattern))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " and ")
 }
 
 // sameTopics reports whether a and b name the same topics, in any order.

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,8 @@ type Replica struct {
 	coord    *coordinator.Coordinator
 	sink     sinks.Sink
 	codec    *codec // nil: keys and values pass through
+	// pattern is cfg.TopicsRegex compiled; nil without one.
+	pattern *regexp.Regexp
 	// writer is how partitions write blocks: in rounds when the sink is a
 	// sinks.BatchWriter, else one Write each. Set by Run.
 	writer blockWriter
@@ -119,11 +122,12 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
+	pattern, _ := CompileTopics(cfg.TopicsRegex) // Validate compiled it
 	name := cfg.Sink
 	if name == "" {
 		name = fmt.Sprintf("%T", sink)
 	}
-	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.WithDefaults(), coord: coord, sink: sink, codec: c, log: log,
+	return &Replica{cfg: cfg, sinkName: name, kafka: cfg.Kafka.WithDefaults(), coord: coord, sink: sink, codec: c, pattern: pattern, log: log,
 		owned: map[sinks.Partition]*partition{}, killed: make(chan struct{}), hist: newTimings()}, nil
 }
 
@@ -133,7 +137,11 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 // take over at once. A session that is lost (etcd unreachable for TTL/2) is
 // replaced by a new one as soon as etcd answers again.
 func (r *Replica) Run(ctx context.Context) error {
-	consumer, err := kafka.NewConsumer(r.kafka, r.log, r.cfg.Topics...)
+	topics := r.cfg.Topics
+	if r.pattern != nil {
+		topics = nil // its transport keeps every topic's metadata
+	}
+	consumer, err := kafka.NewConsumer(r.kafka, r.log, topics...)
 	if err != nil {
 		return err
 	}
@@ -354,8 +362,11 @@ func (r *Replica) checkSink(ctx context.Context) error {
 		if m.ID != r.cfg.ReplicaID && m.Sink != "" && m.Sink != r.cfg.Sink && !r.cfg.AllowSinkChange && r.cfg.Sink != "" {
 			return &SinkMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Sink, Ours: r.cfg.Sink}
 		}
-		if m.ID != r.cfg.ReplicaID && len(m.Topics) > 0 && !sameTopics(m.Topics, r.cfg.Topics) && !r.cfg.AllowTopicChange {
-			return &TopicsMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Topics, Ours: r.cfg.Topics}
+		named := len(m.Topics) > 0 || m.TopicsRegex != ""
+		if m.ID != r.cfg.ReplicaID && named && !r.cfg.AllowTopicChange &&
+			(!sameTopics(m.Topics, r.cfg.Topics) || m.TopicsRegex != r.cfg.TopicsRegex) {
+			return &TopicsMismatchError{Group: r.cfg.Group, Member: m.ID, Theirs: m.Topics, Ours: r.cfg.Topics,
+				TheirRegex: m.TopicsRegex, OurRegex: r.cfg.TopicsRegex}
 		}
 	}
 	return nil
@@ -372,6 +383,9 @@ func (r *Replica) join(ctx context.Context) (*coordinator.Session, error) {
 		HTTPAddr:  r.cfg.HTTPAddr,
 		Sink:      r.cfg.Sink,
 		Topics:    r.cfg.Topics,
+		// The pattern, not what it matched: replicas that have not seen
+		// a new topic yet still agree.
+		TopicsRegex: r.cfg.TopicsRegex,
 		// Members that cannot read get no partitions: say so from the
 		// start, not after a plan gave this one its share.
 		Unreadable: r.reach.verdict(),

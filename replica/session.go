@@ -74,6 +74,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 			if err != nil {
 				r.log.Warn("reading topic metadata failed", zap.Error(err))
 			} else if !slices.Equal(ps, partitions) {
+				r.noteTopics(partitions, ps)
 				if partitions == nil {
 					replan.Reset(0) // the first plan of a session waits for nothing
 				} else {
@@ -110,7 +111,20 @@ func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]sinks.Pa
 	if err != nil {
 		return nil, err
 	}
-	var out []sinks.Partition
+	if r.pattern != nil {
+		every, err := c.EveryTopic(mctx)
+		if err != nil {
+			return nil, err
+		}
+		for t, ps := range every {
+			if r.pattern.MatchString(t) {
+				byTopic[t] = ps
+			}
+		}
+	}
+	// Not nil, even empty: nil is "not read yet" to the session loop, and
+	// a pattern whose every topic was deleted has its claims released.
+	out := make([]sinks.Partition, 0, len(byTopic))
 	for t, ps := range byTopic {
 		for _, p := range ps {
 			out = append(out, sinks.Partition{Topic: t, Partition: p})
@@ -118,6 +132,45 @@ func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]sinks.Pa
 	}
 	slices.SortFunc(out, sinks.Partition.Compare)
 	return out, nil
+}
+
+// noteTopics says which topics appeared and which went between two reads
+// of the metadata, and counts them. A topic gone from Kafka (deleted) has
+// no partitions in the plan any more: its claims are handed over to
+// nobody, that is released at their next block boundary.
+func (r *Replica) noteTopics(before, now []sinks.Partition) {
+	was, is := topicsOf(before), topicsOf(now)
+	r.stats.topics.Store(int64(len(is)))
+	var found, gone []string
+	for t := range is {
+		if !was[t] {
+			found = append(found, t)
+		}
+	}
+	for t := range was {
+		if !is[t] {
+			gone = append(gone, t)
+		}
+	}
+	slices.Sort(found)
+	slices.Sort(gone)
+	if before != nil && len(found) > 0 {
+		r.stats.topicsFound.Add(int64(len(found)))
+		r.log.Info("new topics to read", zap.Int("topics", len(found)), zap.Strings("which", firstN(found, 20)))
+	}
+	if len(gone) > 0 {
+		r.stats.topicsGone.Add(int64(len(gone)))
+		r.log.Info("topics gone from Kafka (deleted, or no longer matching): releasing their partitions",
+			zap.Int("topics", len(gone)), zap.Strings("which", firstN(gone, 20)))
+	}
+}
+
+func topicsOf(ps []sinks.Partition) map[string]bool {
+	out := make(map[string]bool)
+	for _, p := range ps {
+		out[p.Topic] = true
+	}
+	return out
 }
 
 // resetSeen tells p's partition, if the replica owns it, that an operator

@@ -40,6 +40,12 @@ type Stats struct {
 	// TopicsRecreated counts partitions held because their topic was
 	// deleted and created again: they wait for an operator's reset.
 	TopicsRecreated int64
+	// Topics is how many topics the replica found to read at its last
+	// read of the metadata (Config.Topics and those matching
+	// Config.TopicsRegex); TopicsFound and TopicsGone count the topics
+	// that appeared and went between two reads (created or deleted,
+	// mostly under a TopicsRegex).
+	Topics, TopicsFound, TopicsGone int64
 	// KafkaThrottled is the time brokers throttled the replica's fetches
 	// by their quotas, KafkaRelogins the SASL logins again on open
 	// connections before their sessions ended (KIP-368), and
@@ -110,6 +116,7 @@ type counters struct {
 	truncations                                  [len(truncationCauses)]atomic.Int64
 	offsetsTruncated                             atomic.Int64
 	topicsRecreated                              atomic.Int64
+	topics, topicsFound, topicsGone              atomic.Int64
 	sinkErrors, sinkCalls, oversizedBatches      atomic.Int64
 	writeTimeouts, abandoned                     atomic.Int64
 	claims, rebalances, sessions                 atomic.Int64
@@ -160,6 +167,9 @@ func (c *counters) snapshot() Stats {
 		LogTruncations:    c.truncationCounts(),
 		OffsetsTruncated:  c.offsetsTruncated.Load(),
 		TopicsRecreated:   c.topicsRecreated.Load(),
+		Topics:            c.topics.Load(),
+		TopicsFound:       c.topicsFound.Load(),
+		TopicsGone:        c.topicsGone.Load(),
 		SinkErrors:        c.sinkErrors.Load(),
 		WriteTimeouts:     c.writeTimeouts.Load(),
 		Abandoned:         c.abandoned.Load(),

@@ -25,6 +25,8 @@ type runOptions struct {
 	formats formatFlags
 
 	topics           []string
+	topicsRegex      string
+	metadataInterval time.Duration
 	sink             string
 	replicaID        string
 	leaseTTL         time.Duration
@@ -127,6 +129,8 @@ func newRunCommand(table sinks.Table) *cobra.Command {
 	o.cluster.register(cmd)
 	fs := cmd.Flags()
 	fs.StringSliceVar(&o.topics, "topics", nil, "topics to consume, comma-separated, each with all its partitions (the operator commands' --topic T:P,P picks partitions)")
+	fs.StringVar(&o.topicsRegex, "topics-regex", "", `also consume every topic whose whole name matches this regular expression (RE2, e.g. 'orders\..*'), but Kafka's internal topics: topics created later are read within --metadata-interval, deleted ones released; see docs/topics.md`)
+	fs.DurationVar(&o.metadataInterval, "metadata-interval", replica.DefaultMetadataInterval, "how often the topics' metadata is read (metadata.max.age.ms): partitions added to a topic, and with --topics-regex topics created or deleted, are found within it; must be positive")
 	fs.StringVar(&o.sink, "sink", "", "where records go: "+table.Usage())
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's ID, unique in the group (default host-pid)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultTTL, "etcd lease TTL: a dead replica's partitions move after this (at least 2s, whole seconds)")
@@ -174,11 +178,13 @@ func (o *runOptions) complete(cmd *cobra.Command) error {
 	}
 	o.target.claim, o.target.shared = o.topics, o.allowSharedSink
 	o.cfg = replica.Config{
-		Group:           o.cluster.group,
-		ReplicaID:       o.replicaID,
-		Topics:          o.topics,
-		CompactInterval: o.etcdCompact,
-		NoCompaction:    o.etcdCompact == 0,
+		Group:            o.cluster.group,
+		ReplicaID:        o.replicaID,
+		Topics:           o.topics,
+		TopicsRegex:      o.topicsRegex,
+		MetadataInterval: o.metadataInterval,
+		CompactInterval:  o.etcdCompact,
+		NoCompaction:     o.etcdCompact == 0,
 		Kafka: kafkaconf.Config{
 			Brokers:         o.cluster.brokers,
 			ClientID:        o.cluster.kafkaClientID,
@@ -222,8 +228,11 @@ func (o *runOptions) validate() error {
 	if o.sink == "" {
 		return usagef("--sink is required: want %s", o.sinks.Usage())
 	}
-	if len(o.topics) == 0 {
-		return usagef("--topics is required: name at least one topic, e.g. --topics orders,refunds")
+	if len(o.topics) == 0 && o.topicsRegex == "" {
+		return usagef("--topics or --topics-regex is required: name at least one topic, e.g. --topics orders,refunds, or give a pattern, e.g. --topics-regex 'orders\\..*'")
+	}
+	if _, err := replica.CompileTopics(o.topicsRegex); err != nil {
+		return usagef("--topics-regex: %w", err)
 	}
 	if err := validTopics("--topics", o.topics); err != nil {
 		return err
@@ -238,6 +247,7 @@ func (o *runOptions) validate() error {
 		{"--max-block-rows", o.maxBlockRows > 0, o.maxBlockRows, "1 or more"},
 		{"--flush-interval", o.flushInterval > 0, o.flushInterval, "a duration such as 1s"},
 		{"--max-empty-polls", o.maxEmptyPolls > 0, o.maxEmptyPolls, "1 or more"},
+		{"--metadata-interval", o.metadataInterval > 0, o.metadataInterval, "a duration such as 10s"},
 		{"--fetch-max-wait", o.fetchMaxWait > 0, o.fetchMaxWait, "a duration such as 500ms"},
 		{"--shutdown-timeout", o.shutdown > 0, o.shutdown, "a duration such as 30s (a stop that does not wait is SIGKILL)"},
 		{"--kafka-down-after", o.kafkaDownAfter > 0, o.kafkaDownAfter, "a duration such as 30s"},
@@ -312,7 +322,7 @@ func (o *runOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return usage(err)
 	}
 	log.Info("replica starting", zap.String("replica", o.cfg.ReplicaID), zap.String("group", o.cfg.Group),
-		zap.Strings("topics", o.cfg.Topics), zap.String("sink", o.target.scheme()),
+		zap.Strings("topics", o.cfg.Topics), zap.String("topics_regex", o.cfg.TopicsRegex), zap.String("sink", o.target.scheme()),
 		zap.Strings("brokers", o.cfg.Kafka.Brokers), zap.Strings("etcd", redact.URLs(o.cluster.etcdEndpoints)),
 		zap.Duration("lease_ttl", o.cfg.LeaseTTL), zap.Stringer("commit_mode", o.cfg.CommitMode), zap.String("version", version))
 	ops.Start(ctx, r)

@@ -105,7 +105,10 @@ func (t sinkTarget) openSink(ctx context.Context, out io.Writer) (sinks.Sink, er
 // t.shared: then it is logged and the free topics are claimed.
 func (t sinkTarget) claimDestination(ctx context.Context, s sinks.Sink) error {
 	c, ok := s.(sinks.DestinationClaimer)
-	if !ok || len(t.claim) == 0 {
+	// A router claims the tables of topics found later as they come, for
+	// the group it is told of here.
+	_, routes := s.(*sinks.Router)
+	if !ok || (len(t.claim) == 0 && !routes) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)

@@ -44,6 +44,13 @@ func (c *ClickHouse) Query(t testing.TB, sql string, args ...any) [][]any {
 	return rows
 }
 
+// TryQuery is Query that returns its error, for a query that may fail
+// (a table that does not exist yet).
+func (c *ClickHouse) TryQuery(t testing.TB, sql string, args ...any) ([][]any, error) {
+	t.Helper()
+	return c.query(t, sql, args...)
+}
+
 // QueryInt runs a query of one row and one column of an integer type in
 // Database, and returns its value.
 func (c *ClickHouse) QueryInt(t testing.TB, sql string, args ...any) int64 {

@@ -193,6 +193,12 @@ func (c *Consumer) Partitions(ctx context.Context, topics ...string) (map[string
 	return c.kc.AllPartitions(ctx, topics...)
 }
 
+// EveryTopic returns the partition ids of every topic the cluster has but
+// its internal ones, sorted; see Client.EveryTopic.
+func (c *Consumer) EveryTopic(ctx context.Context) (map[string][]int, error) {
+	return c.kc.EveryTopic(ctx)
+}
+
 // MissingTopics returns the topics the cluster does not know, asking a
 // broker (never creating them).
 func (c *Consumer) MissingTopics(ctx context.Context, topics ...string) ([]string, error) {

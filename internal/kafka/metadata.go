@@ -51,7 +51,8 @@ type partitionMeta struct {
 
 // topicMeta is what the metadata says of one topic.
 type topicMeta struct {
-	id    TopicID
+	id       TopicID
+	internal bool // Kafka's own (__consumer_offsets, __transaction_state)
 	err   error // the broker's error for the topic: UnknownTopicOrPartition when it does not exist
 	parts map[int]partitionMeta
 }
@@ -119,7 +120,11 @@ func (c *Client) metadata(ctx context.Context, topics []string) (*clusterMeta, e
 			break
 		}
 	}
-	return nil, fmt.Errorf("metadata of %s: %w", strings.Join(topics, ", "), first)
+	what := strings.Join(topics, ", ")
+	if topics == nil {
+		what = "every topic"
+	}
+	return nil, fmt.Errorf("metadata of %s: %w", what, first)
 }
 
 // metadataFrom asks broker id (-1: any) for the metadata of topics.
@@ -144,7 +149,7 @@ func (c *Client) metadataFrom(ctx context.Context, id int32, topics []string) (*
 		if t.Topic == nil {
 			continue
 		}
-		tm := &topicMeta{id: t.TopicID, parts: make(map[int]partitionMeta, len(t.Partitions))}
+		tm := &topicMeta{id: t.TopicID, internal: t.IsInternal, parts: make(map[int]partitionMeta, len(t.Partitions))}
 		if t.ErrorCode != 0 {
 			tm.err = kafkago.Error(t.ErrorCode)
 		}
@@ -205,6 +210,29 @@ func (c *Client) Partitions(ctx context.Context, topics ...string) (found map[st
 		found[name] = ids
 	}
 	return found, missing, nil
+}
+
+// EveryTopic returns the partition ids of every topic the cluster has,
+// sorted, but Kafka's internal topics and the topics the answer holds an
+// error for (one being created or deleted: the next answer has it right).
+func (c *Client) EveryTopic(ctx context.Context) (map[string][]int, error) {
+	m, err := c.metadata(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	out := make(map[string][]int, len(m.topics))
+	for name, t := range m.topics {
+		if t.internal || t.err != nil || len(t.parts) == 0 {
+			continue
+		}
+		ids := make([]int, 0, len(t.parts))
+		for id := range t.parts {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out[name] = ids
+	}
+	return out, nil
 }
 
 // AllPartitions is Partitions where a topic the cluster does not know is an

@@ -15,6 +15,7 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
 	"github.com/offsetkeeper/offsetkeeper/internal/secure"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
@@ -343,7 +344,11 @@ func (c *config) set(key, val string) error {
 		}
 		c.group = val
 	case paramTable:
-		c.tableRaw = val
+		t, err := sinks.ParseTemplate(val)
+		if err != nil {
+			return sinkURL.Wrap(err)
+		}
+		c.tableRaw = t.Table("topic") // a template's: checked as one of its tables
 	case paramDeadLetters:
 		c.deadRaw = val
 	case paramMode:

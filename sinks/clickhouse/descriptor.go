@@ -20,8 +20,15 @@ var Descriptor = &sinks.Descriptor{
 	Check:  func(raw string) error { return ValidateURL(raw, false) },
 	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
 		opts := sqlsink.Options(o, WithGroup, WithLogger)
-		return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
-			func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
+		if t, ok := sqlsink.Routed(raw); ok {
+			// One sink per table, opened at its topic's first block; the
+			// sinks keep no connections between inserts.
+			return sinks.NewRouter(sinks.RouterConfig{Template: t, NeedsIntents: true,
+				Open: func(ctx context.Context, table string) (sinks.Sink, error) {
+					return openTable(ctx, sqlsink.WithTable(raw, table), opts)
+				}}), nil
+		}
+		return openTable(ctx, raw, opts)
 	},
 	// A ClickHouse server answers the native protocol and HTTP on two
 	// ports: the table is the same, so the port is left out.
@@ -47,4 +54,10 @@ var Descriptor = &sinks.Descriptor{
 		}
 		return -1, table, nil
 	},
+}
+
+// openTable opens the sink of one table.
+func openTable(ctx context.Context, raw string, opts []Option) (sinks.Sink, error) {
+	return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
+		func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
 }

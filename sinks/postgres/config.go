@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/enum"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
@@ -190,6 +191,10 @@ func WithGroup(group string) Option { return func(c *config) { c.optGroup = grou
 // WithLogger makes the sink log retries and dead letters (default: no logs).
 func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log } }
 
+// withPool makes the sink use pool, which it leaves open at Close: the
+// tables of a table template share their router's.
+func withPool(pool *pgxpool.Pool) Option { return func(c *config) { c.pool = pool } }
+
 // config is the parsed URL and options.
 type config struct {
 	connString   string // the URL without the sink's own parameters
@@ -201,7 +206,8 @@ type config struct {
 	deadLetters  pgx.Identifier
 	retryTimeout time.Duration
 	log          *zap.Logger
-	evolve       Evolve // columns and upsert modes'
+	evolve       Evolve        // columns and upsert modes'
+	pool         *pgxpool.Pool // withPool's: a router's tables share it
 
 	// Upsert mode's; given records which of them the URL set.
 	conflict string // the unique constraint; "" for the primary key
@@ -338,7 +344,11 @@ func (c *config) set(key, val string) error {
 		}
 		c.group = val
 	case paramTable:
-		c.table, err = parseTable(key, val)
+		var t sinks.Template
+		if t, err = sinks.ParseTemplate(val); err != nil {
+			return sinkURL.Wrap(err)
+		}
+		c.table, err = parseTable(key, t.Table("topic"))
 	case paramOffsets:
 		c.offsets, err = parseTable(key, val)
 	case paramDeadLetters:

@@ -25,6 +25,28 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
+	pool, owned := c.pool, false
+	if pool == nil {
+		if pool, err = newPool(ctx, &c); err != nil {
+			return nil, err
+		}
+		owned = true
+	}
+	s := &Sink{cfg: c, pool: pool, ownsPool: owned, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
+	retry := sqlsink.Setup{Sink: "postgres", Timeout: c.retryTimeout, Min: retryFirst, Max: startRetryMax,
+		Unreachable: unreachable, Log: c.log, Retried: func() { s.retries.Add(1) }}
+	if err := retry.Run(ctx, s.setup); err != nil {
+		if owned {
+			pool.Close()
+		}
+		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
+	}
+	return s, nil
+}
+
+// newPool opens the connection pool of c's URL; each connection makes the
+// mode's staging table when it opens.
+func newPool(ctx context.Context, c *config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(c.connString)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrURL, err)
@@ -51,14 +73,7 @@ func New(ctx context.Context, url string, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
-	s := &Sink{cfg: c, pool: pool, checked: map[int]time.Time{}, plans: map[int]*fieldPlan{}, logged: map[int]bool{}, recheck: recheckAfter}
-	retry := sqlsink.Setup{Sink: "postgres", Timeout: c.retryTimeout, Min: retryFirst, Max: startRetryMax,
-		Unreachable: unreachable, Log: c.log, Retried: func() { s.retries.Add(1) }}
-	if err := retry.Run(ctx, s.setup); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres sink %s: %w", c.table.Sanitize(), err)
-	}
-	return s, nil
+	return pool, nil
 }
 
 func (s *Sink) setup(ctx context.Context) error {

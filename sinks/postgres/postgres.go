@@ -28,7 +28,10 @@ var ErrClosed = errors.New("postgres sink is closed")
 type Sink struct {
 	cfg  config
 	pool *pgxpool.Pool
-	sql  statements
+	// ownsPool: the pool is the sink's own, not its router's (a table
+	// template's tables share one).
+	ownsPool bool
+	sql      statements
 
 	// life is held shared by writes and Resume and exclusively by Close, so
 	// that Close waits for the writes in flight and none starts after it.
@@ -233,7 +236,9 @@ func (s *Sink) Close() error {
 	defer s.life.Unlock()
 	if !s.closed {
 		s.closed = true
-		s.pool.Close()
+		if s.ownsPool {
+			s.pool.Close()
+		}
 	}
 	return nil
 }

@@ -91,3 +91,27 @@ func Reader[R sinks.Reader](r R, err error) (sinks.Reader, error) {
 	}
 	return r, nil
 }
+
+// Routed is the template of raw's table= when it names a table per topic
+// ({topic}); ok is false otherwise, and for a URL that does not parse.
+func Routed(raw string) (t sinks.Template, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return sinks.Template{}, false
+	}
+	t, err = sinks.ParseTemplate(u.Query().Get("table"))
+	return t, err == nil && t.Routed()
+}
+
+// WithTable is raw with table= set to table: the URL of one route of a
+// table template.
+func WithTable(raw, table string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

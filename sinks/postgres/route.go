@@ -1,0 +1,58 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
+)
+
+// openRoutes opens the sink of a URL whose table= is a template
+// ({topic}): a sinks.Router whose tables' sinks share one pool (a pool
+// each would be a connection each, thousands of them at thousands of
+// topics) and one offsets table. Each topic's table is opened, checked and
+// created as a table= of its own would be, at the topic's first block.
+func openRoutes(ctx context.Context, raw string, t sinks.Template, opts []Option) (sinks.Sink, error) {
+	c, err := parseURL(sqlsink.WithTable(raw, t.Table("topic")))
+	if err == nil {
+		err = c.finish(opts)
+	}
+	if err != nil {
+		return nil, &sinks.URLError{URL: sinks.Redact(raw), Err: err}
+	}
+	pool, err := newPool(ctx, &c)
+	if err != nil {
+		return nil, fmt.Errorf("open sink postgres: %w", err)
+	}
+	retry := sqlsink.Setup{Sink: "postgres", Timeout: c.retryTimeout, Min: retryFirst, Max: startRetryMax,
+		Unreachable: unreachable, Log: c.log}
+	if err := retry.Run(ctx, func(ctx context.Context) error { return ping(ctx, pool) }); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open sink postgres: %w", err)
+	}
+	opts = append(opts, withPool(pool))
+	return sinks.NewRouter(sinks.RouterConfig{
+		Template: t,
+		Open: func(ctx context.Context, table string) (sinks.Sink, error) {
+			u := sqlsink.WithTable(raw, table)
+			return sqlsink.Open(ctx, "postgres", u, DefaultRetryTimeout,
+				func(ctx context.Context) (*Sink, error) { return New(ctx, u, opts...) }, ErrURL, ErrTableShape)
+		},
+		Ping:  pool.Ping,
+		Close: func() error { pool.Close(); return nil },
+	}), nil
+}
+
+// ping is the server's answer, a refused login named as such.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := pool.Ping(ctx); err != nil {
+		if loginRefused(err) {
+			return fmt.Errorf("connect: %w: give the role's password in the URL, in $PGPASSWORD, a password file or a service file", err)
+		}
+		return fmt.Errorf("connect: %w", err)
+	}
+	return nil
+}
