@@ -52,9 +52,9 @@ type partitionMeta struct {
 // topicMeta is what the metadata says of one topic.
 type topicMeta struct {
 	id       TopicID
-	internal bool // Kafka's own (__consumer_offsets, __transaction_state)
-	err   error // the broker's error for the topic: UnknownTopicOrPartition when it does not exist
-	parts map[int]partitionMeta
+	internal bool  // Kafka's own (__consumer_offsets, __transaction_state)
+	err      error // the broker's error for the topic: UnknownTopicOrPartition when it does not exist
+	parts    map[int]partitionMeta
 }
 
 // clusterMeta is one metadata answer.
