@@ -50,8 +50,14 @@ type Sink struct {
 	conn driver.Conn
 	opts *ch.Options // what conn was opened with
 
-	cols    []tableColumn // columns mode's
-	resumes bool          // the table has the kafka_* columns Resume reads
+	// cols are columns mode's columns, under colsMu: a Write reads them
+	// shared for its whole insert, evolve (evolve=add-columns) replaces
+	// them; evolved are the value schemas whose fields it looked at.
+	colsMu  sync.RWMutex
+	cols    []tableColumn
+	evolved map[int]bool
+	ddl     atomic.Int64
+	resumes bool // the table has the kafka_* columns Resume reads
 	// dedupSetting: the server knows deduplicate_insert (26.2 and later),
 	// which the inserts set too.
 	dedupSetting bool
@@ -155,7 +161,7 @@ func connect(url string, opts []Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse sink: %w", err)
 	}
-	return &Sink{cfg: c, conn: conn, opts: o, tinyStart: time.Now()}, nil
+	return &Sink{cfg: c, conn: conn, opts: o, tinyStart: time.Now(), evolved: map[int]bool{}}, nil
 }
 
 // unknownSetting is ClickHouse's UNKNOWN_SETTING exception code.
@@ -181,7 +187,13 @@ func (s *Sink) setup(ctx context.Context) error {
 	// The tables that exist are checked before any is made, so that a
 	// refused start changes nothing (ErrTableShape, ErrNoDeduplication); in
 	// columns mode this reads the table's columns. The raw table, when it
-	// is made, is made deduplicating.
+	// is made, is made deduplicating, as is a columns table made for
+	// evolve=add-columns, which has no shape to refuse.
+	if s.cfg.mode == Columns && s.cfg.evolve == AddColumns {
+		if err := s.createMissing(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.checkTables(ctx); err != nil {
 		return err
 	}
@@ -327,6 +339,15 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 	if len(b.Records) == 0 {
 		return nil
 	}
+	if s.cfg.mode == Columns && s.cfg.evolve == AddColumns {
+		if err := s.evolve(ctx, b); err != nil {
+			return fmt.Errorf("write %s: %w", b, err)
+		}
+	}
+	// The columns stay as they are for the whole insert, its checks and
+	// retries included.
+	s.colsMu.RLock()
+	defer s.colsMu.RUnlock()
 	suspect := s.takeSuspect(b.Topic, b.Partition)
 	defer func() {
 		if err != nil {

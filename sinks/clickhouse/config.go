@@ -119,6 +119,31 @@ const (
 
 type compressions struct{}
 
+// Evolve is what columns mode does with a decoded record's fields that
+// the table has no column for (evolve=).
+type Evolve int
+
+func (e Evolve) String() string                { return enum.Name[evolveRules](int(e)) }
+func (e Evolve) Check() error                  { return enum.Valid[evolveRules](int(e)) }
+func (e Evolve) MarshalText() ([]byte, error)  { return enum.Text[evolveRules](int(e)) }
+func (e *Evolve) UnmarshalText(b []byte) error { return enum.SetInt[evolveRules]((*int)(e), string(b)) }
+func (e *Evolve) Set(s string) error           { return enum.SetInt[evolveRules]((*int)(e), s) }
+func (Evolve) Type() string                    { return enum.Type[evolveRules]() }
+
+const (
+	// NoEvolve leaves the table as it is: such fields are counted and
+	// dropped. The default.
+	NoEvolve Evolve = iota
+	// AddColumns adds a Nullable column for each field of a record's
+	// value schema the table lacks, before the record's block is
+	// inserted, and creates a missing table.
+	AddColumns
+)
+
+type evolveRules struct{}
+
+func (evolveRules) Enum() (string, []string) { return "evolve", []string{"none", "add-columns"} }
+
 func (compressions) Enum() (string, []string) { return "compression", []string{"lz4", "zstd", "none"} }
 
 // The sink's URL parameters, each documented in params (params.go). The
@@ -139,6 +164,7 @@ const (
 	paramDialTimeout  = "dial_timeout"
 	paramRetryTimeout = "retry_timeout"
 	paramCompression  = "compression"
+	paramEvolve       = "evolve"
 )
 
 // ErrURL is wrapped by every error about the URL or an option.
@@ -195,6 +221,7 @@ type config struct {
 	dialTimeout  time.Duration
 	retryTimeout time.Duration
 	compression  Compression
+	evolve       Evolve // columns mode's
 	given        map[string]bool
 	log          *zap.Logger
 	tls          *tls.Config // what finish made of tlsOpts
@@ -284,6 +311,9 @@ func parseURL(raw string) (config, error) {
 	if c.table == c.deadLetters {
 		return c, fmt.Errorf("%w: %s and %s must be two different tables", ErrURL, paramTable, paramDeadLetters)
 	}
+	if c.evolve == AddColumns && c.mode != Columns {
+		return c, fmt.Errorf("%w: %s=%s is for mode=columns (raw mode keeps the whole value in one column)", ErrURL, paramEvolve, c.evolve)
+	}
 	if !c.tlsOpts.On {
 		for _, p := range []string{paramSkipVerify, paramServerName, paramCAFile} {
 			if c.given[p] {
@@ -355,6 +385,8 @@ func (c *config) set(key, val string) error {
 		err = sqlsink.Enum(sinkURL, &c.mode, key, val)
 	case paramProtocol:
 		err = sqlsink.Enum(sinkURL, &c.protocol, key, val)
+	case paramEvolve:
+		err = sqlsink.Enum(sinkURL, &c.evolve, key, val)
 	case paramCompression:
 		err = sqlsink.Enum(sinkURL, &c.compression, key, val)
 	case paramSecure:

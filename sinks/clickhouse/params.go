@@ -14,6 +14,7 @@ var params = sqlsink.Params([][3]string{
 	{paramGroup, "`--group`", "part of every token; if given, it must equal `--group` (`dev` uses a group and a topic of its own per run, since the tokens and the rows outlive dev's etcd)"},
 	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `db.name`"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields"},
+	{paramEvolve, "`" + NoEvolve.String() + "`", "columns mode: `add-columns` adds a Nullable column for each field of a record's value schema (Avro, Protobuf, JSON Schema) the table lacks, and creates a missing table ordered by `(kafka_topic, kafka_partition, kafka_offset)`; `none` drops such fields, counted"},
 	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},
 	{paramProtocol, "`" + Native.String() + "`", "`native` (port 9000, 9440 with TLS) or `http` (8123, 8443)"},
 	{paramSecure, "`false`", "TLS"},

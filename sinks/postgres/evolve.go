@@ -303,6 +303,7 @@ func (s *Sink) publish(a *attempt) {
 		for i, c := range a.added {
 			names[i] = c.name + " " + c.typ
 		}
+		s.ddl.Add(1)
 		s.cfg.log.Info("columns added", zap.String("table", s.cfg.table.Sanitize()), zap.Strings("columns", names))
 	}
 	now := time.Now()

@@ -85,6 +85,17 @@ func (s *Sink) setup(ctx context.Context) error {
 		}
 		return fmt.Errorf("connect: %w", err)
 	}
+	// A table made here, for evolve=add-columns, has no shape to refuse.
+	if s.cfg.mode == Columns && s.cfg.evolve == AddColumns {
+		made, err := createMissing(ctx, s.pool, s.cfg.table)
+		if err != nil {
+			return err
+		}
+		if made {
+			s.ddl.Add(1)
+			s.cfg.log.Info("table created", zap.String("table", s.cfg.table.Sanitize()), zap.Stringer("mode", s.cfg.mode))
+		}
+	}
 	// What can refuse a table is read before any table is made, so that a
 	// refused start changes nothing (ErrTableShape).
 	if err := checkTables(ctx, s.pool, &s.cfg); err != nil {

@@ -51,6 +51,7 @@ type Sink struct {
 	recheck  time.Duration      // recheckAfter, but in tests
 
 	deadLetters   atomic.Int64
+	ddl           atomic.Int64
 	ignored       atomic.Int64
 	ignoredFields atomic.Int64
 	retries       atomic.Int64
@@ -88,6 +89,10 @@ func (s *Sink) TakesUndecodable() bool { return true }
 // for (evolve=none) or that is named as a kafka_* column, when the record
 // holds a value for it (not null). Raw mode keeps every field: zero.
 func (s *Sink) IgnoredFields() int64 { return s.ignoredFields.Load() }
+
+// DDL counts the statements that changed a table's shape: a table
+// created (evolve=add-columns), columns added.
+func (s *Sink) DDL() int64 { return s.ddl.Load() }
 
 // Retries counts the attempts made again for want of a server: New's while
 // it waited for one, and Write's and WriteBlocks' after losing their

@@ -137,6 +137,40 @@ func ensureTables(ctx context.Context, pool *pgxpool.Pool, c *config) error {
 	})
 }
 
+// createColumnsTable is the table columns mode makes for evolve=add-columns
+// when it is missing: the kafka_* columns alone, the first record's schema
+// adds the rest. Rows are exactly-once by the offsets table, not a key.
+func createColumnsTable(t pgx.Identifier) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.Sanitize() + ` (
+	kafka_topic text NOT NULL,
+	kafka_partition integer NOT NULL,
+	kafka_offset bigint NOT NULL,
+	kafka_key bytea,
+	kafka_timestamp timestamptz NOT NULL
+)`
+}
+
+// createMissing makes columns mode's table when it is missing, under the
+// schema lock that keeps replicas starting at once from racing; it
+// reports whether this sink made it.
+func createMissing(ctx context.Context, pool *pgxpool.Pool, t pgx.Identifier) (made bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
+			return fmt.Errorf("lock the schema: %w", err)
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.Sanitize()).Scan(&exists); err != nil || exists {
+			return err
+		}
+		if _, err := tx.Exec(ctx, createColumnsTable(t)); err != nil {
+			return fmt.Errorf("create table %s: %w", t.Sanitize(), err)
+		}
+		made = true
+		return nil
+	})
+	return made, err
+}
+
 // Columns of a columns-mode table that come from the record rather than
 // from its value; a field of the value with one of these names is ignored.
 var metaColumns = map[string]string{

@@ -1,0 +1,154 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+)
+
+// TestRoutedTablesCreatedAndEvolved: an Avro topic read by two groups of
+// two replicas each, one into PostgreSQL and one into ClickHouse, both in
+// columns mode with table={topic} and evolve=add-columns, and no table
+// made beforehand. Each store's table is made when the topic's partitions
+// are claimed, of the kafka_* columns, and v1's fields are added at its
+// first records; when the schema gains a field
+// with a default (v2) the column is added at v2's first records, by both
+// replicas of a group at once (each reads half the partitions, and v2
+// reaches them together), and both succeed: no write fails. The rows of
+// v1 hold NULL there, v2's the value, each once.
+func TestRoutedTablesCreatedAndEvolved(t *testing.T) {
+	reg := harness.StartSchemaRegistry(t)
+	pg := harness.StartPostgres(t)
+	ch := harness.StartClickHouse(t)
+	const v1 = `{"type":"record","name":"User","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}`
+	const v2 = `{"type":"record","name":"User","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},
+		{"name":"email","type":["null","string"],"default":null}]}`
+	const half = 200
+	e := newEnv(t, "Users.EU", 4)
+	id1 := reg.RegisterAvro(t, e.topic+"-value", v1)
+	id2 := reg.RegisterAvro(t, e.topic+"-value", v2)
+
+	dbURL := pg.NewDatabase(t)
+	pgURL := withQuery(dbURL, "mode=columns&table={topic}&evolve=add-columns")
+	prefix := fmt.Sprintf("ev%d_", time.Now().UnixNano()%1_000_000)
+	chURL := fmt.Sprintf("clickhouse://%s/%s?mode=columns&table=%s{topic}&evolve=add-columns", ch.NativeAddr(), ch.Database(), prefix)
+	pgTable, chTable := sinks.TableName(e.topic), prefix+sinks.TableName(e.topic)
+
+	if n := ch.QueryInt(t, `SELECT count() FROM system.tables WHERE database = ? AND name = ?`, ch.Database(), chTable); n != 0 {
+		t.Fatalf("ClickHouse has %s before the replicas started", chTable)
+	}
+	open := func(d *sinks.Descriptor, url, group string) sinks.Sink {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := d.Open(ctx, url, sinks.Options{Group: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.(*sinks.Router); !ok {
+			t.Fatalf("%s with table={topic}: a %T, want a *sinks.Router", d.Scheme, s)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	gpg, gch := e.withGroup("evolve-pg"), e.withGroup("evolve-ch")
+	var replicas []*running
+	for _, g := range []struct {
+		e   *env
+		d   *sinks.Descriptor
+		url string
+	}{{gpg, postgres.Descriptor, pgURL}, {gch, clickhouse.Descriptor, chURL}} {
+		for i := range 2 {
+			replicas = append(replicas, g.e.start(g.e.formatConfig(fmt.Sprintf("r%d", i), sinks.Avro, reg), open(g.d, g.url, g.e.group)))
+		}
+	}
+	await(t, 20*time.Second, "each replica to hold two partitions", func() bool {
+		return len(gpg.owners()) == 2 && len(gch.owners()) == 2
+	})
+	conn := pgConn(t, dbURL)
+	pgCols := func() []string {
+		rows, err := conn.Query(context.Background(), `SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`, pgTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var cols []string
+		for rows.Next() {
+			var c string
+			if err := rows.Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			cols = append(cols, c)
+		}
+		return cols
+	}
+	chCols := func() []string {
+		var cols []string
+		for _, r := range ch.Query(t, `SELECT name FROM system.columns WHERE database = ? AND table = ? ORDER BY position`, ch.Database(), chTable) {
+			cols = append(cols, r[0].(string))
+		}
+		return cols
+	}
+	// Made when the topic's partitions were claimed, before any record:
+	// the record's columns come with its schema.
+	meta := []string{"kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp"}
+	await(t, 20*time.Second, "PostgreSQL's table "+pgTable+" of the kafka_* columns", func() bool { return slices.Equal(pgCols(), meta) })
+
+	want := e.produceValues(half, func(i int) []byte {
+		return harness.AvroEncode(t, id1, v1, map[string]any{"id": int64(i), "name": fmt.Sprint("u", i)})
+	})
+	await(t, 60*time.Second, "v1 committed by both groups", func() bool { return gpg.allCommitted(want) && gch.allCommitted(want) })
+	base := []string{"kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp", "id", "name"}
+	if got := pgCols(); !slices.Equal(got, base) {
+		t.Errorf("PostgreSQL's table after v1: %v, want %v", got, base)
+	}
+	chBase := []string{"kafka_topic", "kafka_partition", "kafka_offset", "kafka_generation", "kafka_key", "kafka_timestamp", "id", "name"}
+	if got := chCols(); !slices.Equal(got, chBase) {
+		t.Errorf("ClickHouse's table after v1: %v, want %v", got, chBase)
+	}
+
+	more := e.produceValues(half, func(i int) []byte {
+		i += half
+		return harness.AvroEncode(t, id2, v2, map[string]any{"id": int64(i), "name": fmt.Sprint("u", i), "email": fmt.Sprintf("u%d@example.com", i)})
+	})
+	want = addCounts(want, more)
+	await(t, 60*time.Second, "v2 committed by both groups", func() bool { return gpg.allCommitted(want) && gch.allCommitted(want) })
+	if got := pgCols(); !slices.Equal(got, append(base, "email")) {
+		t.Errorf("PostgreSQL's table after v2: %v, want %v", got, append(base, "email"))
+	}
+	if got := chCols(); !slices.Equal(got, append(chBase, "email")) {
+		t.Errorf("ClickHouse's table after v2: %v, want %v", got, append(chBase, "email"))
+	}
+
+	// Every id once; v1's without an email, v2's with theirs.
+	var n, ids, nulls, right int64
+	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE email IS NULL AND id < $1),
+		count(*) FILTER (WHERE email = 'u' || id || '@example.com' AND id >= $1) FROM `+pgx.Identifier{pgTable}.Sanitize(), half).Scan(&n, &ids, &nulls, &right); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*half || ids != 2*half || nulls != half || right != half {
+		t.Errorf("PostgreSQL: %d rows, %d ids, %d of v1 with NULL email, %d of v2 with theirs; want %d, %d, %d, %d", n, ids, nulls, right, 2*half, 2*half, half, half)
+	}
+	r := ch.Query(t, fmt.Sprintf(`SELECT count(), uniqExact(id), countIf(email IS NULL AND id < %d), countIf(email = concat('u', toString(id), '@example.com') AND id >= %d)
+		FROM %s.%s`, half, half, ch.Database(), chTable))[0]
+	if chInt(t, r[0]) != 2*half || chInt(t, r[1]) != 2*half || chInt(t, r[2]) != half || chInt(t, r[3]) != half {
+		t.Errorf("ClickHouse: %v rows, ids, v1 with NULL email, v2 with theirs; want %d, %d, %d, %d", r, 2*half, 2*half, half, half)
+	}
+	for i, rn := range replicas {
+		st := rn.r.Stats()
+		if st.SinkErrors != 0 {
+			t.Errorf("replica %d: %d sink writes failed; adding one column at once must not fail either", i, st.SinkErrors)
+		}
+		if st.Records == 0 {
+			t.Errorf("replica %d delivered nothing: the column was not added by two replicas at once", i)
+		}
+	}
+}
