@@ -1,10 +1,12 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -359,4 +361,199 @@ func chPerPartitionOrNone(t *testing.T, ch *harness.ClickHouse, table string) ma
 		got[int(chInt(t, r[0]))] = [4]int64{chInt(t, r[1]), chInt(t, r[2])}
 	}
 	return got
+}
+
+// routedRecord is a record produced for TestApacheRouteByFieldExactlyOnce:
+// where Kafka put it, and its tenant ("" for none).
+type routedRecord struct {
+	partition int
+	offset    int64
+	tenant    string
+}
+
+// TestApacheRouteByFieldExactlyOnce: records of one topic on the 3-node
+// Apache Kafka carry a tenant in {a, b, c}, and every tenth none; two
+// groups of three replica processes route them by that field, one into
+// PostgreSQL, one into ClickHouse (table=events_{route}&route_field=tenant),
+// while replicas are SIGKILLed and started again. Each tenant's table
+// holds exactly the offsets of that tenant's records, each once (a block
+// is written in parts, one per table, each deduplicated by its table when
+// the block comes again), and the records without the field are in the
+// default table, events_default.
+func TestApacheRouteByFieldExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("six replica processes under SIGKILL on a 3-node cluster")
+	}
+	k := realKafka(t)
+	pg := harness.StartPostgres(t)
+	ch := harness.StartClickHouse(t)
+	etcd := harness.StartEtcd(t, 1)
+	topic := uniqueTopic("tenants")
+	const parts = 4
+	k.CreateTopic(t, topic, parts)
+	prefix := fmt.Sprintf("rt%d_", time.Now().UnixNano()%1_000_000)
+	groups := map[string]string{
+		"route-pg": pg.URL() + "&table=" + prefix + "{route}&route_field=tenant",
+		"route-ch": fmt.Sprintf("clickhouse://%s/%s?table=%s{route}&route_field=tenant&protocol=http", ch.HTTPAddr(), ch.Database(), prefix),
+	}
+	start := func(group, id string) *harness.Process {
+		return harness.StartProcess(t, group+"-"+id, bin, "run",
+			"--http-addr", "127.0.0.1:0",
+			"--etcd-endpoints", strings.Join(etcd.Endpoints(), ","),
+			"--brokers", strings.Join(k.Brokers(), ","),
+			"--group", group, "--topics", topic, "--sink", groups[group], "--replica-id", id,
+			"--lease-ttl", "2s", "--flush-interval", "100ms", "--fetch-max-wait", "100ms", "--log-format", "console")
+	}
+	type proc struct {
+		group, id string
+		p         *harness.Process
+	}
+	var procs []*proc
+	for _, g := range []string{"route-pg", "route-ch"} {
+		for i := range 3 {
+			p := &proc{group: g, id: fmt.Sprintf("r%d", i+1)}
+			p.p = start(g, p.id)
+			procs = append(procs, p)
+		}
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProduceRequestTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var mu sync.Mutex
+	var produced []routedRecord
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var recs []*kgo.Record
+			for p := range parts {
+				for j := range 10 {
+					i := n*100 + p*10 + j
+					tenant := []string{"a", "b", "c"}[i%3]
+					v := fmt.Sprintf(`{"i":%d,"tenant":%q}`, i, tenant)
+					if i%10 == 0 {
+						tenant, v = "", fmt.Sprintf(`{"i":%d}`, i)
+					}
+					recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(p), Value: []byte(v)})
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			res := cl.ProduceSync(ctx, recs...)
+			cancel()
+			if err := res.FirstErr(); err != nil {
+				done <- err
+				return
+			}
+			mu.Lock()
+			for _, r := range res { // in the order the answers came
+				tenant, _ := sinks.FieldValue(r.Record.Value, "tenant")
+				produced = append(produced, routedRecord{int(r.Record.Partition), r.Record.Offset, tenant})
+			}
+			mu.Unlock()
+		}
+	}()
+
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, seed))
+	t.Logf("seed %d", seed)
+	for range 8 {
+		time.Sleep(time.Duration(700+rng.IntN(800)) * time.Millisecond)
+		pr := procs[rng.IntN(len(procs))]
+		if pr.p.Exited() {
+			t.Fatalf("replica %s of %s exited before it was killed:\n%s", pr.id, pr.group, pr.p.Output())
+		}
+		pr.p.Signal(syscall.SIGKILL)
+		pr.p.Wait(10 * time.Second)
+		pr.p = start(pr.group, pr.id)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	// What each table must hold: per partition, the offsets of its tenant's
+	// records.
+	want := map[string]map[int][]int64{}
+	for _, r := range produced {
+		table := prefix + cmp.Or(r.tenant, "default")
+		if want[table] == nil {
+			want[table] = map[int][]int64{}
+		}
+		want[table][r.partition] = append(want[table][r.partition], r.offset)
+	}
+	conn := pgConn(t, pg.URL())
+	pgOffsets := func(table string) (map[int][]int64, error) {
+		rows, err := conn.Query(context.Background(), `SELECT partition, "offset" FROM `+pgx.Identifier{table}.Sanitize()+` WHERE topic = $1 ORDER BY 1, 2`, topic)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		got := map[int][]int64{}
+		for rows.Next() {
+			var p int
+			var o int64
+			if err := rows.Scan(&p, &o); err != nil {
+				return nil, err
+			}
+			got[p] = append(got[p], o)
+		}
+		return got, rows.Err()
+	}
+	chOffsets := func(table string) (map[int][]int64, error) {
+		rows, err := ch.TryQuery(t, fmt.Sprintf(`SELECT kafka_partition, kafka_offset FROM %s.%s WHERE kafka_topic = ? ORDER BY 1, 2`, ch.Database(), table), topic)
+		if err != nil {
+			return nil, err
+		}
+		got := map[int][]int64{}
+		for _, r := range rows {
+			p := int(chInt(t, r[0]))
+			got[p] = append(got[p], chInt(t, r[1]))
+		}
+		return got, nil
+	}
+	for _, w := range want {
+		for p := range w {
+			slices.Sort(w[p])
+		}
+	}
+	for table, w := range want {
+		for _, s := range []struct {
+			name string
+			read func(string) (map[int][]int64, error)
+		}{{"PostgreSQL", pgOffsets}, {"ClickHouse", chOffsets}} {
+			var got map[int][]int64
+			harness.Await(t, 90*time.Second, s.name+"'s "+table+" to hold its records", func() bool {
+				g, err := s.read(table)
+				if err != nil {
+					return false
+				}
+				got = g
+				for p, offs := range w {
+					if len(got[p]) < len(offs) {
+						return false
+					}
+				}
+				return true
+			})
+			for p := range parts {
+				if !slices.Equal(got[p], w[p]) {
+					t.Errorf("%s's %s, partition %d: %d offsets, want the %d of its records, each once", s.name, table, p, len(got[p]), len(w[p]))
+				}
+			}
+		}
+	}
+	if len(want) != 4 {
+		t.Errorf("records went to %d tables, want a, b, c and default", len(want))
+	}
+	t.Logf("%d records routed by tenant into %d tables of each store, 8 SIGKILLs", len(produced), len(want))
 }

@@ -1,10 +1,13 @@
 package sinks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -24,6 +27,16 @@ type RouterConfig struct {
 	Close func() error
 	// NeedsIntents is the routes' sinks' IntentKeeper answer.
 	NeedsIntents bool
+	// Field, if set, routes each record by the top-level field of its
+	// JSON value: to Template with {route} its value, or, for a record
+	// without it, to Default. A block is then split, a part per table,
+	// and each part written to its table's sink with the block's range:
+	// each table deduplicates its part, so a block written again after a
+	// crash doubles nothing. Its sinks then key their offsets per table
+	// (their Resume knows only their part), so the router resumes from
+	// etcd and asks for intents.
+	Field   string
+	Default Template
 }
 
 // Router is a sink that writes each topic's blocks to a sink of its own
@@ -31,13 +44,13 @@ type RouterConfig struct {
 // blocks all go to one table, so each is written, resumed and deduplicated
 // by that table's sink exactly as without a router: exactly-once holds per
 // table as it holds for one. Every side upgrade is the routes' sinks',
-// which are Resumers and DeadLetterers.
+// which are Resumers and DeadLetterers. With RouterConfig.Field it routes
+// records instead, each by a field of its value.
 type Router struct {
 	cfg RouterConfig
 
 	mu      sync.Mutex
 	byTable map[string]*route
-	byTopic map[string]*route
 	claim   *destinationClaim // set by ClaimDestination
 	closed  bool
 }
@@ -71,7 +84,7 @@ var ErrRouterClosed = errors.New("sink is closed")
 
 // NewRouter returns a router that opens nothing until a topic comes.
 func NewRouter(cfg RouterConfig) *Router {
-	return &Router{cfg: cfg, byTable: map[string]*route{}, byTopic: map[string]*route{}}
+	return &Router{cfg: cfg, byTable: map[string]*route{}}
 }
 
 // Tables lists the tables opened so far, sorted.
@@ -88,30 +101,31 @@ func (r *Router) Tables() []string {
 
 // route is topic's route, opened if it is the first of its table. Two
 // topics of one table (orders.eu and orders_eu) are refused: their
-// partitions' offsets and rows would mix.
-func (r *Router) route(ctx context.Context, topic string) (*route, error) {
+// partitions' offsets and rows would mix. A router by field keys its
+// sinks' offsets per table, so there topics may share one.
+func (r *Router) route(ctx context.Context, topic, table string) (*route, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return nil, ErrRouterClosed
 	}
-	rt, ok := r.byTopic[topic]
-	if !ok {
-		table := r.cfg.Template.Table(topic)
-		if other := r.byTable[table]; other != nil {
+	rt := r.byTable[table]
+	if r.cfg.Field == "" {
+		if other := r.byTable[table]; other != nil && other.topic != topic {
 			r.mu.Unlock()
 			return nil, fmt.Errorf("topics %q and %q both map to table %q (template %s): rename one, or route with a template that tells them apart",
 				other.topic, topic, table, r.cfg.Template)
 		}
+	}
+	if rt == nil {
 		rt = &route{table: table, topic: topic, ready: make(chan struct{}), claimed: map[string]bool{}}
-		r.byTable[table], r.byTopic[topic] = rt, rt
+		r.byTable[table] = rt
 		r.mu.Unlock()
 		rt.sink, rt.err = r.cfg.Open(ctx, table)
 		if rt.err != nil {
 			rt.err = fmt.Errorf("table %s of topic %s: %w", table, topic, rt.err)
 			r.mu.Lock()
 			delete(r.byTable, table) // the next block tries again
-			delete(r.byTopic, topic)
 			r.mu.Unlock()
 		}
 		close(rt.ready)
@@ -159,67 +173,170 @@ func (r *Router) ClaimDestination(ctx context.Context, group string, topics []st
 	r.claim = &destinationClaim{group: group, shared: shared}
 	r.mu.Unlock()
 	for _, t := range topics {
-		if _, err := r.route(ctx, t); err != nil {
+		table := r.cfg.Template.Table(t)
+		if r.cfg.Field != "" {
+			table = r.cfg.Default.Table(t)
+		}
+		if _, err := r.route(ctx, t, table); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Write writes b to its topic's table.
+// Write writes b to its topic's table, or each part of it to its table.
 func (r *Router) Write(ctx context.Context, b *Block) error {
-	rt, err := r.route(ctx, b.Topic)
-	if err != nil {
-		return err
-	}
-	return rt.sink.Write(ctx, b)
+	return r.WriteBlocks(ctx, []*Block{b})[0]
 }
 
 // routeWriters bounds the tables a WriteBlocks writes at once.
 const routeWriters = 8
 
-// WriteBlocks writes each table's blocks in one call of its sink, up to
-// routeWriters tables at once; each block stands or falls with its table's
-// call, as BatchWriter says.
+// part is a block's share of one table: the block itself when it goes
+// whole.
+type part struct {
+	i int // the block's index in the call
+	b *Block
+}
+
+// WriteBlocks writes each table's blocks (or parts) in one call of its
+// sink, up to routeWriters tables at once; each block stands or falls
+// with the calls of its parts, as BatchWriter says.
 func (r *Router) WriteBlocks(ctx context.Context, blocks []*Block) []error {
 	errs := make([]error, len(blocks))
-	byRoute := map[*route][]int{}
+	byRoute := map[*route][]part{}
 	var order []*route
 	for i, b := range blocks {
-		rt, err := r.route(ctx, b.Topic)
-		if err != nil {
-			errs[i] = err
-			continue
+		for _, t := range r.tablesOf(b) {
+			rt, err := r.route(ctx, b.Topic, t.table)
+			if err != nil {
+				errs[i] = errors.Join(errs[i], err)
+				continue
+			}
+			if _, ok := byRoute[rt]; !ok {
+				order = append(order, rt)
+			}
+			byRoute[rt] = append(byRoute[rt], part{i, t.b})
 		}
-		if _, ok := byRoute[rt]; !ok {
-			order = append(order, rt)
-		}
-		byRoute[rt] = append(byRoute[rt], i)
 	}
+	var mu sync.Mutex
+	setAside := make([]int, len(blocks))
 	sem := make(chan struct{}, routeWriters)
 	var wg sync.WaitGroup
 	for _, rt := range order {
-		idx := byRoute[rt]
+		parts := byRoute[rt]
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			bs := make([]*Block, len(idx))
-			for k, i := range idx {
-				bs[k] = blocks[i]
+			bs := make([]*Block, len(parts))
+			for k, p := range parts {
+				bs[k] = p.b
 			}
-			for k, err := range WriteBlocks(ctx, rt.sink, bs) {
-				errs[idx[k]] = err
+			out := WriteBlocks(ctx, rt.sink, bs)
+			mu.Lock()
+			defer mu.Unlock()
+			for k, p := range parts {
+				if err := out[k]; err != nil {
+					if p.b != blocks[p.i] {
+						err = fmt.Errorf("table %s: %w", rt.table, err)
+					}
+					errs[p.i] = errors.Join(errs[p.i], err)
+				}
+				setAside[p.i] += p.b.SetAside
 			}
 		}()
 	}
 	wg.Wait()
+	if r.cfg.Field != "" {
+		for i, b := range blocks {
+			if errs[i] == nil {
+				b.NoteSetAside(setAside[i])
+			}
+		}
+	}
 	return errs
 }
 
-// Resume is the next offset topic's table holds of the partition.
+// tableBlock is a block, or its part, and its table.
+type tableBlock struct {
+	table string
+	b     *Block
+}
+
+// tablesOf is where b goes: whole to its topic's table, or by field, a
+// part per table in the order of their names, each with b's range.
+func (r *Router) tablesOf(b *Block) []tableBlock {
+	if r.cfg.Field == "" {
+		return []tableBlock{{r.cfg.Template.Table(b.Topic), b}}
+	}
+	byTable := map[string][]Record{}
+	for _, rec := range b.Records {
+		t := r.cfg.Default.Table(b.Topic)
+		if v, ok := FieldValue(rec.Value, r.cfg.Field); ok && len(TableName(v)) <= maxRouteName {
+			t = r.cfg.Template.Expand(b.Topic, v)
+		}
+		byTable[t] = append(byTable[t], rec)
+	}
+	out := make([]tableBlock, 0, len(byTable))
+	for t, recs := range byTable {
+		p := *b
+		p.Records, p.SetAside = recs, 0
+		out = append(out, tableBlock{t, &p})
+	}
+	slices.SortFunc(out, func(a, b tableBlock) int { return strings.Compare(a.table, b.table) })
+	return out
+}
+
+// maxRouteName bounds a route value's part of a table name: a longer one
+// goes to the default table, rather than to a name a store would cut
+// short or refuse.
+const maxRouteName = 48
+
+// FieldValue is the top-level field of a JSON object value: a string, or
+// a number as written; ok is false for another value, none, or a value
+// that is not a JSON object.
+func FieldValue(value []byte, field string) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if k != field {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return "", false
+			}
+			continue
+		}
+		var v any
+		if dec.Decode(&v) != nil {
+			return "", false
+		}
+		switch v := v.(type) {
+		case string:
+			return v, v != ""
+		case json.Number:
+			return v.String(), true
+		}
+		return "", false
+	}
+	return "", false
+}
+
+// Resume is the next offset topic's table holds of the partition; a
+// router by field knows none (ok false: etcd's offset and the intents
+// decide).
 func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
-	rt, err := r.route(ctx, topic)
+	if r.cfg.Field != "" {
+		return 0, 0, false, nil
+	}
+	rt, err := r.route(ctx, topic, r.cfg.Template.Table(topic))
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -230,8 +347,9 @@ func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64
 	return res.Resume(ctx, topic, partition)
 }
 
-// NeedsIntents is RouterConfig.NeedsIntents.
-func (r *Router) NeedsIntents() bool { return r.cfg.NeedsIntents }
+// NeedsIntents is RouterConfig.NeedsIntents; true for a router by field,
+// whose parts are deduplicated only when written again with their range.
+func (r *Router) NeedsIntents() bool { return r.cfg.NeedsIntents || r.cfg.Field != "" }
 
 // TakesUndecodable reports true: the routes' sinks keep dead letters.
 func (r *Router) TakesUndecodable() bool { return true }

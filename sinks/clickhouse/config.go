@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -222,9 +223,12 @@ type config struct {
 	retryTimeout time.Duration
 	compression  Compression
 	evolve       Evolve // columns mode's
-	given        map[string]bool
-	log          *zap.Logger
-	tls          *tls.Config // what finish made of tlsOpts
+
+	// table=, route_field= and default_table= as given: a router's.
+	template, routeField, defaultTable string
+	given                              map[string]bool
+	log                                *zap.Logger
+	tls                                *tls.Config // what finish made of tlsOpts
 }
 
 // ValidateURL checks a sink URL without connecting or reading files. The
@@ -311,6 +315,14 @@ func parseURL(raw string) (config, error) {
 	if c.table == c.deadLetters {
 		return c, fmt.Errorf("%w: %s and %s must be two different tables", ErrURL, paramTable, paramDeadLetters)
 	}
+	if _, err := sqlsink.ParseRouting(cmp.Or(c.template, DefaultTable), c.routeField, c.defaultTable); err != nil {
+		return c, sinkURL.Wrap(err)
+	}
+	if c.defaultTable != "" {
+		if _, err := c.parseTable(sqlsink.ParamDefaultTable, strings.ReplaceAll(c.defaultTable, sinks.Placeholder, "topic")); err != nil {
+			return c, err
+		}
+	}
 	if c.evolve == AddColumns && c.mode != Columns {
 		return c, fmt.Errorf("%w: %s=%s is for mode=columns (raw mode keeps the whole value in one column)", ErrURL, paramEvolve, c.evolve)
 	}
@@ -378,7 +390,12 @@ func (c *config) set(key, val string) error {
 		if err != nil {
 			return sinkURL.Wrap(err)
 		}
-		c.tableRaw = t.Table("topic") // a template's: checked as one of its tables
+		c.template = val
+		c.tableRaw = t.Expand("topic", "route") // a template's: checked as one of its tables
+	case sqlsink.ParamRouteField:
+		c.routeField = val
+	case sqlsink.ParamDefaultTable:
+		c.defaultTable = val
 	case paramDeadLetters:
 		c.deadRaw = val
 	case paramMode:

@@ -20,10 +20,11 @@ var Descriptor = &sinks.Descriptor{
 	Check:  func(raw string) error { return ValidateURL(raw, false) },
 	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
 		opts := sqlsink.Options(o, WithGroup, WithLogger)
-		if t, ok := sqlsink.Routed(raw); ok {
-			// One sink per table, opened at its topic's first block; the
-			// sinks keep no connections between inserts.
-			return sinks.NewRouter(sinks.RouterConfig{Template: t, NeedsIntents: true,
+		if r, ok := sqlsink.RoutingOf(raw); ok {
+			// One sink per table, opened at its topic's (or route's) first
+			// block; a block's part in each table is inserted with the
+			// block's token, deduplicated by that table.
+			return sinks.NewRouter(sinks.RouterConfig{Template: r.Template, Field: r.Field, Default: r.Default, NeedsIntents: true,
 				Open: func(ctx context.Context, table string) (sinks.Sink, error) {
 					return openTable(ctx, sqlsink.WithTable(raw, table), opts)
 				}}), nil

@@ -12,7 +12,9 @@ import (
 // table is generated from them.
 var params = sqlsink.Params([][3]string{
 	{paramGroup, "`--group`", "part of every token; if given, it must equal `--group` (`dev` uses a group and a topic of its own per run, since the tokens and the rows outlive dev's etcd)"},
-	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `db.name`"},
+	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `db.name`; `{topic}` in it names a table per topic, `{route}` a table per value of `route_field` (docs/topics.md)"},
+	{sqlsink.ParamRouteField, "—", "the top-level field of the record's value whose value names its table, in `table`'s `{route}`"},
+	{sqlsink.ParamDefaultTable, "`table` with `{route}` as `default`", "with `route_field`: the table of the records without the field"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields"},
 	{paramEvolve, "`" + NoEvolve.String() + "`", "columns mode: `add-columns` adds a Nullable column for each field of a record's value schema (Avro, Protobuf, JSON Schema) the table lacks, and creates a missing table ordered by `(kafka_topic, kafka_partition, kafka_offset)`; `none` drops such fields, counted"},
 	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -195,6 +196,11 @@ func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log }
 // tables of a table template share their router's.
 func withPool(pool *pgxpool.Pool) Option { return func(c *config) { c.pool = pool } }
 
+// withOffsetsKey keys the offsets rows by the group and key: the tables
+// of a router by field each keep their own offsets of a partition, since
+// each holds its own part of its blocks.
+func withOffsetsKey(key string) Option { return func(c *config) { c.offsetsKey = key } }
+
 // config is the parsed URL and options.
 type config struct {
 	connString   string // the URL without the sink's own parameters
@@ -208,6 +214,10 @@ type config struct {
 	log          *zap.Logger
 	evolve       Evolve        // columns and upsert modes'
 	pool         *pgxpool.Pool // withPool's: a router's tables share it
+	offsetsKey   string        // withOffsetsKey's
+
+	// table=, route_field= and default_table= as given: a router's.
+	tableRaw, routeField, defaultTable string
 
 	// Upsert mode's; given records which of them the URL set.
 	conflict string // the unique constraint; "" for the primary key
@@ -293,6 +303,14 @@ func parseURL(raw string) (config, error) {
 	if err := c.checkEvolve(); err != nil {
 		return c, err
 	}
+	if _, err := sqlsink.ParseRouting(cmp.Or(c.tableRaw, DefaultTable), c.routeField, c.defaultTable); err != nil {
+		return c, sinkURL.Wrap(err)
+	}
+	if c.defaultTable != "" {
+		if _, err := parseTable(sqlsink.ParamDefaultTable, strings.ReplaceAll(c.defaultTable, sinks.Placeholder, "topic")); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -348,7 +366,12 @@ func (c *config) set(key, val string) error {
 		if t, err = sinks.ParseTemplate(val); err != nil {
 			return sinkURL.Wrap(err)
 		}
-		c.table, err = parseTable(key, t.Table("topic"))
+		c.tableRaw = val
+		c.table, err = parseTable(key, t.Expand("topic", "route")) // a template's: checked as one of its tables
+	case sqlsink.ParamRouteField:
+		c.routeField = val
+	case sqlsink.ParamDefaultTable:
+		c.defaultTable = val
 	case paramOffsets:
 		c.offsets, err = parseTable(key, val)
 	case paramDeadLetters:
@@ -390,6 +413,9 @@ func (c *config) finish(opts []Option) error {
 	var err error
 	if c.group, err = sinkURL.Group(c.group, c.optGroup); err != nil {
 		return err
+	}
+	if c.offsetsKey != "" {
+		c.group += "/" + c.offsetsKey
 	}
 	if c.table.Sanitize() == c.offsets.Sanitize() || c.table.Sanitize() == c.deadLetters.Sanitize() || c.offsets.Sanitize() == c.deadLetters.Sanitize() {
 		return fmt.Errorf("%w: %s, %s and %s must be three different tables", ErrURL, paramTable, paramOffsets, paramDeadLetters)

@@ -22,8 +22,8 @@ var Descriptor = &sinks.Descriptor{
 	Check:   func(raw string) error { return ValidateURL(raw, false) },
 	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
 		opts := sqlsink.Options(o, WithGroup, WithLogger)
-		if t, ok := sqlsink.Routed(raw); ok {
-			return openRoutes(ctx, raw, t, opts)
+		if r, ok := sqlsink.RoutingOf(raw); ok {
+			return openRoutes(ctx, raw, r, opts)
 		}
 		return sqlsink.Open(ctx, "postgres", raw, DefaultRetryTimeout,
 			func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape)

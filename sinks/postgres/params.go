@@ -12,7 +12,9 @@ import (
 // own; docs/postgresql.md's table is generated from them.
 var params = sqlsink.Params([][3]string{
 	{paramGroup, "`--group`", "the offsets table's key; if given, it must equal `--group` (`dev` with a postgres sink uses a group and a topic of its own per run, `dev-<time>` and `events-<time>`, since the table outlives dev's etcd and its raw rows are keyed by topic)"},
-	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `schema.name` (taken as written, quoted)"},
+	{paramTable, "`" + DefaultTable + "`", "the rows' table, `name` or `schema.name` (taken as written, quoted); `{topic}` in it names a table per topic, `{route}` a table per value of `route_field` (docs/topics.md)"},
+	{sqlsink.ParamRouteField, "—", "the top-level field of the record's value whose value names its table, in `table`'s `{route}`"},
+	{sqlsink.ParamDefaultTable, "`table` with `{route}` as `default`", "with `route_field`: the table of the records without the field"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields; `upsert`: keep an existing table equal to the last value of each key"},
 	{paramOffsets, "`" + DefaultOffsetsTable + "`", "created if missing"},
 	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -15,8 +16,13 @@ import (
 // each would be a connection each, thousands of them at thousands of
 // topics) and one offsets table. Each topic's table is opened, checked and
 // created as a table= of its own would be, at the topic's first block.
-func openRoutes(ctx context.Context, raw string, t sinks.Template, opts []Option) (sinks.Sink, error) {
-	c, err := parseURL(sqlsink.WithTable(raw, t.Table("topic")))
+//
+// Routed by a field, each table keeps its own offsets rows of a partition
+// (keyed by the group and the table), written with its part of each
+// block in one transaction: a block written again after a crash is
+// skipped by the tables whose part is in and written by the others.
+func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Option) (sinks.Sink, error) {
+	c, err := parseURL(sqlsink.WithTable(raw, r.Template.Expand("topic", "route")))
 	if err == nil {
 		err = c.finish(opts)
 	}
@@ -35,11 +41,15 @@ func openRoutes(ctx context.Context, raw string, t sinks.Template, opts []Option
 	}
 	opts = append(opts, withPool(pool))
 	return sinks.NewRouter(sinks.RouterConfig{
-		Template: t,
+		Template: r.Template, Field: r.Field, Default: r.Default,
 		Open: func(ctx context.Context, table string) (sinks.Sink, error) {
 			u := sqlsink.WithTable(raw, table)
+			o := opts
+			if r.Field != "" {
+				o = append(slices.Clip(opts), withOffsetsKey(table))
+			}
 			return sqlsink.Open(ctx, "postgres", u, DefaultRetryTimeout,
-				func(ctx context.Context) (*Sink, error) { return New(ctx, u, opts...) }, ErrURL, ErrTableShape)
+				func(ctx context.Context) (*Sink, error) { return New(ctx, u, o...) }, ErrURL, ErrTableShape)
 		},
 		Ping:  pool.Ping,
 		Close: func() error { pool.Close(); return nil },

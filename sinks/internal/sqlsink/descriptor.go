@@ -92,26 +92,80 @@ func Reader[R sinks.Reader](r R, err error) (sinks.Reader, error) {
 	return r, nil
 }
 
-// Routed is the template of raw's table= when it names a table per topic
-// ({topic}); ok is false otherwise, and for a URL that does not parse.
-func Routed(raw string) (t sinks.Template, ok bool) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return sinks.Template{}, false
-	}
-	t, err = sinks.ParseTemplate(u.Query().Get("table"))
-	return t, err == nil && t.Routed()
+// The routing parameters both SQL sinks take.
+const (
+	ParamRouteField   = "route_field"
+	ParamDefaultTable = "default_table"
+)
+
+// Routing is what a sink URL says of routing: the table template, and the
+// route field and the table of the records without it.
+type Routing struct {
+	Template sinks.Template
+	Field    string
+	Default  sinks.Template
 }
 
-// WithTable is raw with table= set to table: the URL of one route of a
-// table template.
+// ParseRouting checks table=, route_field= and default_table= together:
+// {route} needs a route field, a route field needs {route}, and the
+// default table may name the topic but not a route.
+func ParseRouting(table, field, def string) (Routing, error) {
+	t, err := sinks.ParseTemplate(table)
+	if err != nil {
+		return Routing{}, err
+	}
+	r := Routing{Template: t, Field: field}
+	switch {
+	case t.ByRoute() && field == "":
+		return Routing{}, fmt.Errorf("table %q names {route}: give %s=FIELD, the top-level field of the record's value whose value names the table", table, ParamRouteField)
+	case field != "" && !t.ByRoute():
+		return Routing{}, fmt.Errorf("%s=%s: the table must name {route}, where the field's value goes (table=events_{route})", ParamRouteField, field)
+	case def != "" && field == "":
+		return Routing{}, fmt.Errorf("%s=%s is for %s=: the table of the records without the field", ParamDefaultTable, def, ParamRouteField)
+	}
+	if field == "" {
+		return r, nil
+	}
+	if def == "" {
+		def = strings.ReplaceAll(table, sinks.RoutePlaceholder, "default")
+	}
+	if r.Default, err = sinks.ParseTemplate(def); err != nil {
+		return Routing{}, err
+	}
+	if r.Default.ByRoute() {
+		return Routing{}, fmt.Errorf("%s=%s: the default table cannot name {route}: its records have none", ParamDefaultTable, def)
+	}
+	return r, nil
+}
+
+// RoutingOf is the routing of raw; ok is false when its table= names one
+// table (or raw does not parse: Check says why).
+func RoutingOf(raw string) (r Routing, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Routing{}, false
+	}
+	q := u.Query()
+	r, err = ParseRouting(q.Get("table"), q.Get(ParamRouteField), q.Get(ParamDefaultTable))
+	return r, err == nil && (r.Template.Routed() || r.Field != "")
+}
+
+// WithTable is raw with table= set to table and the routing parameters
+// left out: the URL of one table of a routed sink. The other parameters
+// stay as written.
 func WithTable(raw, table string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	q := u.Query()
-	q.Set("table", table)
-	u.RawQuery = q.Encode()
+	var keep []string
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "table" || k == ParamRouteField || k == ParamDefaultTable || kv == "" {
+			continue
+		}
+		keep = append(keep, kv)
+	}
+	u.RawQuery = strings.Join(append(keep, "table="+url.QueryEscape(table)), "&")
 	return u.String()
 }
