@@ -30,6 +30,7 @@ type runOpsFlags struct {
 	pprof          bool
 	mirrorOffsets  bool
 	mirrorInterval time.Duration
+	partitionLimit int
 }
 
 func (f *runOpsFlags) register(fs *pflag.FlagSet) {
@@ -39,6 +40,8 @@ func (f *runOpsFlags) register(fs *pflag.FlagSet) {
 		"serve Go's profiles under /debug/pprof/ on --http-addr even when it listens beyond loopback (on 127.0.0.1 or ::1 they are served anyway): a heap profile holds records and credentials, so only where operators alone can reach")
 	fs.BoolVar(&f.mirrorOffsets, "mirror-offsets", true,
 		"also commit the group's offsets to Kafka, for kafka-consumer-groups.sh, Burrow and lag exporters (informational: etcd stays the truth)")
+	fs.IntVar(&f.partitionLimit, "metrics-partition-limit", metrics.DefaultPartitionLimit,
+		"export the per-partition series (lag, offsets, stalls) while the replica owns at most this many partitions; -1: always. The per-topic series (offsetkeeper_topic_*) are exported whatever the number")
 	fs.DurationVar(&f.mirrorInterval, "mirror-interval", replica.DefaultMirrorInterval,
 		"how often --mirror-offsets copies the offsets to Kafka")
 }
@@ -53,6 +56,9 @@ func (f *runOpsFlags) validate() error {
 			return usagef("--http-addr %q: bad port %q: want 0 to 65535", f.httpAddr, port)
 		}
 	}
+	if f.partitionLimit < -1 || f.partitionLimit == 0 {
+		return usagef("--metrics-partition-limit %d: want 1 or more, or -1 for every partition", f.partitionLimit)
+	}
 	if f.mirrorInterval <= 0 {
 		return usagef("--mirror-interval %s: want a positive duration, e.g. %s", f.mirrorInterval, replica.DefaultMirrorInterval)
 	}
@@ -62,7 +68,7 @@ func (f *runOpsFlags) validate() error {
 // listen binds the HTTP address, before the replica is made, so that the
 // member key can carry the bound address.
 func (f runOpsFlags) listen(log *zap.Logger) (*metrics.Endpoints, error) {
-	cfg := metrics.EndpointsConfig{Profiles: f.pprof, Mirror: f.mirrorOffsets, MirrorInterval: f.mirrorInterval, Log: log}
+	cfg := metrics.EndpointsConfig{Profiles: f.pprof, Mirror: f.mirrorOffsets, MirrorInterval: f.mirrorInterval, PartitionLimit: f.partitionLimit, Log: log}
 	if f.httpAddr == "" {
 		return metrics.NewEndpoints(cfg), nil
 	}

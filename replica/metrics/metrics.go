@@ -29,10 +29,11 @@ import (
 // lag is the union over its replicas (aggregate the *_max_* and *_sum_*
 // series with max and sum by group).
 type Collector struct {
-	r      Source
-	group  string
-	mirror MirrorCounts
-	descs  collectorDescs
+	r              Source
+	group          string
+	mirror         MirrorCounts
+	partitionLimit int // WithPartitionLimit's; negative: no limit
+	descs          collectorDescs
 }
 
 // Source is what a Collector reads, at scrape time: a *replica.Replica.
@@ -61,6 +62,18 @@ type CollectorOption func(*Collector)
 // (offsetkeeper_mirror_commits_total, offsetkeeper_mirror_failures_total).
 func WithMirror(m MirrorCounts) CollectorOption { return func(c *Collector) { c.mirror = m } }
 
+// DefaultPartitionLimit is how many partitions a replica may own and
+// still export a series of each (WithPartitionLimit).
+const DefaultPartitionLimit = 1000
+
+// WithPartitionLimit exports the per-partition series (lag, offsets,
+// stalls) only while the replica owns at most n partitions: a replica of
+// thousands of partitions would otherwise export tens of thousands of
+// series a scrape. Negative: always; 0: never. The per-topic series
+// (offsetkeeper_topic_*) are exported whatever the limit. Without the
+// option: always.
+func WithPartitionLimit(n int) CollectorOption { return func(c *Collector) { c.partitionLimit = n } }
+
 // counterDesc is one metric read from the replica at scrape time.
 type counterDesc struct {
 	desc  *prometheus.Desc
@@ -82,6 +95,8 @@ type collectorDescs struct {
 	lastFetch                       *prometheus.Desc
 
 	rows, write, commit *prometheus.Desc
+
+	topicLag, topicLagSeconds, topicStalled, topicPartitions *prometheus.Desc
 }
 
 // NewCollector returns the collector of r; register it with a
@@ -89,7 +104,7 @@ type collectorDescs struct {
 // (replica.Timings), fed at each block's write and commit.
 func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	cfg := r.Config()
-	c := &Collector{r: r, group: cfg.Group}
+	c := &Collector{r: r, group: cfg.Group, partitionLimit: -1}
 	for _, o := range opts {
 		o(c)
 	}
@@ -298,6 +313,15 @@ func NewCollector(r Source, opts ...CollectorOption) *Collector {
 	d.oldestWrite = prometheus.NewDesc("offsetkeeper_sink_write_in_flight_seconds",
 		"Seconds the oldest sink write in flight has been going; 0 when none. Writes past --write-timeout fail and are retried.", []string{"group"}, nil)
 
+	topicLabels := []string{"group", "topic"}
+	d.topicLag = prometheus.NewDesc("offsetkeeper_topic_lag",
+		"The sum of kafka_consumergroup_group_lag over the partitions of a topic this replica owns: exported whatever the number of partitions (--metrics-partition-limit bounds the per-partition series).", topicLabels, nil)
+	d.topicLagSeconds = prometheus.NewDesc("offsetkeeper_topic_max_lag_seconds",
+		"The largest kafka_consumergroup_group_lag_seconds among the partitions of a topic this replica owns.", topicLabels, nil)
+	d.topicStalled = prometheus.NewDesc("offsetkeeper_topic_max_stalled_seconds",
+		"The largest offsetkeeper_partition_stalled_seconds among the partitions of a topic this replica owns.", topicLabels, nil)
+	d.topicPartitions = prometheus.NewDesc("offsetkeeper_topic_partitions",
+		"Partitions of a topic this replica owns.", topicLabels, nil)
 	d.rows = own("offsetkeeper_block_rows", "Rows per block written to the sink.")
 	d.write = own("offsetkeeper_sink_write_duration_seconds", "Time a successful sink write of one block took.")
 	d.commit = own("offsetkeeper_commit_duration_seconds", "Time a successful offset commit to etcd took, retries included.")
@@ -314,7 +338,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.mirrorCommits
 		ch <- d.mirrorFailures
 	}
-	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.truncations, d.brokerUp, d.fetchErrors, d.lastFetch, d.oldestWrite, d.rows, d.write, d.commit} {
+	for _, x := range []*prometheus.Desc{d.lag, d.lagSeconds, d.offset, d.latest, d.maxLag, d.maxLagSeconds, d.sumLag, d.stalled, d.unstable, d.lsoStalled, d.truncations, d.brokerUp, d.fetchErrors, d.lastFetch, d.oldestWrite, d.rows, d.write, d.commit,
+		d.topicLag, d.topicLagSeconds, d.topicStalled, d.topicPartitions} {
 		ch <- x
 	}
 }
@@ -337,7 +362,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	group := c.group
 	var maxLag, sumLag int64
 	var maxSeconds, oldestWrite float64
-	for _, l := range c.r.Lag() {
+	lags := c.r.Lag()
+	each := c.partitionLimit < 0 || len(lags) <= c.partitionLimit
+	type topicSums struct {
+		lag              int64
+		seconds, stalled float64
+		partitions       int
+	}
+	topics := map[string]*topicSums{}
+	for _, l := range lags {
+		ts := topics[l.Partition.Topic]
+		if ts == nil {
+			ts = &topicSums{}
+			topics[l.Partition.Topic] = ts
+		}
+		ts.lag, ts.partitions = ts.lag+l.Lag, ts.partitions+1
+		ts.seconds, ts.stalled = max(ts.seconds, l.LagSeconds), max(ts.stalled, l.StalledSeconds)
+		maxLag, sumLag, maxSeconds = max(maxLag, l.Lag), sumLag+l.Lag, max(maxSeconds, l.LagSeconds)
+		oldestWrite = max(oldestWrite, l.WriteSeconds)
+		if !each {
+			continue
+		}
 		p := strconv.Itoa(l.Partition.Partition)
 		ch <- prometheus.MustNewConstMetric(d.lag, prometheus.GaugeValue, float64(l.Lag), group, l.Partition.Topic, p)
 		ch <- prometheus.MustNewConstMetric(d.lagSeconds, prometheus.GaugeValue, l.LagSeconds, group, l.Partition.Topic, p)
@@ -350,8 +395,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.unstable, prometheus.GaugeValue, float64(l.Unstable), group, l.Partition.Topic, p)
 			ch <- prometheus.MustNewConstMetric(d.lsoStalled, prometheus.GaugeValue, l.LSOStalledSeconds, group, l.Partition.Topic, p)
 		}
-		maxLag, sumLag, maxSeconds = max(maxLag, l.Lag), sumLag+l.Lag, max(maxSeconds, l.LagSeconds)
-		oldestWrite = max(oldestWrite, l.WriteSeconds)
+	}
+	for topic, ts := range topics {
+		ch <- prometheus.MustNewConstMetric(d.topicLag, prometheus.GaugeValue, float64(ts.lag), group, topic)
+		ch <- prometheus.MustNewConstMetric(d.topicLagSeconds, prometheus.GaugeValue, ts.seconds, group, topic)
+		ch <- prometheus.MustNewConstMetric(d.topicStalled, prometheus.GaugeValue, ts.stalled, group, topic)
+		ch <- prometheus.MustNewConstMetric(d.topicPartitions, prometheus.GaugeValue, float64(ts.partitions), group, topic)
 	}
 	ch <- prometheus.MustNewConstMetric(d.oldestWrite, prometheus.GaugeValue, oldestWrite, group)
 	ch <- prometheus.MustNewConstMetric(d.maxLag, prometheus.GaugeValue, float64(maxLag), group)

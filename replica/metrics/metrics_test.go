@@ -292,3 +292,45 @@ func TestCollectorKafkaState(t *testing.T) {
 		}
 	}
 }
+
+// lagSource is a Source whose partitions' lag a test sets.
+type lagSource struct {
+	*replica.Replica
+	lags []replica.PartitionLag
+}
+
+func (l lagSource) Lag() []replica.PartitionLag { return l.lags }
+
+// TestCollectorPartitionLimit: a replica of more partitions than the
+// limit exports one series of each topic and none of each partition;
+// within the limit, both.
+func TestCollectorPartitionLimit(t *testing.T) {
+	var lags []replica.PartitionLag
+	for p := range 6 {
+		topic := []string{"orders.eu", "orders.us"}[p%2]
+		lags = append(lags, replica.PartitionLag{Partition: sinks.Partition{Topic: topic, Partition: p}, Lag: int64(10 * p), LagSeconds: float64(p), LogEnd: -1, HighWatermark: -1})
+	}
+	src := lagSource{Replica: offlineReplica(t, discard.New()), lags: lags}
+	for _, c := range []struct {
+		limit, perPartition int
+	}{{5, 0}, {6, 6}, {-1, 6}} {
+		fams := gather(t, NewCollector(src, WithPartitionLimit(c.limit)))
+		if n := len(fams["kafka_consumergroup_group_lag"].GetMetric()); n != c.perPartition {
+			t.Errorf("limit %d: %d per-partition lag series, want %d", c.limit, n, c.perPartition)
+		}
+		topics := map[string]float64{}
+		for _, m := range fams["offsetkeeper_topic_lag"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" {
+					topics[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		if topics["orders.eu"] != 0+20+40 || topics["orders.us"] != 10+30+50 || len(topics) != 2 {
+			t.Errorf("limit %d: per-topic lag %v, want orders.eu 60 and orders.us 90", c.limit, topics)
+		}
+		if got := scalar(t, fams, "kafka_consumergroup_group_sum_lag"); got != 150 {
+			t.Errorf("limit %d: sum lag %v, want 150 whatever the limit", c.limit, got)
+		}
+	}
+}

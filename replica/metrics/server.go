@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -39,6 +40,8 @@ type EndpointsConfig struct {
 	// MirrorInterval (replica.Mirror).
 	Mirror         bool
 	MirrorInterval time.Duration
+	// PartitionLimit is WithPartitionLimit's: 0 is DefaultPartitionLimit.
+	PartitionLimit int
 	// Log receives the server's errors; nil for none.
 	Log *zap.Logger
 }
@@ -121,7 +124,7 @@ func (o *Endpoints) Start(ctx context.Context, r *replica.Replica) {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewCollector(r, WithMirror(o.mirror)),
+		NewCollector(r, WithMirror(o.mirror), WithPartitionLimit(cmp.Or(o.cfg.PartitionLimit, DefaultPartitionLimit))),
 	)
 	var opts []HandlerOption
 	if o.Profiles() {
