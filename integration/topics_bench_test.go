@@ -17,7 +17,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// BenchmarkManyTopicsRouted is one group of REPLICAS replica processes
+// BenchmarkManyTopicsRouted compares, in one run, a group reading one
+// topic of TOPICS x PARTITIONS partitions into one PostgreSQL table (the
+// "one" figures: the single-topic scale offsetkeeper reached before) with
+// one group of REPLICAS replica processes
 // (default 3, `offsetkeeper run` as the image builds it) reading TOPICS
 // topics (default 2,000) of PARTITIONS partitions each (default 4: 8,000
 // partitions) on kfake through --topics-regex, each topic routed to a
@@ -59,7 +62,7 @@ func BenchmarkManyTopicsRouted(b *testing.B) {
 	}
 	etcd := harness.StartEtcd(b, 1)
 	cli := etcd.Client(b)
-	k := harness.StartKafka(b, harness.SeedTopics(parts, names...))
+	k := harness.StartKafka(b, harness.SeedTopics(parts, names...), harness.SeedTopics(topics*parts, "one"))
 	pg := harness.StartPostgres(b)
 	ch := harness.StartClickHouse(b)
 	prod := trickleProducer(b, k)
@@ -71,27 +74,33 @@ func BenchmarkManyTopicsRouted(b *testing.B) {
 		}
 		return out
 	}(), "|"))
+	db := pg.NewDatabase(b)
 	groups := []struct {
-		name, sink, pattern string
-		topics              int
+		name, sink string
+		flags      []string
+		names      []string // the topics, each of parts partitions but one's
+		parts      int
 	}{
-		{"pg", withQuery(pg.NewDatabase(b), "table={topic}"), `t\d+`, topics},
-		{"ch", fmt.Sprintf("clickhouse://%s/%s?table=ch_{topic}&protocol=http", ch.HTTPAddr(), ch.Database()), chPattern, chTopics},
+		// The baseline: as many partitions in one topic, into one table.
+		{"one", withQuery(db, "table=one"), []string{"--topics", "one"}, []string{"one"}, topics * parts},
+		{"pg", withQuery(db, "table={topic}"), []string{"--topics-regex", `t\d+`}, names, parts},
+		{"ch", fmt.Sprintf("clickhouse://%s/%s?table=ch_{topic}&protocol=http", ch.HTTPAddr(), ch.Database()),
+			[]string{"--topics-regex", chPattern}, names[:chTopics], parts},
 	}
 	round := 0
 	for b.Loop() {
 		round++
 		for _, g := range groups {
 			group := fmt.Sprintf("%s-%d", g.name, round)
-			n := g.topics * parts
+			n := len(g.names) * g.parts
 			start := time.Now()
 			var procs []*harness.Process
 			for i := range replicas {
-				procs = append(procs, harness.StartProcess(b, fmt.Sprintf("%s-r%d", group, i), imageBin(b), "run",
-					"--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--brokers", strings.Join(k.Brokers(), ","),
-					"--group", group, "--topics-regex", g.pattern, "--sink", g.sink,
+				args := append([]string{"run", "--etcd-endpoints", strings.Join(etcd.Endpoints(), ","),
+					"--brokers", strings.Join(k.Brokers(), ","), "--group", group, "--sink", g.sink,
 					"--replica-id", fmt.Sprintf("r%d", i), "--log-format", "console", "--log-level", "warn",
-					"--http-addr", "127.0.0.1:0"))
+					"--http-addr", "127.0.0.1:0"}, g.flags...)
+				procs = append(procs, harness.StartProcess(b, fmt.Sprintf("%s-r%d", group, i), imageBin(b), args...))
 			}
 			pollUntil(b, 10*time.Minute, 50*time.Millisecond, fmt.Sprintf("%d claims of %s", n, group), func() bool {
 				sum := 0
@@ -106,9 +115,9 @@ func BenchmarkManyTopicsRouted(b *testing.B) {
 			// One record to each partition: every table made, every
 			// partition reading.
 			base := committedTotal(b, cli, group)
-			for t := range g.topics {
-				for p := range parts {
-					prod.Produce(context.Background(), &kgo.Record{Topic: names[t], Partition: int32(p), Value: []byte("first")}, nil)
+			for _, t := range g.names {
+				for p := range g.parts {
+					prod.Produce(context.Background(), &kgo.Record{Topic: t, Partition: int32(p), Value: []byte("first")}, nil)
 				}
 			}
 			if err := prod.Flush(context.Background()); err != nil {
@@ -120,7 +129,7 @@ func BenchmarkManyTopicsRouted(b *testing.B) {
 			blocks0 := blocksWritten(b, cli, group)
 			rev0, t0 := harness.EtcdRevision(b, cli), time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), window)
-			acked, err := trickleTopics(ctx, prod, names[:g.topics], parts, rate)
+			acked, err := trickleTopics(ctx, prod, g.names, g.parts, rate)
 			cancel()
 			rev1, t1 := harness.EtcdRevision(b, cli), time.Now()
 			if err != nil {
@@ -145,7 +154,7 @@ func BenchmarkManyTopicsRouted(b *testing.B) {
 			b.ReportMetric(float64(peak)/(1<<20), g.name+"-peak-rss-MiB")
 			b.ReportMetric(float64(acked)/secs, g.name+"-records/s")
 			if g.name == "ch" {
-				b.ReportMetric(float64(blocks1-blocks0)/secs/float64(g.topics), "ch-inserts/s/table")
+				b.ReportMetric(float64(blocks1-blocks0)/secs/float64(len(g.names)), "ch-inserts/s/table")
 			}
 		}
 	}
