@@ -9,6 +9,7 @@ package admin
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
@@ -32,6 +33,18 @@ func GroupTopics(s *coordinator.Snapshot) []string {
 	for _, p := range GroupPartitions(s) {
 		if len(out) == 0 || out[len(out)-1] != p.Topic {
 			out = append(out, p.Topic)
+		}
+	}
+	return out
+}
+
+// MatchingTopics are the group's topics (GroupTopics) whose whole name re
+// matches (coordinator.TopicsPattern).
+func MatchingTopics(s *coordinator.Snapshot, re *regexp.Regexp) []string {
+	var out []string
+	for _, t := range GroupTopics(s) {
+		if re.MatchString(t) {
+			out = append(out, t)
 		}
 	}
 	return out

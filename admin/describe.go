@@ -138,3 +138,56 @@ func logEnds(ctx context.Context, k *Kafka, topics []string, parts *[]sinks.Part
 	}
 	return ends, missing, nil
 }
+
+// TopicState sums a topic's partitions of a Description: how many, the
+// lag of those whose lag is known, the largest, how many have no
+// committed offset, how many replicas own them and how many blocks are in
+// flight.
+type TopicState struct {
+	Topic       string `json:"topic"`
+	Partitions  int    `json:"partitions"`
+	Lag         *int64 `json:"lag"` // null when no partition's lag is known
+	MaxLag      *int64 `json:"max_lag"`
+	Uncommitted int    `json:"uncommitted"`
+	Unowned     int    `json:"unowned"`
+	Owners      int    `json:"owners"`
+	InFlight    int    `json:"in_flight"`
+}
+
+// ByTopic sums d's partitions per topic, in the order of d's.
+func (d *Description) ByTopic() []TopicState {
+	var out []TopicState
+	owners := map[string]map[string]bool{}
+	for _, p := range d.Partitions {
+		if len(out) == 0 || out[len(out)-1].Topic != p.Topic {
+			out = append(out, TopicState{Topic: p.Topic})
+			owners[p.Topic] = map[string]bool{}
+		}
+		t := &out[len(out)-1]
+		t.Partitions++
+		if p.Lag != nil {
+			t.Lag = ptr(deref(t.Lag) + *p.Lag)
+			t.MaxLag = ptr(max(deref(t.MaxLag), *p.Lag))
+		}
+		if p.Committed == nil {
+			t.Uncommitted++
+		}
+		if p.Owner == nil {
+			t.Unowned++
+		} else {
+			owners[p.Topic][*p.Owner] = true
+		}
+		if p.InFlight != nil {
+			t.InFlight++
+		}
+		t.Owners = len(owners[p.Topic])
+	}
+	return out
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

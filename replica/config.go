@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -333,7 +332,7 @@ func (c Config) Validate() error {
 	if len(c.Topics) == 0 && c.TopicsRegex == "" {
 		errs = append(errs, errors.New("no topics: name at least one, or give a pattern"))
 	}
-	if _, err := CompileTopics(c.TopicsRegex); err != nil {
+	if _, err := coordinator.TopicsPattern(c.TopicsRegex); err != nil {
 		errs = append(errs, err)
 	}
 	for _, t := range c.Topics {
@@ -378,18 +377,4 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// CompileTopics compiles a TopicsRegex, anchored at both ends: a topic is
-// read when its whole name matches, as with Kafka's pattern subscriptions.
-// An empty pattern is nil, matching nothing.
-func CompileTopics(pattern string) (*regexp.Regexp, error) {
-	if pattern == "" {
-		return nil, nil
-	}
-	re, err := regexp.Compile("^(?:" + pattern + ")$")
-	if err != nil {
-		return nil, fmt.Errorf("topics regex %q: %w (Go's RE2 syntax: https://golang.org/s/re2syntax)", pattern, err)
-	}
-	return re, nil
 }

@@ -122,7 +122,7 @@ func New(cfg Config, cli *clientv3.Client, sink sinks.Sink, log *zap.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
-	pattern, _ := CompileTopics(cfg.TopicsRegex) // Validate compiled it
+	pattern, _ := coordinator.TopicsPattern(cfg.TopicsRegex) // Validate compiled it
 	name := cfg.Sink
 	if name == "" {
 		name = fmt.Sprintf("%T", sink)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,18 +16,21 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
 	"github.com/offsetkeeper/offsetkeeper/audit"
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // auditOptions is `offsetkeeper audit`.
 type auditOptions struct {
-	admin  adminFlags
-	sink   string
-	topics []string
+	admin       adminFlags
+	sink        string
+	topics      []string
+	topicsRegex string
 
-	target sinkTarget
-	scopes []admin.TopicScope
+	target  sinkTarget
+	scopes  []admin.TopicScope
+	pattern *regexp.Regexp // topicsRegex compiled
 
 	sinks sinks.Table // what --sink may name
 }
@@ -138,6 +142,7 @@ func newAuditCommand(table sinks.Table) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.sink, "sink", "", "the sink to audit, as run's --sink: file:///DIR, postgres://…?mode=raw|columns|upsert&table=T or clickhouse://…?table=T")
 	fs.StringArrayVar(&o.topics, "topic", nil, "audit only this topic of the group, or TOPIC:P,P,... for some of its partitions; repeatable (default: every partition of the group's topics)")
+	fs.StringVar(&o.topicsRegex, "topics-regex", "", "audit only the group's topics whose whole name matches this regular expression (RE2), as run's --topics-regex; with --topic, both")
 	return cmd
 }
 
@@ -168,6 +173,9 @@ func (o *auditOptions) validate() error {
 	if o.scopes, err = admin.ParseScopes(o.topics); err != nil {
 		return err
 	}
+	if o.pattern, err = coordinator.TopicsPattern(o.topicsRegex); err != nil {
+		return usagef("--topics-regex: %w", err)
+	}
 	return nil
 }
 
@@ -185,6 +193,16 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 				sc.Arg, sc.Topic, o.admin.cluster.group, strings.Join(topics, ", "))
 		}
 		scope = append(scope, audit.Scope{Topic: sc.Topic, Partitions: sc.Partitions})
+	}
+	if o.pattern != nil {
+		matched := admin.MatchingTopics(s.snap, o.pattern)
+		if len(matched) == 0 {
+			return usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
+				o.admin.cluster.group, strings.Join(topics, ", "))
+		}
+		for _, t := range matched {
+			scope = append(scope, audit.Scope{Topic: t})
+		}
 	}
 
 	shown := o.target.Shown()

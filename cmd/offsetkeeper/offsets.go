@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +33,11 @@ offset is the next offset to read (Kafka's convention).
 
 // describeOptions is `offsetkeeper offsets describe`.
 type describeOptions struct {
-	admin  adminFlags
-	topics []string
+	admin       adminFlags
+	topics      []string
+	topicsRegex string
+	byTopic     bool
+	pattern     *regexp.Regexp // topicsRegex compiled
 }
 
 func newOffsetsDescribeCommand() *cobra.Command {
@@ -63,6 +68,12 @@ Kafka is asked for the log ends only. When it does not answer within
 --kafka-timeout the command still prints what etcd knows, with LOG-END and
 LAG as "-" (null in JSON), and says on stderr that Kafka was unreachable.
 
+--topics-regex P shows only the group's topics whose whole name matches P, as
+run's --topics-regex. --by-topic prints one row per topic instead, for a group
+of many topics: PARTITIONS, LAG (the sum of the known lags), MAX-LAG,
+UNCOMMITTED (partitions without a committed offset), UNOWNED, OWNERS (replicas
+that own some) and IN-FLIGHT (blocks being written).
+
 An unknown --group exits with status 2 and names the groups there are.`,
 		Example: `  offsetkeeper offsets describe --etcd-endpoints etcd1:2379 --brokers kafka:9092 --group orders
   TOPIC   PARTITION  COMMITTED  LOG-END  LAG  OWNER  EPOCH  LAST-COMMIT  IN-FLIGHT
@@ -73,13 +84,18 @@ An unknown --group exits with status 2 and names the groups there are.`,
   offsetkeeper offsets describe --group orders -o json | jq '[.partitions[].lag // 0] | add'
 
   # Include the partitions of a topic the group has not read yet:
-  offsetkeeper offsets list --group orders --topics orders,refunds`,
+  offsetkeeper offsets list --group orders --topics orders,refunds
+
+  # A group of many topics, a row each, those of the EU only:
+  offsetkeeper offsets describe --group orders --by-topic --topics-regex 'orders\.eu-.*'`,
 		Args: noArgs,
 		RunE: runE(o),
 	}
 	o.admin.register(cmd, withKafka)
 	cmd.Flags().StringSliceVar(&o.topics, "topics", nil,
 		"topics of the group to show even where etcd has nothing yet, comma-separated, whole topics as run's --topics (default: the topics found in etcd)")
+	cmd.Flags().StringVar(&o.topicsRegex, "topics-regex", "", "show only the group's topics whose whole name matches this regular expression (RE2), as run's --topics-regex (and those of --topics)")
+	cmd.Flags().BoolVar(&o.byTopic, "by-topic", false, "one row per topic (partitions, lag, max lag, uncommitted, unowned, owners, blocks in flight) instead of one per partition")
 	return cmd
 }
 
@@ -89,7 +105,40 @@ func (o *describeOptions) validate() error {
 	if err := o.admin.validate(); err != nil {
 		return err
 	}
+	var err error
+	if o.pattern, err = coordinator.TopicsPattern(o.topicsRegex); err != nil {
+		return usagef("--topics-regex: %w", err)
+	}
 	return validTopics("--topics", o.topics)
+}
+
+// topicsView is describe --by-topic's output: a row per topic, or JSON,
+// the group, the revision, whether Kafka answered, and the topics.
+type topicsView struct {
+	d      *admin.Description
+	topics []admin.TopicState
+}
+
+func (v *topicsView) columns() []string {
+	return []string{"TOPIC", "PARTITIONS", "LAG", "MAX-LAG", "UNCOMMITTED", "UNOWNED", "OWNERS", "IN-FLIGHT"}
+}
+
+func (v *topicsView) rows() [][]string {
+	out := make([][]string, len(v.topics))
+	for i, t := range v.topics {
+		out[i] = []string{t.Topic, strconv.Itoa(t.Partitions), intCell(t.Lag), intCell(t.MaxLag), strconv.Itoa(t.Uncommitted),
+			strconv.Itoa(t.Unowned), strconv.Itoa(t.Owners), strconv.Itoa(t.InFlight)}
+	}
+	return out
+}
+
+func (v *topicsView) jsonValue() any {
+	return struct {
+		Group          string             `json:"group"`
+		Revision       int64              `json:"revision"`
+		KafkaReachable bool               `json:"kafka_reachable"`
+		Topics         []admin.TopicState `json:"topics"`
+	}{v.d.Group, v.d.Revision, v.d.KafkaReachable, v.topics}
 }
 
 // describeView is describe's output: the table of the group's partitions,
@@ -140,6 +189,9 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	now := time.Now()
 	topics := admin.DescribeTopics(s.snap, o.topics)
+	if o.pattern != nil {
+		topics = slices.DeleteFunc(topics, func(t string) bool { return !o.pattern.MatchString(t) && !slices.Contains(o.topics, t) })
+	}
 	var k *admin.Kafka
 	kctx := ctx
 	if len(topics) > 0 {
@@ -157,6 +209,12 @@ func (o *describeOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if len(missing) > 0 {
 		fmt.Fprintf(stderr, "warning: topics not found in Kafka at %s: %s; their LOG-END and LAG are unknown (-)\n",
 			strings.Join(o.admin.cluster.brokers, ","), strings.Join(missing, ", "))
+	}
+	if o.pattern != nil {
+		d.Partitions = slices.DeleteFunc(d.Partitions, func(p admin.PartitionState) bool { return !slices.Contains(topics, p.Topic) })
+	}
+	if o.byTopic {
+		return o.admin.output.print(cmd.OutOrStdout(), &topicsView{d: d, topics: d.ByTopic()})
 	}
 	return o.admin.output.print(cmd.OutOrStdout(), &describeView{Description: d, now: now})
 }

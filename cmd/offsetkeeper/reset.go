@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offsetkeeper/offsetkeeper/admin"
+	"github.com/offsetkeeper/offsetkeeper/coordinator"
 )
 
 // testHookBeforeApply, when set, runs after the plan is read and before it
@@ -21,8 +23,9 @@ var testHookBeforeApply func()
 type resetOptions struct {
 	admin adminFlags
 
-	topics    []string
-	allTopics bool
+	topics      []string
+	allTopics   bool
+	topicsRegex string
 
 	earliest, latest, current bool
 	offset, shift             int64
@@ -61,6 +64,8 @@ Scope (one of):
   --topic T          every partition of T; repeat for more topics
   --topic T:0,2      partitions 0 and 2 of T
   --all-topics       every partition of the topics found in the group's keys
+  --topics-regex P   every partition of the group's topics (in its keys)
+                     whose whole name matches P, as run's --topics-regex
   (--from-file carries its own partitions)
 
 Target (exactly one):
@@ -124,6 +129,7 @@ func newOffsetsResetCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.topics, "topic", nil, "scope: a topic, or TOPIC:P,P,... for some of its partitions; repeatable (run and offsets describe take whole topics: --topics T,T)")
 	fs.BoolVar(&o.allTopics, "all-topics", false, "scope: every topic found in the group's keys in etcd")
+	fs.StringVar(&o.topicsRegex, "topics-regex", "", "scope: every topic found in the group's keys in etcd whose whole name matches this regular expression (RE2), as run's --topics-regex")
 	fs.BoolVar(&o.earliest, admin.ToEarliest, false, "target: the log start offset")
 	fs.BoolVar(&o.latest, admin.ToLatest, false, "target: the log end (last stable offset)")
 	fs.BoolVar(&o.current, admin.ToCurrent, false, "target: the committed offset itself (a running owner re-reads from it)")
@@ -200,13 +206,16 @@ func (o *resetOptions) validate() error {
 		return usagef("--export and -o %s conflict: --export prints CSV", o.admin.output.format)
 	}
 	switch {
-	case o.target == admin.FromFile && (len(o.topics) > 0 || o.allTopics):
+	case o.target == admin.FromFile && (len(o.topics) > 0 || o.allTopics || o.topicsRegex != ""):
 		return usagef("--from-file and %s conflict: the file names its own partitions", scopeFlag(o))
 	case o.target == admin.FromFile:
-	case len(o.topics) > 0 && o.allTopics:
-		return usagef("--topic and --all-topics conflict: give one")
-	case len(o.topics) == 0 && !o.allTopics:
-		return usagef("no scope: give --topic TOPIC (repeatable), --topic TOPIC:P,P... or --all-topics")
+	case countTrue(len(o.topics) > 0, o.allTopics, o.topicsRegex != "") > 1:
+		return usagef("--topic, --all-topics and --topics-regex conflict: give one")
+	case len(o.topics) == 0 && !o.allTopics && o.topicsRegex == "":
+		return usagef("no scope: give --topic TOPIC (repeatable), --topic TOPIC:P,P..., --all-topics or --topics-regex PATTERN")
+	}
+	if _, err := coordinator.TopicsPattern(o.topicsRegex); err != nil {
+		return usagef("--topics-regex: %w", err)
 	}
 	switch {
 	case o.target == admin.ToOffset && o.offset < 0:
@@ -230,6 +239,17 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		o.at = time.Now().Add(-o.ago)
 	}
 
+	if o.topicsRegex != "" {
+		re, _ := coordinator.TopicsPattern(o.topicsRegex) // validate compiled it
+		matched := admin.MatchingTopics(snap, re)
+		if len(matched) == 0 {
+			return usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
+				o.admin.cluster.group, cmp.Or(strings.Join(admin.GroupTopics(snap), ", "), "none"))
+		}
+		for _, t := range matched {
+			o.scopes = append(o.scopes, admin.TopicScope{Topic: t, Arg: t})
+		}
+	}
 	r := admin.Reset{Target: admin.Target{Kind: o.target, Offset: o.offset, Shift: o.shift}, At: o.at,
 		Topics: o.scopes, AllTopics: o.allTopics, File: o.file, Lines: o.lines}
 	topics, err := r.ScopeTopics(o.admin.cluster.group, snap)
@@ -287,8 +307,22 @@ func (o *resetOptions) kafkaError(err error) error {
 
 // scopeFlag is the scope flag given, for messages.
 func scopeFlag(o *resetOptions) string {
-	if o.allTopics {
+	switch {
+	case o.allTopics:
 		return "--all-topics"
+	case o.topicsRegex != "":
+		return "--topics-regex"
 	}
 	return "--topic"
+}
+
+// countTrue counts the true ones of bs.
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

@@ -231,7 +231,7 @@ func (o *runOptions) validate() error {
 	if len(o.topics) == 0 && o.topicsRegex == "" {
 		return usagef("--topics or --topics-regex is required: name at least one topic, e.g. --topics orders,refunds, or give a pattern, e.g. --topics-regex 'orders\\..*'")
 	}
-	if _, err := replica.CompileTopics(o.topicsRegex); err != nil {
+	if _, err := coordinator.TopicsPattern(o.topicsRegex); err != nil {
 		return usagef("--topics-regex: %w", err)
 	}
 	if err := validTopics("--topics", o.topics); err != nil {
