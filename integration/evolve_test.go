@@ -1,8 +1,10 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/clickhouse"
+	"github.com/offsetkeeper/offsetkeeper/sinks/file"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
 )
 
@@ -149,6 +152,66 @@ func TestRoutedTablesCreatedAndEvolved(t *testing.T) {
 		}
 		if st.Records == 0 {
 			t.Errorf("replica %d delivered nothing: the column was not added by two replicas at once", i)
+		}
+	}
+}
+
+// TestFileRouteByField: the file sink routed by a field
+// (file:///DIR?route_field=tenant) writes each record under its tenant's
+// directory, DIR/a/TOPIC/..., and those without one under DIR/default,
+// while one of two replicas is killed as a crash would (its blocks in
+// flight replayed by the other): each directory holds exactly its
+// tenant's offsets, each once.
+func TestFileRouteByField(t *testing.T) {
+	e := newEnv(t, "tenants", 4)
+	dir := t.TempDir()
+	open := func() sinks.Sink {
+		s, err := file.Descriptor.Open(context.Background(), "file://"+dir+"?route_field=tenant", sinks.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	tenantOf := func(i int) string { return []string{"a", "b", ""}[i%3] }
+	value := func(i int) []byte {
+		if tenantOf(i) == "" {
+			return fmt.Appendf(nil, `{"i":%d}`, i)
+		}
+		return fmt.Appendf(nil, `{"i":%d,"tenant":%q}`, i, tenantOf(i))
+	}
+	r1 := e.start(e.config("r1"), open())
+	e.start(e.config("r2"), open())
+	want := e.produceValues(3000, value)
+	await(t, 30*time.Second, "the first commits", func() bool { return len(e.committed()) > 0 })
+	r1.kill() // mid-stream: its blocks in flight are replayed by the others
+	more := e.produceValues(3000, func(i int) []byte { return value(i + 3000) })
+	e.start(e.config("r3"), open())
+	want = addCounts(want, more)
+	await(t, 60*time.Second, "every record committed", func() bool { return e.allCommitted(want) })
+
+	// Record i went to partition i%4 at offset i/4 (then 3000/4 more).
+	for p := range e.parts {
+		exp := map[string][]int64{}
+		for i := 0; i < 6000; i++ {
+			if i%e.parts != p {
+				continue
+			}
+			route := cmp.Or(tenantOf(i), "default")
+			exp[route] = append(exp[route], int64(i/e.parts))
+		}
+		for route, offs := range exp {
+			recs, err := file.ReadAll(filepath.Join(dir, route), e.topic, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]int64, len(recs))
+			for k, r := range recs {
+				got[k] = r.Offset
+			}
+			if !slices.Equal(got, offs) {
+				t.Errorf("%s, partition %d: %d offsets, want its %d records' once each", route, p, len(got), len(offs))
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package file
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +14,13 @@ import (
 // Descriptor is the file sink's entry in a sinks.Table: file:///DIR.
 var Descriptor = &sinks.Descriptor{
 	Scheme: "file",
-	Usage:  "file:///DIR (JSON lines, one file per block)",
-	Check:  func(raw string) error { _, err := Dir(raw); return err },
+	Usage:  "file:///DIR[?route_field=F] (JSON lines, one file per block)",
+	Params: []sinks.Param{
+		{Name: paramRouteField, Default: "—", Meaning: "route each record by this top-level field of its value into `DIR/VALUE/` (the value made a name as topics are made table names: docs/topics.md)"},
+		{Name: paramDefaultRoute, Default: "`default`", Meaning: "with `route_field`: the directory under `DIR` of the records without the field"},
+	},
+	Doc:   "sink-file.md",
+	Check: func(raw string) error { _, err := Dir(raw); return err },
 	Open: func(_ context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
 		dir, err := Dir(raw)
 		if err != nil {
@@ -23,6 +29,9 @@ var Descriptor = &sinks.Descriptor{
 		var opts []Option
 		if o.Log != nil {
 			opts = append(opts, WithLogger(o.Log))
+		}
+		if field, def := route(raw); field != "" {
+			return routes(dir, field, def, opts)
 		}
 		s, err := New(dir, opts...)
 		if err != nil {
@@ -39,6 +48,10 @@ var Descriptor = &sinks.Descriptor{
 		dir, err := Dir(raw)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", sinks.ErrUnreadable, raw, err)
+		}
+		if field, _ := route(raw); field != "" {
+			return nil, fmt.Errorf("%w: %s: routed by %s, it keeps a part of each partition in each route's directory; audit one with file://%s/ROUTE",
+				sinks.ErrUnreadable, raw, field, dir)
 		}
 		return openReader(dir)
 	},
@@ -69,8 +82,65 @@ func Dir(raw string) (string, error) {
 			"want file:///DIR with three slashes, such as file:///var/lib/offsetkeeper")
 	case dir == "":
 		return "", errors.New("no directory; want file:///DIR")
-	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return "", errors.New("a file sink takes no user, parameters or fragment; want file:///DIR")
+	case u.User != nil || u.ForceQuery || u.Fragment != "":
+		return "", errors.New("a file sink takes no user or fragment; want file:///DIR")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", fmt.Errorf("query: %w", err)
+	}
+	for k, v := range q {
+		switch {
+		case k != paramRouteField && k != paramDefaultRoute:
+			return "", fmt.Errorf("unknown parameter %q: a file sink takes %s= and %s= only; want file:///DIR", k, paramRouteField, paramDefaultRoute)
+		case len(v) > 1 || v[0] == "":
+			return "", fmt.Errorf("%s= given empty or twice", k)
+		}
+	}
+	if q.Has(paramDefaultRoute) && !q.Has(paramRouteField) {
+		return "", fmt.Errorf("%s= is for %s=: the directory of the records without the field", paramDefaultRoute, paramRouteField)
+	}
+	if d := q.Get(paramDefaultRoute); d != "" && sinks.TableName(d) != d {
+		return "", fmt.Errorf("%s=%s: want a name of a-z, 0-9 and _, not starting with a digit, such as %s", paramDefaultRoute, d, sinks.TableName(d))
 	}
 	return filepath.Clean(dir), nil
+}
+
+// The file sink's parameters: routing by field into directories.
+const (
+	paramRouteField   = "route_field"
+	paramDefaultRoute = "default_route"
+)
+
+// route is a checked URL's route field and default directory; field is
+// "" without routing.
+func route(raw string) (field, def string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", ""
+	}
+	q := u.Query()
+	return q.Get(paramRouteField), cmp.Or(q.Get(paramDefaultRoute), "default")
+}
+
+// routes is a sinks.Router by field whose routes are file sinks, one
+// directory each under dir: a block's part of each route is written there
+// as a block with the block's range, replacing what a replay wrote.
+func routes(dir, field, def string, opts []Option) (sinks.Sink, error) {
+	tm, err := sinks.ParseTemplate(sinks.RoutePlaceholder)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := sinks.ParseTemplate(def)
+	if err != nil {
+		return nil, err
+	}
+	return sinks.NewRouter(sinks.RouterConfig{Template: tm, Field: field, Default: dt,
+		Open: func(_ context.Context, name string) (sinks.Sink, error) {
+			s, err := New(filepath.Join(dir, name), opts...)
+			if err != nil {
+				return nil, fmt.Errorf("open sink file://%s: %w", filepath.Join(dir, name), err)
+			}
+			return s, nil
+		}}), nil
 }
