@@ -14,7 +14,7 @@ import (
 // Descriptor is the file sink's entry in a sinks.Table: file:///DIR.
 var Descriptor = &sinks.Descriptor{
 	Scheme: "file",
-	Usage:  "file:///DIR[?route_field=F] (JSON lines, one file per block)",
+	Usage:  "file:///DIR (JSON lines, one file per block; ?route_field=F: a directory per value of F)",
 	Params: []sinks.Param{
 		{Name: paramRouteField, Default: "—", Meaning: "route each record by this top-level field of its value into `DIR/VALUE/` (the value made a name as topics are made table names: docs/topics.md)"},
 		{Name: paramDefaultRoute, Default: "`default`", Meaning: "with `route_field`: the directory under `DIR` of the records without the field"},
