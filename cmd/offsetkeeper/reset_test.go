@@ -435,7 +435,7 @@ func TestOffsetsResetBadInput(t *testing.T) {
 		{"execute and export", reset("--topic", "orders", "--to-earliest", "--execute", "--export"), []string{"--execute and --export conflict"}},
 		{"export and json", reset("--topic", "orders", "--to-earliest", "--export", "-o", "json"), []string{"--export and -o json conflict"}},
 		{"no scope", reset("--to-earliest", "--execute"), []string{"no scope", "--topic TOPIC", "--all-topics"}},
-		{"topic and all-topics", reset("--topic", "orders", "--all-topics", "--to-earliest"), []string{"--topic and --all-topics conflict"}},
+		{"topic and all-topics", reset("--topic", "orders", "--all-topics", "--to-earliest"), []string{"--topic, --all-topics and --topics-regex conflict"}},
 		{"from-file and topic", reset("--topic", "orders", "--from-file", file("orders,0,1\n")), []string{"--from-file and --topic conflict"}},
 		{"missing file", reset("--from-file", "/nonexistent/plan.csv"), []string{`"/nonexistent/plan.csv"`, "topic,partition,offset"}},
 		{"empty file", reset("--from-file", file("topic,partition,offset\n")), []string{"no partitions", "topic,partition,offset"}},

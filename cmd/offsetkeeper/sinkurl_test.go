@@ -33,7 +33,7 @@ func TestParseSinkForms(t *testing.T) {
 		{raw: "file://localhost/var/lib/ok/", scheme: "file", dir: "/var/lib/ok"},
 		// RFC 8089's short form of the same URL: nothing else it could mean.
 		{raw: "file:/var/lib/ok", scheme: "file", dir: "/var/lib/ok"},
-		{raw: "file:///var/lib/ok?fsync=0", want: []string{`"file:///var/lib/ok?fsync=0"`, "no user, parameters or fragment", "file:///DIR"}},
+		{raw: "file:///var/lib/ok?fsync=0", want: []string{`"file:///var/lib/ok?fsync=0"`, `unknown parameter "fsync"`, "route_field=", "file:///DIR"}},
 		{raw: "file:///var/lib/ok#x", want: []string{`"file:///var/lib/ok#x"`, "file:///DIR"}},
 		{raw: "file://me@localhost/var/lib/ok", want: []string{"file:///DIR"}},
 		{raw: "stdout:", scheme: "stdout"},
