@@ -145,13 +145,20 @@ func TestRoutedTablesCreatedAndEvolved(t *testing.T) {
 	if chInt(t, r[0]) != 2*half || chInt(t, r[1]) != 2*half || chInt(t, r[2]) != half || chInt(t, r[3]) != half {
 		t.Errorf("ClickHouse: %v rows, ids, v1 with NULL email, v2 with theirs; want %d, %d, %d, %d", r, 2*half, 2*half, half, half)
 	}
+	ddl := map[int]int64{}
 	for i, rn := range replicas {
 		st := rn.r.Stats()
+		ddl[i/2] += st.SinkDDL
 		if st.SinkErrors != 0 {
 			t.Errorf("replica %d: %d sink writes failed; adding one column at once must not fail either", i, st.SinkErrors)
 		}
 		if st.Records == 0 {
 			t.Errorf("replica %d delivered nothing: the column was not added by two replicas at once", i)
+		}
+	}
+	for g, n := range ddl {
+		if n < 3 {
+			t.Errorf("group %d counted %d DDL statements (offsetkeeper_sink_ddl_total), want at least 3: the table, v1's columns, v2's", g, n)
 		}
 	}
 }

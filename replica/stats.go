@@ -104,6 +104,9 @@ type Stats struct {
 	// IgnoredFields counts decoded fields the sink had no column for
 	// (sinks.IgnoredFieldCounter); 0 for a sink without one.
 	IgnoredFields int64
+	// SinkDDL counts the statements the sink ran to change its tables'
+	// shape (sinks.DDLCounter); 0 for a sink without one.
+	SinkDDL int64
 }
 
 // counters are what Stats snapshots of the replica's own, updated by the

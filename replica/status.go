@@ -35,6 +35,9 @@ func (r *Replica) Stats() Stats {
 	if dl, ok := sinks.As[sinks.DeadLetterCounter](r.sink); ok {
 		s.DeadLetters = dl.DeadLetters()
 	}
+	if dc, ok := sinks.As[sinks.DDLCounter](r.sink); ok {
+		s.SinkDDL = dc.DDL()
+	}
 	if ig, ok := sinks.As[sinks.IgnoredFieldCounter](r.sink); ok {
 		s.IgnoredFields = ig.IgnoredFields()
 	}

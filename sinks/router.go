@@ -78,6 +78,9 @@ var _ IntentKeeper = (*Router)(nil)
 var _ Pinger = (*Router)(nil)
 var _ DeadLetterer = (*Router)(nil)
 var _ DestinationClaimer = (*Router)(nil)
+var _ DDLCounter = (*Router)(nil)
+var _ IgnoredFieldCounter = (*Router)(nil)
+var _ DeadLetterCounter = (*Router)(nil)
 
 // ErrRouterClosed is returned by a Router's methods after Close.
 var ErrRouterClosed = errors.New("sink is closed")
@@ -386,6 +389,17 @@ func (r *Router) IgnoredFields() int64 {
 	for _, s := range r.sinks() {
 		if c, ok := As[IgnoredFieldCounter](s); ok {
 			n += c.IgnoredFields()
+		}
+	}
+	return n
+}
+
+// DDL sums the routes' sinks' (DDLCounter).
+func (r *Router) DDL() int64 {
+	var n int64
+	for _, s := range r.sinks() {
+		if c, ok := As[DDLCounter](s); ok {
+			n += c.DDL()
 		}
 	}
 	return n

@@ -140,3 +140,13 @@ type DeadLetterer interface {
 type IgnoredFieldCounter interface {
 	IgnoredFields() int64
 }
+
+// DDLCounter is implemented by sinks that change the shape of their tables
+// (make a missing table, add columns: evolve=add-columns). DDL counts those
+// statements since the sink was opened, never falls, and is safe to call
+// concurrently with writes; the replica's metrics export it as
+// offsetkeeper_sink_ddl_total. If a Sink does not implement DDLCounter,
+// that count is zero.
+type DDLCounter interface {
+	DDL() int64
+}

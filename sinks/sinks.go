@@ -24,6 +24,8 @@
 //     Without it, such a record stops its partition (or is skipped).
 //   - IgnoredFieldCounter: decoded fields the sink had no column for.
 //     Without it, that count is zero.
+//   - DDLCounter: statements that changed the sink's tables' shape.
+//     Without it, that count is zero.
 //   - Wrapper: the sink wraps another. Without it, the upgrades of a wrapped
 //     sink are hidden behind the wrapper.
 //
