@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,5 +221,76 @@ func TestFileRouteByField(t *testing.T) {
 				t.Errorf("%s, partition %d: %d offsets, want its %d records' once each", route, p, len(got), len(offs))
 			}
 		}
+	}
+}
+
+// TestInferredColumnsFromJSON: JSON records without a schema, into
+// PostgreSQL and ClickHouse columns tables made for them
+// (evolve=add-columns&infer_columns=true): the columns come from the
+// values (id a number, name a string, then price a fractional number);
+// a record whose id is a string, which the id column cannot hold, goes to
+// the dead-letter table rather than being coerced; every other record is
+// a row once.
+func TestInferredColumnsFromJSON(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	ch := harness.StartClickHouse(t)
+	e := newEnv(t, "items", 2)
+	dbURL := pg.NewDatabase(t)
+	prefix := fmt.Sprintf("inf%d_", time.Now().UnixNano()%1_000_000)
+	urls := map[*sinks.Descriptor]string{
+		postgres.Descriptor:   withQuery(dbURL, "mode=columns&table={topic}&evolve=add-columns&infer_columns=true"),
+		clickhouse.Descriptor: fmt.Sprintf("clickhouse://%s/%s?mode=columns&table=%s{topic}&evolve=add-columns&infer_columns=true", ch.NativeAddr(), ch.Database(), prefix),
+	}
+	for d, url := range urls {
+		g := e.withGroup("infer-" + d.Scheme)
+		s, err := d.Open(context.Background(), url, sinks.Options{Group: g.group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		g.start(g.config("r0"), s)
+	}
+	want := e.produceValues(100, func(i int) []byte {
+		switch {
+		case i == 77:
+			return []byte(`{"id":"seventy-seven","name":"x"}`)
+		case i < 50:
+			return fmt.Appendf(nil, `{"id":%d,"name":"n%d"}`, i, i)
+		}
+		return fmt.Appendf(nil, `{"id":%d,"name":"n%d","price":%d.5}`, i, i, i)
+	})
+	for d := range urls {
+		g := e.withGroup("infer-" + d.Scheme)
+		await(t, 60*time.Second, d.Scheme+" to commit every record", func() bool { return g.allCommitted(want) })
+	}
+	conn := pgConn(t, dbURL)
+	var cols string
+	if err := conn.QueryRow(context.Background(), `SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position)
+		FROM information_schema.columns WHERE table_name = 'items'`).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if wantCols := "kafka_topic text, kafka_partition integer, kafka_offset bigint, kafka_key bytea, kafka_timestamp timestamp with time zone, id bigint, name text, price double precision"; cols != wantCols {
+		t.Errorf("PostgreSQL's items: %s\nwant %s", cols, wantCols)
+	}
+	var rows, priced, dead int64
+	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(price) FROM items`).Scan(&rows, &priced); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM offsetkeeper_dead_letters WHERE topic = 'items'`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 99 || priced != 49 || dead != 1 {
+		t.Errorf("PostgreSQL: %d rows, %d with a price, %d dead letters; want 99, 49 and 1 (the string id)", rows, priced, dead)
+	}
+	var chCols []string
+	for _, r := range ch.Query(t, `SELECT name || ' ' || type FROM system.columns WHERE database = ? AND table = ? ORDER BY position`, ch.Database(), prefix+"items") {
+		chCols = append(chCols, r[0].(string))
+	}
+	if got, wantCols := strings.Join(chCols, ", "), "kafka_topic LowCardinality(String), kafka_partition Int32, kafka_offset Int64, kafka_generation Int64, kafka_key Nullable(String), kafka_timestamp DateTime64(3, 'UTC'), id Nullable(Int64), name Nullable(String), price Nullable(Float64)"; got != wantCols {
+		t.Errorf("ClickHouse's table: %s\nwant %s", got, wantCols)
+	}
+	r := ch.Query(t, fmt.Sprintf(`SELECT count(), count(price), uniqExact(kafka_partition, kafka_offset) FROM %s.%s`, ch.Database(), prefix+"items"))[0]
+	if chInt(t, r[0]) != 99 || chInt(t, r[1]) != 49 || chInt(t, r[2]) != 99 {
+		t.Errorf("ClickHouse: %v rows, with a price, distinct offsets; want 99, 49, 99", r)
 	}
 }

@@ -223,6 +223,7 @@ type config struct {
 	retryTimeout time.Duration
 	compression  Compression
 	evolve       Evolve // columns mode's
+	inferColumns bool   // evolve's, for JSON records without a schema
 
 	// table=, route_field= and default_table= as given: a router's.
 	template, routeField, defaultTable string
@@ -323,6 +324,9 @@ func parseURL(raw string) (config, error) {
 			return c, err
 		}
 	}
+	if c.inferColumns && c.evolve != AddColumns {
+		return c, fmt.Errorf("%w: %s=true adds columns: it needs %s=%s", ErrURL, sqlsink.ParamInferColumns, paramEvolve, AddColumns)
+	}
 	if c.evolve == AddColumns && c.mode != Columns {
 		return c, fmt.Errorf("%w: %s=%s is for mode=columns (raw mode keeps the whole value in one column)", ErrURL, paramEvolve, c.evolve)
 	}
@@ -394,6 +398,8 @@ func (c *config) set(key, val string) error {
 		c.tableRaw = t.Expand("topic", "route") // a template's: checked as one of its tables
 	case sqlsink.ParamRouteField:
 		c.routeField = val
+	case sqlsink.ParamInferColumns:
+		c.inferColumns, err = sinkURL.Bool(key, val)
 	case sqlsink.ParamDefaultTable:
 		c.defaultTable = val
 	case paramDeadLetters:

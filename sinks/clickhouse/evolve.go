@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // Columns mode with evolve=add-columns: a table made at start when it is
@@ -67,12 +69,12 @@ func (s *Sink) evolve(ctx context.Context, b *sinks.Block) error {
 	}
 	var schemas []int
 	for i := range b.Records {
-		d := b.Records[i].Decoded
-		if d == nil || d.Err != "" || d.ValueSchema == nil || s.evolved[d.ValueSchema.ID] {
+		sc := sqlsink.ValueSchema(&b.Records[i], s.cfg.inferColumns)
+		if sc == nil || s.evolved[sc.ID] || slices.Contains(schemas, sc.ID) {
 			continue
 		}
-		schemas = append(schemas, d.ValueSchema.ID)
-		for _, f := range d.ValueSchema.Fields {
+		schemas = append(schemas, sc.ID)
+		for _, f := range sc.Fields {
 			if have[f.Name] || f.Name == "" || strings.HasPrefix(f.Name, "kafka_") {
 				continue
 			}

@@ -213,6 +213,7 @@ type config struct {
 	retryTimeout time.Duration
 	log          *zap.Logger
 	evolve       Evolve        // columns and upsert modes'
+	inferColumns bool          // evolve's, for JSON records without a schema
 	pool         *pgxpool.Pool // withPool's: a router's tables share it
 	offsetsKey   string        // withOffsetsKey's
 
@@ -324,6 +325,8 @@ func (c *config) checkEvolve() error {
 	case c.evolve == AddColumns && c.envelope == Debezium:
 		return fmt.Errorf("%w: %s=%s with %s=%s: the schema's fields are the event's (before, after, op...), not the row's; want %s=none",
 			ErrURL, paramEvolve, c.evolve, paramEnvelope, c.envelope, paramEvolve)
+	case c.inferColumns && c.evolve != AddColumns:
+		return fmt.Errorf("%w: %s=true adds columns: it needs %s=%s", ErrURL, sqlsink.ParamInferColumns, paramEvolve, AddColumns)
 	}
 	return nil
 }
@@ -370,6 +373,8 @@ func (c *config) set(key, val string) error {
 		c.table, err = parseTable(key, t.Expand("topic", "route")) // a template's: checked as one of its tables
 	case sqlsink.ParamRouteField:
 		c.routeField = val
+	case sqlsink.ParamInferColumns:
+		c.inferColumns, err = sinkURL.Bool(key, val)
 	case sqlsink.ParamDefaultTable:
 		c.defaultTable = val
 	case paramOffsets:

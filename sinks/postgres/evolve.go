@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/internal/sqlsink"
 )
 
 // recheckAfter is how long a value schema whose fields the table lacks is
@@ -165,13 +166,13 @@ func (a *attempt) prepareTable(ctx context.Context, live []*blockWrite) error {
 	seen := map[int]bool{}
 	for _, w := range live {
 		for i := range w.recs {
-			d := w.recs[i].Decoded
-			if d == nil || d.Err != "" || d.ValueSchema == nil || seen[d.ValueSchema.ID] {
+			sc := sqlsink.ValueSchema(&w.recs[i], s.cfg.inferColumns)
+			if sc == nil || seen[sc.ID] {
 				continue
 			}
-			seen[d.ValueSchema.ID] = true
-			if s.needsCheck(d.ValueSchema, a.tab) {
-				a.checked = append(a.checked, d.ValueSchema)
+			seen[sc.ID] = true
+			if s.needsCheck(sc, a.tab) {
+				a.checked = append(a.checked, sc)
 			}
 		}
 	}

@@ -20,6 +20,7 @@ var params = sqlsink.Params([][3]string{
 	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},
 	{paramRetryTimeout, "`" + DefaultRetryTimeout.String() + "`", "how long a write retries after losing its connection, and how long a sink opened while the server cannot be reached waits for it (`0`: never)"},
 	{paramEvolve, "`" + NoEvolve.String() + "`", "`columns`, `upsert`: what a decoded record's field without a column does: `none` ignores and counts it, `add-columns` adds the column (below)"},
+	{sqlsink.ParamInferColumns, "`false`", "with `evolve=add-columns`: JSON records without a schema add columns too, typed from their values (a string `text`, a number `bigint` or `double precision`, `true`/`false` `boolean`, an object or array `jsonb`); a later value the column cannot take goes to the dead-letter table. Each record's value is parsed once more for it"},
 	{paramConflict, "the primary key", "`upsert`: the unique constraint rows are found by"},
 	{paramKeyFrom, "`" + FromKey.String() + "`", "`upsert`: the key columns come from the record `key` or from the `value`"},
 	{paramDeletes, "`true` (`false` with `key_from=value`)", "`upsert`: a tombstone deletes its key's row; `false` ignores and counts it"},
