@@ -229,8 +229,8 @@ func TestFileRouteByField(t *testing.T) {
 // (evolve=add-columns&infer_columns=true): the columns come from the
 // values (id a number, name a string, then price a fractional number);
 // a record whose id is a string, which the id column cannot hold, goes to
-// the dead-letter table rather than being coerced; every other record is
-// a row once.
+// the table's own dead-letter table (dead_letter_table={topic}_dead)
+// rather than being coerced; every other record is a row once.
 func TestInferredColumnsFromJSON(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	ch := harness.StartClickHouse(t)
@@ -238,8 +238,8 @@ func TestInferredColumnsFromJSON(t *testing.T) {
 	dbURL := pg.NewDatabase(t)
 	prefix := fmt.Sprintf("inf%d_", time.Now().UnixNano()%1_000_000)
 	urls := map[*sinks.Descriptor]string{
-		postgres.Descriptor:   withQuery(dbURL, "mode=columns&table={topic}&evolve=add-columns&infer_columns=true"),
-		clickhouse.Descriptor: fmt.Sprintf("clickhouse://%s/%s?mode=columns&table=%s{topic}&evolve=add-columns&infer_columns=true", ch.NativeAddr(), ch.Database(), prefix),
+		postgres.Descriptor:   withQuery(dbURL, "mode=columns&table={topic}&evolve=add-columns&infer_columns=true&dead_letter_table={topic}_dead"),
+		clickhouse.Descriptor: fmt.Sprintf("clickhouse://%s/%s?mode=columns&table=%s{topic}&evolve=add-columns&infer_columns=true&dead_letter_table=%s{topic}_dead", ch.NativeAddr(), ch.Database(), prefix, prefix),
 	}
 	for d, url := range urls {
 		g := e.withGroup("infer-" + d.Scheme)
@@ -276,7 +276,7 @@ func TestInferredColumnsFromJSON(t *testing.T) {
 	if err := conn.QueryRow(context.Background(), `SELECT count(*), count(price) FROM items`).Scan(&rows, &priced); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM offsetkeeper_dead_letters WHERE topic = 'items'`).Scan(&dead); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM items_dead WHERE topic = 'items'`).Scan(&dead); err != nil {
 		t.Fatal(err)
 	}
 	if rows != 99 || priced != 49 || dead != 1 {
@@ -292,5 +292,8 @@ func TestInferredColumnsFromJSON(t *testing.T) {
 	r := ch.Query(t, fmt.Sprintf(`SELECT count(), count(price), uniqExact(kafka_partition, kafka_offset) FROM %s.%s`, ch.Database(), prefix+"items"))[0]
 	if chInt(t, r[0]) != 99 || chInt(t, r[1]) != 49 || chInt(t, r[2]) != 99 {
 		t.Errorf("ClickHouse: %v rows, with a price, distinct offsets; want 99, 49, 99", r)
+	}
+	if n := ch.QueryInt(t, fmt.Sprintf(`SELECT count() FROM %s.%s WHERE kafka_offset >= 0`, ch.Database(), prefix+"items_dead")); n != 1 {
+		t.Errorf("ClickHouse's %sitems_dead: %d rows, want the string id's", prefix, n)
 	}
 }

@@ -16,9 +16,9 @@ import (
 type RouterConfig struct {
 	// Template names each topic's table; Routed.
 	Template Template
-	// Open opens the sink that writes table. It is called once per table,
-	// at the first block, Resume or claim of one of its topics.
-	Open func(ctx context.Context, table string) (Sink, error)
+	// Open opens the sink that writes a route's table. It is called once
+	// per table, at the first block, Resume or claim of one of its topics.
+	Open func(ctx context.Context, rt Route) (Sink, error)
 	// Ping, if set, is the store's health check; nil: the routes' sinks
 	// that are Pingers are asked.
 	Ping func(ctx context.Context) error
@@ -37,6 +37,12 @@ type RouterConfig struct {
 	// etcd and asks for intents.
 	Field   string
 	Default Template
+}
+
+// Route is a table of a Router and what named it first: a topic and, by
+// field, the field's value ("default" for the records without it).
+type Route struct {
+	Table, Topic, Value string
 }
 
 // Router is a sink that writes each topic's blocks to a sink of its own
@@ -106,7 +112,7 @@ func (r *Router) Tables() []string {
 // topics of one table (orders.eu and orders_eu) are refused: their
 // partitions' offsets and rows would mix. A router by field keys its
 // sinks' offsets per table, so there topics may share one.
-func (r *Router) route(ctx context.Context, topic, table string) (*route, error) {
+func (r *Router) route(ctx context.Context, topic, table, value string) (*route, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -124,7 +130,7 @@ func (r *Router) route(ctx context.Context, topic, table string) (*route, error)
 		rt = &route{table: table, topic: topic, ready: make(chan struct{}), claimed: map[string]bool{}}
 		r.byTable[table] = rt
 		r.mu.Unlock()
-		rt.sink, rt.err = r.cfg.Open(ctx, table)
+		rt.sink, rt.err = r.cfg.Open(ctx, Route{Table: table, Topic: topic, Value: value})
 		if rt.err != nil {
 			rt.err = fmt.Errorf("table %s of topic %s: %w", table, topic, rt.err)
 			r.mu.Lock()
@@ -176,11 +182,11 @@ func (r *Router) ClaimDestination(ctx context.Context, group string, topics []st
 	r.claim = &destinationClaim{group: group, shared: shared}
 	r.mu.Unlock()
 	for _, t := range topics {
-		table := r.cfg.Template.Table(t)
+		table, value := r.cfg.Template.Table(t), ""
 		if r.cfg.Field != "" {
-			table = r.cfg.Default.Table(t)
+			table, value = r.cfg.Default.Table(t), defaultRoute
 		}
-		if _, err := r.route(ctx, t, table); err != nil {
+		if _, err := r.route(ctx, t, table, value); err != nil {
 			return err
 		}
 	}
@@ -211,7 +217,7 @@ func (r *Router) WriteBlocks(ctx context.Context, blocks []*Block) []error {
 	var order []*route
 	for i, b := range blocks {
 		for _, t := range r.tablesOf(b) {
-			rt, err := r.route(ctx, b.Topic, t.table)
+			rt, err := r.route(ctx, b.Topic, t.table, t.value)
 			if err != nil {
 				errs[i] = errors.Join(errs[i], err)
 				continue
@@ -261,31 +267,37 @@ func (r *Router) WriteBlocks(ctx context.Context, blocks []*Block) []error {
 	return errs
 }
 
-// tableBlock is a block, or its part, and its table.
+// tableBlock is a block, or its part, its table and its route value.
 type tableBlock struct {
-	table string
-	b     *Block
+	table, value string
+	b            *Block
 }
+
+// defaultRoute is the route value of the records without the field.
+const defaultRoute = "default"
+
 
 // tablesOf is where b goes: whole to its topic's table, or by field, a
 // part per table in the order of their names, each with b's range.
 func (r *Router) tablesOf(b *Block) []tableBlock {
 	if r.cfg.Field == "" {
-		return []tableBlock{{r.cfg.Template.Table(b.Topic), b}}
+		return []tableBlock{{r.cfg.Template.Table(b.Topic), "", b}}
 	}
 	byTable := map[string][]Record{}
+	values := map[string]string{}
 	for _, rec := range b.Records {
-		t := r.cfg.Default.Table(b.Topic)
+		t, value := r.cfg.Default.Table(b.Topic), defaultRoute
 		if v, ok := FieldValue(rec.Value, r.cfg.Field); ok && len(TableName(v)) <= maxRouteName {
-			t = r.cfg.Template.Expand(b.Topic, v)
+			t, value = r.cfg.Template.Expand(b.Topic, v), v
 		}
 		byTable[t] = append(byTable[t], rec)
+		values[t] = value
 	}
 	out := make([]tableBlock, 0, len(byTable))
 	for t, recs := range byTable {
 		p := *b
 		p.Records, p.SetAside = recs, 0
-		out = append(out, tableBlock{t, &p})
+		out = append(out, tableBlock{t, values[t], &p})
 	}
 	slices.SortFunc(out, func(a, b tableBlock) int { return strings.Compare(a.table, b.table) })
 	return out
@@ -339,7 +351,7 @@ func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64
 	if r.cfg.Field != "" {
 		return 0, 0, false, nil
 	}
-	rt, err := r.route(ctx, topic, r.cfg.Template.Table(topic))
+	rt, err := r.route(ctx, topic, r.cfg.Template.Table(topic), "")
 	if err != nil {
 		return 0, 0, false, err
 	}

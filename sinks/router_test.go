@@ -85,7 +85,8 @@ func TestRouterWritesEachTopicToItsTable(t *testing.T) {
 	var mu sync.Mutex
 	shared := false
 	r := sinks.NewRouter(sinks.RouterConfig{Template: tm,
-		Open: func(_ context.Context, table string) (sinks.Sink, error) {
+		Open: func(_ context.Context, rt sinks.Route) (sinks.Sink, error) {
+			table := rt.Table
 			mu.Lock()
 			defer mu.Unlock()
 			if opened[table] != nil {

@@ -226,10 +226,10 @@ type config struct {
 	inferColumns bool   // evolve's, for JSON records without a schema
 
 	// table=, route_field= and default_table= as given: a router's.
-	template, routeField, defaultTable string
-	given                              map[string]bool
-	log                                *zap.Logger
-	tls                                *tls.Config // what finish made of tlsOpts
+	template, routeField, defaultTable, deadTemplate string
+	given                                            map[string]bool
+	log                                              *zap.Logger
+	tls                                              *tls.Config // what finish made of tlsOpts
 }
 
 // ValidateURL checks a sink URL without connecting or reading files. The
@@ -316,7 +316,7 @@ func parseURL(raw string) (config, error) {
 	if c.table == c.deadLetters {
 		return c, fmt.Errorf("%w: %s and %s must be two different tables", ErrURL, paramTable, paramDeadLetters)
 	}
-	if _, err := sqlsink.ParseRouting(cmp.Or(c.template, DefaultTable), c.routeField, c.defaultTable); err != nil {
+	if _, err := sqlsink.ParseRouting(cmp.Or(c.template, DefaultTable), c.routeField, c.defaultTable, c.deadTemplate); err != nil {
 		return c, sinkURL.Wrap(err)
 	}
 	if c.defaultTable != "" {
@@ -403,7 +403,12 @@ func (c *config) set(key, val string) error {
 	case sqlsink.ParamDefaultTable:
 		c.defaultTable = val
 	case paramDeadLetters:
-		c.deadRaw = val
+		t, err := sinks.ParseTemplate(val)
+		if err != nil {
+			return sinkURL.Wrap(fmt.Errorf("%s: %w", key, err))
+		}
+		c.deadTemplate = val
+		c.deadRaw = t.Expand("topic", "route") // a template's: checked as one of its tables
 	case paramMode:
 		err = sqlsink.Enum(sinkURL, &c.mode, key, val)
 	case paramProtocol:

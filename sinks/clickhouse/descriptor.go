@@ -25,8 +25,8 @@ var Descriptor = &sinks.Descriptor{
 			// block; a block's part in each table is inserted with the
 			// block's token, deduplicated by that table.
 			return sinks.NewRouter(sinks.RouterConfig{Template: r.Template, Field: r.Field, Default: r.Default, NeedsIntents: true,
-				Open: func(ctx context.Context, table string) (sinks.Sink, error) {
-					return openTable(ctx, sqlsink.WithTable(raw, table), opts)
+				Open: func(ctx context.Context, rt sinks.Route) (sinks.Sink, error) {
+					return openTable(ctx, r.ForRoute(raw, rt), opts)
 				}}), nil
 		}
 		return openTable(ctx, raw, opts)

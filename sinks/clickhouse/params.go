@@ -18,7 +18,7 @@ var params = sqlsink.Params([][3]string{
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields"},
 	{paramEvolve, "`" + NoEvolve.String() + "`", "columns mode: `add-columns` adds a Nullable column for each field of a record's value schema (Avro, Protobuf, JSON Schema) the table lacks, and creates a missing table ordered by `(kafka_topic, kafka_partition, kafka_offset)`; `none` drops such fields, counted"},
 	{sqlsink.ParamInferColumns, "`false`", "with `evolve=add-columns`: JSON records without a schema add columns too, typed from their values (a string `String`, a number `Int64` or `Float64`, `true`/`false` `Bool`, an object or array `String`), each `Nullable`; a later value the column cannot take goes to the dead-letter table. Each record's value is parsed once more for it"},
-	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},
+	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing; with a routed `table`, `{topic}` and `{route}` in it name one per table (docs/topics.md)"},
 	{paramProtocol, "`" + Native.String() + "`", "`native` (port 9000, 9440 with TLS) or `http` (8123, 8443)"},
 	{paramSecure, "`false`", "TLS"},
 	{paramSkipVerify, "`false`", "no verification (tests only)"},

@@ -136,7 +136,8 @@ func routes(dir, field, def string, opts []Option) (sinks.Sink, error) {
 		return nil, err
 	}
 	return sinks.NewRouter(sinks.RouterConfig{Template: tm, Field: field, Default: dt,
-		Open: func(_ context.Context, name string) (sinks.Sink, error) {
+		Open: func(_ context.Context, rt sinks.Route) (sinks.Sink, error) {
+			name := rt.Table
 			s, err := New(filepath.Join(dir, name), opts...)
 			if err != nil {
 				return nil, fmt.Errorf("open sink file://%s: %w", filepath.Join(dir, name), err)

@@ -218,7 +218,7 @@ type config struct {
 	offsetsKey   string        // withOffsetsKey's
 
 	// table=, route_field= and default_table= as given: a router's.
-	tableRaw, routeField, defaultTable string
+	tableRaw, routeField, defaultTable, deadRaw string
 
 	// Upsert mode's; given records which of them the URL set.
 	conflict string // the unique constraint; "" for the primary key
@@ -304,7 +304,7 @@ func parseURL(raw string) (config, error) {
 	if err := c.checkEvolve(); err != nil {
 		return c, err
 	}
-	if _, err := sqlsink.ParseRouting(cmp.Or(c.tableRaw, DefaultTable), c.routeField, c.defaultTable); err != nil {
+	if _, err := sqlsink.ParseRouting(cmp.Or(c.tableRaw, DefaultTable), c.routeField, c.defaultTable, c.deadRaw); err != nil {
 		return c, sinkURL.Wrap(err)
 	}
 	if c.defaultTable != "" {
@@ -380,7 +380,12 @@ func (c *config) set(key, val string) error {
 	case paramOffsets:
 		c.offsets, err = parseTable(key, val)
 	case paramDeadLetters:
-		c.deadLetters, err = parseTable(key, val)
+		var t sinks.Template
+		if t, err = sinks.ParseTemplate(val); err != nil {
+			return sinkURL.Wrap(fmt.Errorf("%s: %w", key, err))
+		}
+		c.deadRaw = val
+		c.deadLetters, err = parseTable(key, t.Expand("topic", "route"))
 	case paramMode:
 		err = sqlsink.Enum(sinkURL, &c.mode, key, val)
 	case paramEvolve:

@@ -17,7 +17,7 @@ var params = sqlsink.Params([][3]string{
 	{sqlsink.ParamDefaultTable, "`table` with `{route}` as `default`", "with `route_field`: the table of the records without the field"},
 	{paramMode, "`" + Raw.String() + "`", "`raw`: the sink's own table; `columns`: fill an existing table from JSON fields; `upsert`: keep an existing table equal to the last value of each key"},
 	{paramOffsets, "`" + DefaultOffsetsTable + "`", "created if missing"},
-	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing"},
+	{paramDeadLetters, "`" + DefaultDeadLetterTable + "`", "created if missing; with a routed `table`, `{topic}` and `{route}` in it name one per table (docs/topics.md)"},
 	{paramRetryTimeout, "`" + DefaultRetryTimeout.String() + "`", "how long a write retries after losing its connection, and how long a sink opened while the server cannot be reached waits for it (`0`: never)"},
 	{paramEvolve, "`" + NoEvolve.String() + "`", "`columns`, `upsert`: what a decoded record's field without a column does: `none` ignores and counts it, `add-columns` adds the column (below)"},
 	{sqlsink.ParamInferColumns, "`false`", "with `evolve=add-columns`: JSON records without a schema add columns too, typed from their values (a string `text`, a number `bigint` or `double precision`, `true`/`false` `boolean`, an object or array `jsonb`); a later value the column cannot take goes to the dead-letter table. Each record's value is parsed once more for it"},

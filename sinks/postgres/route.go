@@ -22,7 +22,7 @@ import (
 // block in one transaction: a block written again after a crash is
 // skipped by the tables whose part is in and written by the others.
 func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Option) (sinks.Sink, error) {
-	c, err := parseURL(sqlsink.WithTable(raw, r.Template.Expand("topic", "route")))
+	c, err := parseURL(r.Sample(raw))
 	if err == nil {
 		err = c.finish(opts)
 	}
@@ -42,11 +42,11 @@ func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Optio
 	opts = append(opts, withPool(pool))
 	return sinks.NewRouter(sinks.RouterConfig{
 		Template: r.Template, Field: r.Field, Default: r.Default,
-		Open: func(ctx context.Context, table string) (sinks.Sink, error) {
-			u := sqlsink.WithTable(raw, table)
+		Open: func(ctx context.Context, rt sinks.Route) (sinks.Sink, error) {
+			u := r.ForRoute(raw, rt)
 			o := opts
 			if r.Field != "" {
-				o = append(slices.Clip(opts), withOffsetsKey(table))
+				o = append(slices.Clip(opts), withOffsetsKey(rt.Table))
 			}
 			return sqlsink.Open(ctx, "postgres", u, DefaultRetryTimeout,
 				func(ctx context.Context) (*Sink, error) { return New(ctx, u, o...) }, ErrURL, ErrTableShape)

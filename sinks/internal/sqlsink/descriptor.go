@@ -104,18 +104,38 @@ type Routing struct {
 	Template sinks.Template
 	Field    string
 	Default  sinks.Template
+	// Dead is dead_letter_table= when it names a table per route ({topic},
+	// {route}); not Routed (one table for all) otherwise.
+	Dead sinks.Template
 }
 
-// ParseRouting checks table=, route_field= and default_table= together:
-// {route} needs a route field, a route field needs {route}, and the
-// default table may name the topic but not a route.
-func ParseRouting(table, field, def string) (Routing, error) {
+// DeadTable is the dead-letter table of rt: Dead's, or "" for the URL's
+// one table.
+func (r Routing) DeadTable(rt sinks.Route) string {
+	if !r.Dead.Routed() && !r.Dead.ByRoute() {
+		return ""
+	}
+	return r.Dead.Expand(rt.Topic, rt.Value)
+}
+
+// ParseRouting checks table=, route_field=, default_table= and
+// dead_letter_table= together: {route} needs a route field, a route field
+// needs {route}, the default table may name the topic but not a route,
+// and the dead-letter table may name what the table names, so that the
+// records of one table have one dead-letter table.
+func ParseRouting(table, field, def, dead string) (Routing, error) {
 	t, err := sinks.ParseTemplate(table)
 	if err != nil {
 		return Routing{}, err
 	}
 	r := Routing{Template: t, Field: field}
+	if r.Dead, err = sinks.ParseTemplate(dead); err != nil {
+		return Routing{}, fmt.Errorf("dead_letter_table: %w", err)
+	}
 	switch {
+	case r.Dead.Routed() && !t.Routed(), r.Dead.ByRoute() && !t.ByRoute():
+		return Routing{}, fmt.Errorf("dead_letter_table %q names what table %q does not: a table's records would have several dead-letter tables; "+
+			"name in it only the placeholders of table", dead, table)
 	case t.ByRoute() && field == "":
 		return Routing{}, fmt.Errorf("table %q names {route}: give %s=FIELD, the top-level field of the record's value whose value names the table", table, ParamRouteField)
 	case field != "" && !t.ByRoute():
@@ -146,14 +166,20 @@ func RoutingOf(raw string) (r Routing, ok bool) {
 		return Routing{}, false
 	}
 	q := u.Query()
-	r, err = ParseRouting(q.Get("table"), q.Get(ParamRouteField), q.Get(ParamDefaultTable))
+	r, err = ParseRouting(q.Get("table"), q.Get(ParamRouteField), q.Get(ParamDefaultTable), q.Get("dead_letter_table"))
 	return r, err == nil && (r.Template.Routed() || r.Field != "")
 }
 
-// WithTable is raw with table= set to table and the routing parameters
-// left out: the URL of one table of a routed sink. The other parameters
-// stay as written.
-func WithTable(raw, table string) string {
+// ForRoute is raw for one route's table: table= set to it, the routing
+// parameters left out, and dead_letter_table= set to the route's when it
+// names one per route. The other parameters stay as written.
+func (r Routing) ForRoute(raw string, rt sinks.Route) string {
+	return withTables(raw, rt.Table, r.DeadTable(rt))
+}
+
+// withTables is raw with table= set to table, dead_letter_table= to dead
+// unless it is "", and the routing parameters left out.
+func withTables(raw, table, dead string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
@@ -161,11 +187,21 @@ func WithTable(raw, table string) string {
 	var keep []string
 	for _, kv := range strings.Split(u.RawQuery, "&") {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "table" || k == ParamRouteField || k == ParamDefaultTable || kv == "" {
+		if k == "table" || k == ParamRouteField || k == ParamDefaultTable || kv == "" || (k == "dead_letter_table" && dead != "") {
 			continue
 		}
 		keep = append(keep, kv)
 	}
-	u.RawQuery = strings.Join(append(keep, "table="+url.QueryEscape(table)), "&")
+	keep = append(keep, "table="+url.QueryEscape(table))
+	if dead != "" {
+		keep = append(keep, "dead_letter_table="+url.QueryEscape(dead))
+	}
+	u.RawQuery = strings.Join(keep, "&")
 	return u.String()
+}
+
+// Sample is raw for a table of its template, to check the URL's other
+// parameters with: a route of topic "topic" and value "route".
+func (r Routing) Sample(raw string) string {
+	return r.ForRoute(raw, sinks.Route{Table: r.Template.Expand("topic", "route"), Topic: "topic", Value: "route"})
 }
