@@ -276,7 +276,6 @@ type tableBlock struct {
 // defaultRoute is the route value of the records without the field.
 const defaultRoute = "default"
 
-
 // tablesOf is where b goes: whole to its topic's table, or by field, a
 // part per table in the order of their names, each with b's range.
 func (r *Router) tablesOf(b *Block) []tableBlock {
