@@ -3,6 +3,7 @@ package integration_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/offsetkeeper/offsetkeeper/coordinator"
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
+	"github.com/offsetkeeper/offsetkeeper/replica"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
+	"github.com/offsetkeeper/offsetkeeper/sinks/discard"
 )
 
 // topicLoad produces to the partitions of the topics it is given, a few
@@ -556,4 +559,59 @@ func TestApacheRouteByFieldExactlyOnce(t *testing.T) {
 		t.Errorf("records went to %d tables, want a, b, c and default", len(want))
 	}
 	t.Logf("%d records routed by tenant into %d tables of each store, 8 SIGKILLs", len(produced), len(want))
+}
+
+// TestTopicsRegexOnKfake: two replicas of a pattern and no topic list
+// join before any topic matches, claim the partitions of a matching topic
+// created later within their metadata interval and deliver its records,
+// never claim a topic that does not match, and count the topic they
+// read; a third replica giving another pattern is refused, naming both.
+func TestTopicsRegexOnKfake(t *testing.T) {
+	e := newEnv(t, "payments", 2)
+	cfg := func(id, pattern string) replica.Config {
+		c := e.config(id)
+		c.Topics, c.TopicsRegex, c.MetadataInterval = nil, pattern, 200*time.Millisecond
+		return c
+	}
+	r1 := e.start(cfg("r1", `ev\..*`), discard.New())
+	r2 := e.start(cfg("r2", `ev\..*`), discard.New())
+	await(t, 20*time.Second, "both replicas to join", func() bool { return e.member("r1") && e.member("r2") })
+	e.kafka.CreateTopic(t, "ev.a", 3)
+	want := map[sinks.Partition]int64{}
+	for p := range 3 {
+		e.kafka.ProduceValues(t, "ev.a", p, "x", "y", "z")
+		want[sinks.Partition{Topic: "ev.a", Partition: p}] = 3
+	}
+	e.kafka.ProduceValues(t, "payments", 0, "not read")
+	await(t, 30*time.Second, "ev.a's records committed", func() bool {
+		snap := e.snapshot()
+		for p, n := range want {
+			if snap.Offsets[p].Next < n {
+				return false
+			}
+		}
+		return true
+	})
+	for p := range e.snapshot().Claims {
+		if p.Topic != "ev.a" {
+			t.Errorf("claimed %s, which does not match", p)
+		}
+	}
+	for _, r := range []*running{r1, r2} {
+		if st := r.r.Stats(); st.Topics != 1 {
+			t.Errorf("a replica reads %d topics, want 1 (ev.a)", st.Topics)
+		}
+	}
+
+	other, err := replica.New(cfg("r3", `ev\.b.*`), e.etcd.Client(t), discard.New(), e.logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = other.Run(ctx)
+	var mismatch *replica.TopicsMismatchError
+	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), `those matching "ev\\.b.*"`) || !strings.Contains(err.Error(), `those matching "ev\\..*"`) {
+		t.Errorf("a replica of another pattern: %v, want a *replica.TopicsMismatchError naming both patterns", err)
+	}
 }

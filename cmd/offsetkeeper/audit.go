@@ -185,24 +185,9 @@ func (o *auditOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	defer s.Close()
-	topics := admin.GroupTopics(s.snap)
-	var scope []audit.Scope
-	for _, sc := range o.scopes {
-		if !slices.Contains(topics, sc.Topic) {
-			return usagef("--topic %q: topic %s is not in group %s; want one of its topics in etcd: %s",
-				sc.Arg, sc.Topic, o.admin.cluster.group, strings.Join(topics, ", "))
-		}
-		scope = append(scope, audit.Scope{Topic: sc.Topic, Partitions: sc.Partitions})
-	}
-	if o.pattern != nil {
-		matched := admin.MatchingTopics(s.snap, o.pattern)
-		if len(matched) == 0 {
-			return usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
-				o.admin.cluster.group, strings.Join(topics, ", "))
-		}
-		for _, t := range matched {
-			scope = append(scope, audit.Scope{Topic: t})
-		}
+	scope, err := o.scope(s.snap)
+	if err != nil {
+		return err
 	}
 
 	shown := o.target.Shown()
@@ -342,4 +327,30 @@ func (v *auditView) printFindings(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "\n%s\n", v.rep.Summary())
 	return err
+}
+
+// scope is the audit's partitions: those of --topic and of the group's
+// topics --topics-regex matches; none is all. A topic not in the group is
+// bad usage.
+func (o *auditOptions) scope(snap *coordinator.Snapshot) ([]audit.Scope, error) {
+	topics := admin.GroupTopics(snap)
+	var scope []audit.Scope
+	for _, sc := range o.scopes {
+		if !slices.Contains(topics, sc.Topic) {
+			return nil, usagef("--topic %q: topic %s is not in group %s; want one of its topics in etcd: %s",
+				sc.Arg, sc.Topic, o.admin.cluster.group, strings.Join(topics, ", "))
+		}
+		scope = append(scope, audit.Scope{Topic: sc.Topic, Partitions: sc.Partitions})
+	}
+	if o.pattern != nil {
+		matched := admin.MatchingTopics(snap, o.pattern)
+		if len(matched) == 0 {
+			return nil, usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
+				o.admin.cluster.group, strings.Join(topics, ", "))
+		}
+		for _, t := range matched {
+			scope = append(scope, audit.Scope{Topic: t})
+		}
+	}
+	return scope, nil
 }

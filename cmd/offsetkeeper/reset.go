@@ -239,16 +239,8 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		o.at = time.Now().Add(-o.ago)
 	}
 
-	if o.topicsRegex != "" {
-		re, _ := coordinator.TopicsPattern(o.topicsRegex) // validate compiled it
-		matched := admin.MatchingTopics(snap, re)
-		if len(matched) == 0 {
-			return usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
-				o.admin.cluster.group, cmp.Or(strings.Join(admin.GroupTopics(snap), ", "), "none"))
-		}
-		for _, t := range matched {
-			o.scopes = append(o.scopes, admin.TopicScope{Topic: t, Arg: t})
-		}
+	if err := o.matchScopes(snap); err != nil {
+		return err
 	}
 	r := admin.Reset{Target: admin.Target{Kind: o.target, Offset: o.offset, Shift: o.shift}, At: o.at,
 		Topics: o.scopes, AllTopics: o.allTopics, File: o.file, Lines: o.lines}
@@ -325,4 +317,22 @@ func countTrue(bs ...bool) int {
 		}
 	}
 	return n
+}
+
+// matchScopes adds the group's topics --topics-regex matches to the scope,
+// whole; matching none is bad usage.
+func (o *resetOptions) matchScopes(snap *coordinator.Snapshot) error {
+	if o.topicsRegex == "" {
+		return nil
+	}
+	re, _ := coordinator.TopicsPattern(o.topicsRegex) // validate compiled it
+	matched := admin.MatchingTopics(snap, re)
+	if len(matched) == 0 {
+		return usagef("--topics-regex %q matches no topic of group %s in etcd; its topics: %s", o.topicsRegex,
+			o.admin.cluster.group, cmp.Or(strings.Join(admin.GroupTopics(snap), ", "), "none"))
+	}
+	for _, t := range matched {
+		o.scopes = append(o.scopes, admin.TopicScope{Topic: t, Arg: t})
+	}
+	return nil
 }
