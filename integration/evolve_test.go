@@ -38,6 +38,9 @@ func TestRoutedTablesCreatedAndEvolved(t *testing.T) {
 		{"name":"email","type":["null","string"],"default":null}]}`
 	const half = 200
 	e := newEnv(t, "Users.EU", 4)
+	// A write that fails is this test's finding: no session may be lost
+	// to a loaded machine's slow keepalives meanwhile.
+	e.leaseTTL = loadLeaseTTL
 	id1 := reg.RegisterAvro(t, e.topic+"-value", v1)
 	id2 := reg.RegisterAvro(t, e.topic+"-value", v2)
 

@@ -380,9 +380,11 @@ type routedRecord struct {
 // PostgreSQL, one into ClickHouse (table=events_{route}&route_field=tenant),
 // while replicas are SIGKILLed and started again. Each tenant's table
 // holds exactly the offsets of that tenant's records, each once (a block
-// is written in parts, one per table, each deduplicated by its table when
-// the block comes again), and the records without the field are in the
-// default table, events_default.
+// is written in parts, one per table: in PostgreSQL all of them and the
+// partition's offsets row in one transaction; in ClickHouse each an
+// insert with the block's token, deduplicated by its table when the block
+// comes again), and the records without the field are in the default
+// table.
 func TestApacheRouteByFieldExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("six replica processes under SIGKILL on a 3-node cluster")

@@ -32,11 +32,25 @@ type RouterConfig struct {
 	// without it, to Default. A block is then split, a part per table,
 	// and each part written to its table's sink with the block's range:
 	// each table deduplicates its part, so a block written again after a
-	// crash doubles nothing. Its sinks then key their offsets per table
-	// (their Resume knows only their part), so the router resumes from
-	// etcd and asks for intents.
+	// crash doubles nothing. Without WriteParts each table's sink keeps
+	// only its parts, so the router resumes from etcd and asks for
+	// intents.
 	Field   string
 	Default Template
+	// WriteParts, if set, writes the parts of blocks routed by Field in
+	// one call: parts[i] are blocks[i]'s, each with its table's sink, and
+	// errs[i] is blocks[i]'s outcome, all its parts or none (one
+	// transaction). Its sinks then share one offsets row per partition,
+	// so the router resumes from the default table's sink and asks for no
+	// intents. Nil: each table's sink writes its parts with its own
+	// offsets.
+	WriteParts func(ctx context.Context, blocks []*Block, parts [][]Part) []error
+}
+
+// Part is a block's share of one table, and that table's sink.
+type Part struct {
+	Sink  Sink
+	Block *Block
 }
 
 // Route is a table of a Router and what named it first: a topic and, by
@@ -212,6 +226,9 @@ type part struct {
 // sink, up to routeWriters tables at once; each block stands or falls
 // with the calls of its parts, as BatchWriter says.
 func (r *Router) WriteBlocks(ctx context.Context, blocks []*Block) []error {
+	if r.cfg.Field != "" && r.cfg.WriteParts != nil {
+		return r.writeParts(ctx, blocks)
+	}
 	errs := make([]error, len(blocks))
 	byRoute := map[*route][]part{}
 	var order []*route
@@ -262,6 +279,43 @@ func (r *Router) WriteBlocks(ctx context.Context, blocks []*Block) []error {
 			if errs[i] == nil {
 				b.NoteSetAside(setAside[i])
 			}
+		}
+	}
+	return errs
+}
+
+// writeParts writes blocks routed by field through RouterConfig.WriteParts:
+// every part of a block in one call, which stores them all or none.
+func (r *Router) writeParts(ctx context.Context, blocks []*Block) []error {
+	errs := make([]error, len(blocks))
+	var ok []*Block
+	var parts [][]Part
+	var index []int
+	for i, b := range blocks {
+		var ps []Part
+		for _, t := range r.tablesOf(b) {
+			rt, err := r.route(ctx, b.Topic, t.table, t.value)
+			if err != nil {
+				errs[i] = errors.Join(errs[i], err)
+				continue
+			}
+			ps = append(ps, Part{Sink: rt.sink, Block: t.b})
+		}
+		if errs[i] == nil {
+			ok, parts, index = append(ok, b), append(parts, ps), append(index, i)
+		}
+	}
+	if len(ok) == 0 {
+		return errs
+	}
+	for k, err := range r.cfg.WriteParts(ctx, ok, parts) {
+		i := index[k]
+		if errs[i] = err; err == nil {
+			n := 0
+			for _, p := range parts[k] {
+				n += p.Block.SetAside
+			}
+			blocks[i].NoteSetAside(n)
 		}
 	}
 	return errs
@@ -344,13 +398,19 @@ func FieldValue(value []byte, field string) (string, bool) {
 }
 
 // Resume is the next offset topic's table holds of the partition; a
-// router by field knows none (ok false: etcd's offset and the intents
-// decide).
+// router by field without WriteParts knows none (ok false: etcd's offset
+// and the intents decide).
 func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64, int64, bool, error) {
-	if r.cfg.Field != "" {
+	table, value := r.cfg.Template.Table(topic), ""
+	switch {
+	case r.cfg.Field != "" && r.cfg.WriteParts == nil:
 		return 0, 0, false, nil
+	case r.cfg.Field != "":
+		// The tables share the partition's offsets row: any of them
+		// knows it; the default table is the topic's for sure.
+		table, value = r.cfg.Default.Table(topic), defaultRoute
 	}
-	rt, err := r.route(ctx, topic, r.cfg.Template.Table(topic), "")
+	rt, err := r.route(ctx, topic, table, value)
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -361,9 +421,12 @@ func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64
 	return res.Resume(ctx, topic, partition)
 }
 
-// NeedsIntents is RouterConfig.NeedsIntents; true for a router by field,
-// whose parts are deduplicated only when written again with their range.
-func (r *Router) NeedsIntents() bool { return r.cfg.NeedsIntents || r.cfg.Field != "" }
+// NeedsIntents is RouterConfig.NeedsIntents; true for a router by field
+// without WriteParts, whose parts are deduplicated only when written again
+// with their range.
+func (r *Router) NeedsIntents() bool {
+	return r.cfg.NeedsIntents || (r.cfg.Field != "" && r.cfg.WriteParts == nil)
+}
 
 // TakesUndecodable reports true: the routes' sinks keep dead letters.
 func (r *Router) TakesUndecodable() bool { return true }

@@ -3,6 +3,7 @@ package sinks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -148,5 +149,66 @@ func TestRouterWritesEachTopicToItsTable(t *testing.T) {
 	}
 	if err := r.Write(ctx, blocks[0]); !errors.Is(err, sinks.ErrRouterClosed) {
 		t.Errorf("Write after Close: %v, want ErrRouterClosed", err)
+	}
+}
+
+// TestRouterWriteParts: routed by a field with WriteParts, a block's
+// records are cut in parts by the field's value (a record without it, or
+// not a JSON object, to the default table), every part of a call reaches
+// WriteParts at once with its table's sink and the block's range, the
+// parts' set-aside counts add up on the block, and Resume asks the
+// default table's sink.
+func TestRouterWriteParts(t *testing.T) {
+	tm, _ := sinks.ParseTemplate("ev_{route}")
+	def, _ := sinks.ParseTemplate("ev_default")
+	opened := map[string]*tableSink{}
+	var got [][]sinks.Part
+	r := sinks.NewRouter(sinks.RouterConfig{Template: tm, Field: "tenant", Default: def,
+		Open: func(_ context.Context, rt sinks.Route) (sinks.Sink, error) {
+			s := &tableSink{table: rt.Table}
+			opened[rt.Table] = s
+			return s, nil
+		},
+		WriteParts: func(_ context.Context, blocks []*sinks.Block, parts [][]sinks.Part) []error {
+			got = parts
+			for _, ps := range parts {
+				for _, p := range ps {
+					p.Block.NoteSetAside(1)
+				}
+			}
+			return make([]error, len(blocks))
+		}})
+	b := &sinks.Block{Topic: "t", Partition: 0, From: 10, Next: 20, Records: []sinks.Record{
+		{Offset: 10, Value: []byte(`{"tenant":"EU","i":1}`)},
+		{Offset: 12, Value: []byte(`{"i":2}`)},
+		{Offset: 15, Value: []byte(`{"tenant":"us"}`)},
+		{Offset: 17, Value: []byte(`not json`)},
+		{Offset: 19, Value: []byte(`{"tenant":"eu"}`)},
+	}}
+	if errs := r.WriteBlocks(context.Background(), []*sinks.Block{b}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if len(got) != 1 || len(got[0]) != 3 {
+		t.Fatalf("parts %v, want one block of three parts", got)
+	}
+	want := map[string][]int64{"ev_default": {12, 17}, "ev_eu": {10, 19}, "ev_us": {15}}
+	for _, p := range got[0] {
+		ts := p.Sink.(*tableSink)
+		var offs []int64
+		for _, rec := range p.Block.Records {
+			offs = append(offs, rec.Offset)
+		}
+		if fmt.Sprint(offs) != fmt.Sprint(want[ts.table]) || p.Block.From != 10 || p.Block.Next != 20 {
+			t.Errorf("part of %s: offsets %v in [%d, %d), want %v in [10, 20)", ts.table, offs, p.Block.From, p.Block.Next, want[ts.table])
+		}
+	}
+	if b.SetAside != 3 {
+		t.Errorf("the block's set aside %d, want the parts' 3", b.SetAside)
+	}
+	if _, _, _, err := r.Resume(context.Background(), "t", 0); err != nil || opened["ev_default"] == nil {
+		t.Errorf("Resume: %v; want it asked of the default table's sink", err)
+	}
+	if r.NeedsIntents() {
+		t.Error("a router with WriteParts asks for intents")
 	}
 }

@@ -196,11 +196,6 @@ func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log }
 // tables of a table template share their router's.
 func withPool(pool *pgxpool.Pool) Option { return func(c *config) { c.pool = pool } }
 
-// withOffsetsKey keys the offsets rows by the group and key: the tables
-// of a router by field each keep their own offsets of a partition, since
-// each holds its own part of its blocks.
-func withOffsetsKey(key string) Option { return func(c *config) { c.offsetsKey = key } }
-
 // config is the parsed URL and options.
 type config struct {
 	connString   string // the URL without the sink's own parameters
@@ -215,7 +210,6 @@ type config struct {
 	evolve       Evolve        // columns and upsert modes'
 	inferColumns bool          // evolve's, for JSON records without a schema
 	pool         *pgxpool.Pool // withPool's: a router's tables share it
-	offsetsKey   string        // withOffsetsKey's
 
 	// table=, route_field= and default_table= as given: a router's.
 	tableRaw, routeField, defaultTable, deadRaw string
@@ -423,9 +417,6 @@ func (c *config) finish(opts []Option) error {
 	var err error
 	if c.group, err = sinkURL.Group(c.group, c.optGroup); err != nil {
 		return err
-	}
-	if c.offsetsKey != "" {
-		c.group += "/" + c.offsetsKey
 	}
 	if c.table.Sanitize() == c.offsets.Sanitize() || c.table.Sanitize() == c.deadLetters.Sanitize() || c.offsets.Sanitize() == c.deadLetters.Sanitize() {
 		return fmt.Errorf("%w: %s, %s and %s must be three different tables", ErrURL, paramTable, paramOffsets, paramDeadLetters)

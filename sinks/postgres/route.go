@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,10 +16,9 @@ import (
 // topics) and one offsets table. Each topic's table is opened, checked and
 // created as a table= of its own would be, at the topic's first block.
 //
-// Routed by a field, each table keeps its own offsets rows of a partition
-// (keyed by the group and the table), written with its part of each
-// block in one transaction: a block written again after a crash is
-// skipped by the tables whose part is in and written by the others.
+// Routed by a field, a block's parts, one per table, and its partition's
+// one offsets row are written in one transaction (writeParts): a block is
+// in every table it routes to, or in none.
 func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Option) (sinks.Sink, error) {
 	c, err := parseURL(r.Sample(raw))
 	if err == nil {
@@ -44,16 +42,32 @@ func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Optio
 		Template: r.Template, Field: r.Field, Default: r.Default,
 		Open: func(ctx context.Context, rt sinks.Route) (sinks.Sink, error) {
 			u := r.ForRoute(raw, rt)
-			o := opts
-			if r.Field != "" {
-				o = append(slices.Clip(opts), withOffsetsKey(rt.Table))
-			}
 			return sqlsink.Open(ctx, "postgres", u, DefaultRetryTimeout,
-				func(ctx context.Context) (*Sink, error) { return New(ctx, u, o...) }, ErrURL, ErrTableShape)
+				func(ctx context.Context) (*Sink, error) { return New(ctx, u, opts...) }, ErrURL, ErrTableShape)
 		},
-		Ping:  pool.Ping,
-		Close: func() error { pool.Close(); return nil },
+		WriteParts: partsWriter(r.Field),
+		Ping:       pool.Ping,
+		Close:      func() error { pool.Close(); return nil },
 	}), nil
+}
+
+// partsWriter is the router's WriteParts for a route field: nil without
+// one. The offsets rows go through the first part's table's sink: the
+// tables share the offsets table and its key.
+func partsWriter(field string) func(context.Context, []*sinks.Block, [][]sinks.Part) []error {
+	if field == "" {
+		return nil
+	}
+	return func(ctx context.Context, blocks []*sinks.Block, parts [][]sinks.Part) []error {
+		for _, ps := range parts {
+			for _, p := range ps {
+				if owner, ok := p.Sink.(*Sink); ok {
+					return writeParts(ctx, owner, blocks, parts)
+				}
+			}
+		}
+		return make([]error, len(blocks)) // no records: nothing to store
+	}
 }
 
 // ping is the server's answer, a refused login named as such.
