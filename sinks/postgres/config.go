@@ -194,7 +194,7 @@ func WithLogger(log *zap.Logger) Option { return func(c *config) { c.log = log }
 
 // withPool makes the sink use pool, which it leaves open at Close: the
 // tables of a table template share their router's.
-func withPool(pool *pgxpool.Pool) Option { return func(c *config) { c.pool = pool } }
+func withPool(pool *pgxpool.Pool) Option { return func(c *config) { c.pool, c.route = pool, true } }
 
 // config is the parsed URL and options.
 type config struct {
@@ -210,6 +210,7 @@ type config struct {
 	evolve       Evolve        // columns and upsert modes'
 	inferColumns bool          // evolve's, for JSON records without a schema
 	pool         *pgxpool.Pool // withPool's: a router's tables share it
+	route        bool          // withPool's: one of a router's tables
 
 	// table=, route_field= and default_table= as given: a router's.
 	tableRaw, routeField, defaultTable, deadRaw string

@@ -116,7 +116,9 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := ensureTables(ctx, s.pool, &s.cfg); err != nil {
 		return err
 	}
-	s.warnDurability(ctx)
+	if !s.cfg.route {
+		warnDurability(ctx, s.pool, s.cfg.log) // a router's tables: once for all, at its start
+	}
 	s.sql = buildStatements(&s.cfg)
 	return s.prepareAll(ctx)
 }
@@ -126,20 +128,20 @@ func (s *Sink) setup(ctx context.Context) error {
 // crash of its host can then lose a block's rows and offsets row, while
 // the etcd commit that follows is durable, and the replica resumes past
 // them. fsync = off loses more.
-func (s *Sink) warnDurability(ctx context.Context) {
+func warnDurability(ctx context.Context, pool *pgxpool.Pool, log *zap.Logger) {
 	var syncCommit, fsync string
-	if err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync); err != nil {
-		s.cfg.log.Debug("could not read synchronous_commit and fsync", zap.Error(err))
+	if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync); err != nil {
+		log.Debug("could not read synchronous_commit and fsync", zap.Error(err))
 		return
 	}
 	switch {
 	case syncCommit == "off":
-		s.cfg.log.Warn("PostgreSQL acknowledges the sink's commits before they are on disk (synchronous_commit = off): a crash "+
+		log.Warn("PostgreSQL acknowledges the sink's commits before they are on disk (synchronous_commit = off): a crash "+
 			"of its host (not of the process) can lose rows whose offsets etcd has committed; ALTER ROLE ... SET synchronous_commit = on",
 			zap.String("synchronous_commit", syncCommit))
 	case fsync == "off":
 		// A server-wide choice (test clusters make it): said, not warned.
-		s.cfg.log.Info("the PostgreSQL server runs with fsync = off: a crash of its host can lose committed rows",
+		log.Info("the PostgreSQL server runs with fsync = off: a crash of its host can lose committed rows",
 			zap.String("fsync", fsync))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/offsetkeeper/offsetkeeper/integration/harness"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 	"github.com/offsetkeeper/offsetkeeper/sinks/postgres"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestRouteFieldWritesPartsInOneTransaction: routed by a field, a block's
@@ -17,7 +19,8 @@ import (
 // table after the other in one transaction: each table gets its own rows
 // and no other's). The block written again is skipped whole; in raw mode,
 // after an operator's reset, it comes again through the staging of every
-// table, still each table its own rows once; Resume reads the shared row.
+// table, still each table its own rows once; Resume reads the shared row;
+// the server's durability is logged once, not once a table.
 func TestRouteFieldWritesPartsInOneTransaction(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	conn := db(t, pg)
@@ -33,7 +36,8 @@ func TestRouteFieldWritesPartsInOneTransaction(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			s, err := postgres.Descriptor.Open(ctx, url, sinks.Options{Group: "g"})
+			core, logs := observer.New(zap.InfoLevel)
+			s, err := postgres.Descriptor.Open(ctx, url, sinks.Options{Group: "g", Log: zap.New(core)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,6 +95,11 @@ func TestRouteFieldWritesPartsInOneTransaction(t *testing.T) {
 			var rows int
 			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM offsets_%d`, n)).Scan(&rows); err != nil || rows != 1 {
 				t.Errorf("offsets_%d has %d rows (%v), want the partition's one", n, rows, err)
+			}
+			// The server's durability is said once for the router, not
+			// once a table (the test server runs with fsync = off).
+			if got := logs.FilterMessageSnippet("fsync = off").Len(); got != 1 {
+				t.Errorf("the fsync line logged %d times for three tables, want once", got)
 			}
 		})
 	}

@@ -37,6 +37,7 @@ func openRoutes(ctx context.Context, raw string, r sqlsink.Routing, opts []Optio
 		pool.Close()
 		return nil, fmt.Errorf("open sink postgres: %w", err)
 	}
+	warnDurability(ctx, pool, c.log) // once for every table, not once each
 	opts = append(opts, withPool(pool))
 	return sinks.NewRouter(sinks.RouterConfig{
 		Template: r.Template, Field: r.Field, Default: r.Default,
