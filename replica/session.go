@@ -65,7 +65,7 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 			cancelHard(errSessionLost)
 			return
 		case <-metadata.C:
-			ps, err := r.partitions(ctx, consumer)
+			ps, err := r.partitions(ctx, consumer, partitions)
 			r.reach.sawMetadata(time.Now(), err)
 			r.advertise(ctx, s, consumer)
 			if _, ended := r.reach.keeping(time.Now(), r.cfg.KafkaDownAfter); ended {
@@ -103,8 +103,9 @@ func (r *Replica) runSession(ctx context.Context, s *coordinator.Session, consum
 // partitions reads the topics' partitions over the consumer's connections:
 // a client of its own each MetadataInterval dialled a broker (a TLS
 // handshake, a login) and sent two metadata requests of the whole topics,
-// one of them its transport's.
-func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]sinks.Partition, error) {
+// one of them its transport's. known are the partitions of the read
+// before, kept for a matching topic answered with an error for now.
+func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer, known []sinks.Partition) ([]sinks.Partition, error) {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	byTopic, err := c.Partitions(mctx, r.cfg.Topics...)
@@ -112,13 +113,21 @@ func (r *Replica) partitions(ctx context.Context, c *kafka.Consumer) ([]sinks.Pa
 		return nil, err
 	}
 	if r.pattern != nil {
-		every, err := c.EveryTopic(mctx)
+		every, unsettled, err := c.EveryTopic(mctx)
 		if err != nil {
 			return nil, err
 		}
 		for t, ps := range every {
 			if r.pattern.MatchString(t) {
 				byTopic[t] = ps
+			}
+		}
+		// A topic answered with an error for now (a leader election)
+		// keeps the partitions known before, rather than being released
+		// and claimed again at the next read.
+		for _, p := range known {
+			if slices.Contains(unsettled, p.Topic) && r.pattern.MatchString(p.Topic) {
+				byTopic[p.Topic] = append(byTopic[p.Topic], p.Partition)
 			}
 		}
 	}

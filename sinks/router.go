@@ -14,7 +14,7 @@ import (
 // RouterConfig is what a sink package gives NewRouter: its table
 // template, how it opens the sink of one table, and what its sinks are.
 type RouterConfig struct {
-	// Template names each topic's table; Routed.
+	// Template names each topic's table, or with Field each route's.
 	Template Template
 	// Open opens the sink that writes a route's table. It is called once
 	// per table, at the first block, Resume or claim of one of its topics.

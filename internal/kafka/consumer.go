@@ -194,8 +194,9 @@ func (c *Consumer) Partitions(ctx context.Context, topics ...string) (map[string
 }
 
 // EveryTopic returns the partition ids of every topic the cluster has but
-// its internal ones, sorted; see Client.EveryTopic.
-func (c *Consumer) EveryTopic(ctx context.Context) (map[string][]int, error) {
+// its internal ones, sorted, and the topics whose answer was an error for
+// now; see Client.EveryTopic.
+func (c *Consumer) EveryTopic(ctx context.Context) (topics map[string][]int, unsettled []string, err error) {
 	return c.kc.EveryTopic(ctx)
 }
 

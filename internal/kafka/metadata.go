@@ -213,16 +213,22 @@ func (c *Client) Partitions(ctx context.Context, topics ...string) (found map[st
 }
 
 // EveryTopic returns the partition ids of every topic the cluster has,
-// sorted, but Kafka's internal topics and the topics the answer holds an
-// error for (one being created or deleted: the next answer has it right).
-func (c *Client) EveryTopic(ctx context.Context) (map[string][]int, error) {
+// sorted, but Kafka's internal topics. A topic the answer holds another
+// error for than UnknownTopicOrPartition (one being created, a leader
+// election) is in unsettled instead, without partitions: the next answer
+// has it right, and a caller keeps what it knew of it meanwhile.
+func (c *Client) EveryTopic(ctx context.Context) (topics map[string][]int, unsettled []string, err error) {
 	m, err := c.metadata(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return nil, nil, fmt.Errorf("list topics: %w", err)
 	}
-	out := make(map[string][]int, len(m.topics))
+	topics = make(map[string][]int, len(m.topics))
 	for name, t := range m.topics {
-		if t.internal || t.err != nil || len(t.parts) == 0 {
+		switch {
+		case t.internal || errors.Is(t.err, kafkago.UnknownTopicOrPartition):
+			continue
+		case t.err != nil || len(t.parts) == 0:
+			unsettled = append(unsettled, name)
 			continue
 		}
 		ids := make([]int, 0, len(t.parts))
@@ -230,9 +236,10 @@ func (c *Client) EveryTopic(ctx context.Context) (map[string][]int, error) {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		out[name] = ids
+		topics[name] = ids
 	}
-	return out, nil
+	slices.Sort(unsettled)
+	return topics, unsettled, nil
 }
 
 // AllPartitions is Partitions where a topic the cluster does not know is an
