@@ -126,3 +126,36 @@ func (k *Kafka) listOffsets(ctx context.Context, ps []sinks.Partition, ts int64,
 	}
 	return out, nil
 }
+
+// GroupOffsets is what Kafka consumer group group (ClickHouse's Kafka
+// engine's, Kafka Connect's connect-NAME, any Java consumer's) committed
+// for parts: the next offset each would read. A partition it committed
+// nothing for is absent.
+func (k *Kafka) GroupOffsets(ctx context.Context, group string, parts []sinks.Partition) (map[sinks.Partition]int64, error) {
+	if k.err != nil {
+		return nil, k.err
+	}
+	ask := map[string][]int{}
+	for _, p := range parts {
+		ask[p.Topic] = append(ask[p.Topic], p.Partition)
+	}
+	resp, err := k.client.Kafka().OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: ask})
+	if err != nil {
+		return nil, k.unreachable(err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("the offsets of Kafka consumer group %s: %w", group, resp.Error)
+	}
+	out := map[sinks.Partition]int64{}
+	for topic, ps := range resp.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, fmt.Errorf("the offset of %s/%d in Kafka consumer group %s: %w", topic, p.Partition, group, p.Error)
+			}
+			if p.CommittedOffset >= 0 {
+				out[sinks.Partition{Topic: topic, Partition: p.Partition}] = p.CommittedOffset
+			}
+		}
+	}
+	return out, nil
+}

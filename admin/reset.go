@@ -26,9 +26,10 @@ const (
 	ToDatetime = "to-datetime"
 	ByDuration = "by-duration"
 	FromFile   = "from-file"
+	FromGroup  = "from-group"
 )
 
-var Targets = []string{ToEarliest, ToLatest, ToCurrent, ToOffset, ShiftBy, ToDatetime, ByDuration, FromFile}
+var Targets = []string{ToEarliest, ToLatest, ToCurrent, ToOffset, ShiftBy, ToDatetime, ByDuration, FromFile, FromGroup}
 
 func TargetList() string {
 	names := make([]string, len(Targets))
@@ -104,6 +105,10 @@ type Target struct {
 	// or after the time: -1 where it is after the last record.
 	AtTime map[sinks.Partition]int64
 	File   map[sinks.Partition]int64 // FromFile
+	// Group is FromGroup's Kafka consumer group; Plan fills GroupOffsets
+	// with what it committed.
+	Group        string
+	GroupOffsets map[sinks.Partition]int64
 }
 
 // PlanRow is one partition of a reset; its JSON fields are stable. current
@@ -164,6 +169,12 @@ func PlanReset(t Target, parts []sinks.Partition, committed map[sinks.Partition]
 			}
 		case FromFile:
 			want = t.File[p]
+		case FromGroup:
+			var has bool
+			if want, has = t.GroupOffsets[p]; !has {
+				warnings = append(warnings, fmt.Sprintf("%s: Kafka consumer group %s committed no offset: left out of --%s", p, t.Group, t.Kind))
+				continue
+			}
 		}
 		row.New = want
 		switch {

@@ -84,6 +84,11 @@ func (r *Reset) Plan(ctx context.Context, group string, snap *coordinator.Snapsh
 			return nil, err
 		}
 	}
+	if t.Kind == FromGroup {
+		if t.GroupOffsets, err = k.GroupOffsets(ctx, t.Group, parts); err != nil {
+			return nil, err
+		}
+	}
 	if t.Kind == FromFile {
 		t.File = make(map[sinks.Partition]int64, len(r.Lines))
 		for _, l := range r.Lines {

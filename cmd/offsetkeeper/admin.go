@@ -105,7 +105,7 @@ func (f *adminFlags) loadGroup(ctx context.Context, cli *clientv3.Client) (*coor
 	if err != nil {
 		return nil, nil, f.etcdError(fmt.Errorf("read group %s: %w", group, err))
 	}
-	if n.Count == 0 {
+	if n.Count == 0 && !f.newGroup {
 		known, err := coordinator.Groups(ectx, cli)
 		if err != nil {
 			return nil, nil, f.etcdError(err)

@@ -105,6 +105,9 @@ type adminFlags struct {
 	kafkaTimeout time.Duration
 	withKafka    bool
 	needGroup    bool
+	// newGroup lets the command name a group etcd has no key of yet
+	// (offsets reset --from-group starts one).
+	newGroup bool
 }
 
 // Whether an operator command asks Kafka, and whether it needs --group.

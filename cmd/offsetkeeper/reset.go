@@ -31,6 +31,7 @@ type resetOptions struct {
 	offset, shift             int64
 	datetime, duration        string
 	file                      string
+	fromGroup                 string
 
 	execute bool
 	export  bool
@@ -82,6 +83,10 @@ Target (exactly one):
                      a Go duration (90m, 1h30m)
   --from-file F      the offsets in F, CSV lines topic,partition,offset as
                      --export prints them (the header line is optional)
+  --from-group G     the offsets Kafka consumer group G committed: move a
+                     pipeline over from ClickHouse's Kafka engine, Kafka
+                     Connect (connect-NAME) or any Kafka consumer without a
+                     gap; partitions G committed nothing for are left out
 
 A target outside [log start, log end] is clamped into it, with a warning on
 stderr naming the partition, the offset asked and the offset used.
@@ -139,6 +144,7 @@ func newOffsetsResetCommand() *cobra.Command {
 	fs.StringVar(&o.datetime, admin.ToDatetime, "", "target: the first offset at or after this RFC 3339 time, e.g. 2026-12-01T10:00:00Z")
 	fs.StringVar(&o.duration, admin.ByDuration, "", "target: --to-datetime now minus this: PT1H, P1DT12H, 90m, 1h30m")
 	fs.StringVar(&o.file, admin.FromFile, "", "target and scope: a CSV file of topic,partition,offset lines, as --export prints")
+	fs.StringVar(&o.fromGroup, admin.FromGroup, "", "target: the offsets this Kafka consumer group committed (ClickHouse's Kafka engine's kafka_group_name, Kafka Connect's connect-NAME)")
 	fs.BoolVar(&o.execute, "execute", false, "apply the plan (default: only print it)")
 	fs.BoolVar(&o.export, "export", false, "print the plan as CSV (topic,partition,offset) for --from-file")
 	return cmd
@@ -181,6 +187,10 @@ func (o *resetOptions) complete(cmd *cobra.Command) error {
 	case admin.FromFile:
 		if o.lines, err = admin.ReadPlanFile(o.file); err != nil {
 			return usage(err)
+		}
+	case admin.FromGroup:
+		if strings.TrimSpace(o.fromGroup) == "" {
+			return usagef("--from-group is empty: want the Kafka consumer group whose offsets to take, such as ClickHouse's kafka_group_name")
 		}
 	}
 	return nil
@@ -229,6 +239,8 @@ func (o *resetOptions) validate() error {
 
 func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	stderr := cmd.ErrOrStderr()
+	// Taking another consumer's offsets is how a group starts.
+	o.admin.newGroup = o.target == admin.FromGroup
 	s, err := o.admin.openGroup(ctx)
 	if err != nil {
 		return err
@@ -242,7 +254,7 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	if err := o.matchScopes(snap); err != nil {
 		return err
 	}
-	r := admin.Reset{Target: admin.Target{Kind: o.target, Offset: o.offset, Shift: o.shift}, At: o.at,
+	r := admin.Reset{Target: admin.Target{Kind: o.target, Offset: o.offset, Shift: o.shift, Group: o.fromGroup}, At: o.at,
 		Topics: o.scopes, AllTopics: o.allTopics, File: o.file, Lines: o.lines}
 	topics, err := r.ScopeTopics(o.admin.cluster.group, snap)
 	if err != nil {
