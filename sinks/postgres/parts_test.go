@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -20,7 +21,8 @@ import (
 // and no other's). The block written again is skipped whole; in raw mode,
 // after an operator's reset, it comes again through the staging of every
 // table, still each table its own rows once; Resume reads the shared row;
-// the server's durability is logged once, not once a table.
+// a zombie's block is refused with none of its parts written; the
+// server's durability is logged once, not once a table.
 func TestRouteFieldWritesPartsInOneTransaction(t *testing.T) {
 	pg := harness.StartPostgres(t)
 	conn := db(t, pg)
@@ -95,6 +97,19 @@ func TestRouteFieldWritesPartsInOneTransaction(t *testing.T) {
 			var rows int
 			if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM offsets_%d`, n)).Scan(&rows); err != nil || rows != 1 {
 				t.Errorf("offsets_%d has %d rows (%v), want the partition's one", n, rows, err)
+			}
+			// A zombie's block (an older epoch) is refused whole: none of
+			// its parts is written, the offsets row stays.
+			zombie := block(gen)
+			zombie.Epoch, zombie.From, zombie.Next = 0, 6, 8
+			zombie.Records = []sinks.Record{{Offset: 6, Value: []byte(`{"tenant":"a"}`), Time: time.UnixMilli(1)},
+				{Offset: 7, Value: []byte(`{"tenant":"b"}`), Time: time.UnixMilli(1)}}
+			if err := s.Write(ctx, zombie); !errors.Is(err, sinks.ErrFenced) {
+				t.Errorf("a block of an older epoch: %v, want ErrFenced", err)
+			}
+			check("after a zombie's block")
+			if next, _, _, _ := s.(sinks.Resumer).Resume(ctx, "ev", 0); next != 6 {
+				t.Errorf("after a zombie's block Resume says %d, want 6", next)
 			}
 			// The server's durability is said once for the router, not
 			// once a table (the test server runs with fsync = off).
