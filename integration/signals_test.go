@@ -394,6 +394,9 @@ func TestLogsAnOperatorCanFollow(t *testing.T) {
 	await(t, 20*time.Second, "a to own both partitions", func() bool { return balanced(e.owners(), map[string]int{"a": 2}) })
 	b := e.processSink("b", "file://"+dir)
 	await(t, 20*time.Second, "b to take one", func() bool { return balanced(e.owners(), map[string]int{"a": 1, "b": 1}) })
+	// etcd holds b's claim a moment before b runs the partition: the stop
+	// line counts the partitions running.
+	await(t, 20*time.Second, "b to start its partition", func() bool { return strings.Contains(b.Output(), "partition started") })
 	b.Signal(syscall.SIGTERM)
 	if code := b.Wait(20 * time.Second); code != 0 {
 		t.Fatalf("b exited %d:\n%s", code, b.Output())
