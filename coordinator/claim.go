@@ -237,11 +237,17 @@ func (c *Claim) usable(what string) error {
 // one Txn with the claim check, nested in the session's next write round. It
 // returns ErrFenced if the claim is gone.
 func (c *Claim) PutIntent(ctx context.Context, from, next int64, opts ...WriteOption) error {
+	return c.PutRoundIntent(ctx, from, next, "", opts...)
+}
+
+// PutRoundIntent is PutIntent of a block that goes in with the blocks of
+// round (Intent.Round).
+func (c *Claim) PutRoundIntent(ctx context.Context, from, next int64, round string, opts ...WriteOption) error {
 	what := fmt.Sprintf("intent %s [%d, %d)", c.p, from, next)
 	if err := c.usable(what); err != nil {
 		return err
 	}
-	v, _ := json.Marshal(Intent{From: from, Next: next, Epoch: c.epoch})
+	v, _ := json.Marshal(Intent{From: from, Next: next, Epoch: c.epoch, Round: round})
 	res := c.s.do(ctx, c.s.newWrite(c.keys.claim, c.owned(), []clientv3.Op{clientv3.OpPut(c.keys.intent, string(v))}, nil, opts))
 	switch {
 	case errors.Is(res.err, errNotAlive):

@@ -91,11 +91,15 @@ type Truncation struct {
 func (t *Truncation) Lost() int64 { return max(0, t.Committed-t.At) }
 
 // Intent is the value of P/intents/<topic>/<partition>: the block being
-// written now, [From, Next), by the owner of Epoch.
+// written now, [From, Next), by the owner of Epoch. Round, for a sink that
+// stores the blocks of a round together (sinks.RoundInserter), names the
+// round the block went in with: a new owner's replay of the block, and the
+// owner's own retry, carry it again.
 type Intent struct {
-	From  int64 `json:"from"`
-	Next  int64 `json:"next"`
-	Epoch int64 `json:"epoch"`
+	From  int64  `json:"from"`
+	Next  int64  `json:"next"`
+	Epoch int64  `json:"epoch"`
+	Round string `json:"round,omitempty"`
 }
 
 func (i Intent) String() string { return fmt.Sprintf("[%d, %d)@%d", i.From, i.Next, i.Epoch) }

@@ -39,6 +39,11 @@ type block struct {
 	// epoch is the Kafka leader epoch of the record before next, -1
 	// unknown: committed with next (coordinator.Offsets.LeaderEpoch).
 	epoch int32
+	// round is, for a sinks.RoundInserter, the round an earlier write of
+	// exactly this range recorded with its intent (a failed write's, a
+	// previous owner's): the block goes in with it again. Empty for a
+	// new block.
+	round string
 }
 
 // take notes that the block now reaches batch.Next, and the leader epoch

@@ -54,6 +54,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		Next:       b.next,
 		Records:    b.records,
 		Truncated:  pt.truncated != nil,
+		Round:      b.round,
 	}
 	opts := pt.writeOptions(b)
 	pt.lastFull = b.full
@@ -73,7 +74,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 		pt.committed(b)
 		if len(b.records) > 0 {
 			start = time.Now()
-			if err := pt.write(ctx, blk); err != nil {
+			if err := pt.write(ctx, pt.r.writer, blk); err != nil {
 				pt.log.Error("block lost: committed before a failed write (every-batch mode)",
 					zap.Int64("from", b.from), zap.Int64("next", b.next), zap.Int("rows", len(b.records)), zap.Error(err))
 				return nil
@@ -86,13 +87,24 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 	}
 
 	if len(b.records) > 0 {
-		if needsIntent(pt.r.sink) {
+		w := pt.r.writer
+		switch {
+		case pt.r.rounds != nil:
+			// The intent goes with the round's, which the call's blocks
+			// share (sinkRounds.send); the round it names is kept for
+			// the block's retry.
+			w = roundWrite{pt.r.rounds, func(ctx context.Context, round string) error {
+				return pt.claim.PutRoundIntent(ctx, b.from, b.next, round, opts...)
+			}}
+		case needsIntent(pt.r.sink):
 			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
 				return err
 			}
 		}
 		start := time.Now()
-		if err := pt.write(ctx, blk); err != nil {
+		err := pt.write(ctx, w, blk)
+		b.round = blk.Round
+		if err != nil {
 			return err
 		}
 		pt.r.observeWrite(len(b.records), time.Since(start))
@@ -111,7 +123,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 // write writes blk within WriteTimeout: a write past it fails and rolls
 // back, rather than hold the partition (and its lag) for as long as a lock
 // or a silent server lasts.
-func (pt *partition) write(ctx context.Context, blk *sinks.Block) error {
+func (pt *partition) write(ctx context.Context, w blockWriter, blk *sinks.Block) error {
 	wctx, cancel := context.WithTimeout(ctx, pt.cfg.WriteTimeout)
 	defer cancel()
 	start := time.Now()
@@ -123,7 +135,7 @@ func (pt *partition) write(ctx context.Context, blk *sinks.Block) error {
 			zap.Duration("timeout", pt.cfg.WriteTimeout))
 	})
 	defer slow.Stop()
-	err := pt.r.writer.Write(wctx, blk)
+	err := w.Write(wctx, blk)
 	if err == nil {
 		return nil
 	}

@@ -223,6 +223,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		switch nextSource(again, pt.resetSeen.Load()) {
 		case exactReread:
 			b, perr = pt.pollRange(fctx, again.from, again.next)
+			b.round = again.round
 			if perr != nil {
 				pt.finish(b)
 				keep, err := pt.rereadFailed(fctx, wctx, again, perr, &retry)
@@ -258,7 +259,7 @@ func (pt *partition) consume(fctx, wctx context.Context) error {
 		if derr != nil && pt.cfg.CommitMode != EveryBatch && !errors.Is(derr, coordinator.ErrOffsetsChanged) &&
 			!errors.As(derr, new(*decodeStop)) {
 			// Rolled back to b.from (the guard): the same range next.
-			again = &block{from: b.from, next: b.next, epoch: -1}
+			again = &block{from: b.from, next: b.next, epoch: -1, round: b.round}
 		}
 		if derr != nil {
 			if err := retry.Wait(fctx); err != nil {

@@ -57,6 +57,9 @@ type Replica struct {
 	// writer is how partitions write blocks: in rounds when the sink is a
 	// sinks.BatchWriter, else one Write each. Set by Run.
 	writer blockWriter
+	// rounds is writer, when the sink stores a round's blocks together
+	// (sinks.RoundInserter): blocks then record their intents through it.
+	rounds *sinkRounds
 	log    *zap.Logger
 	stats  counters
 	hist   *timings // block rows, sink write and commit latencies
@@ -173,6 +176,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		// Deferred before the partitions stop: runs after them.
 		defer func() { close(stop); <-ended }()
 		r.writer = rounds
+		if ri, ok := sinks.As[sinks.RoundInserter](r.sink); ok && ri.InsertsRounds() {
+			r.rounds = rounds
+		}
 	}
 	ends, tended := make(chan struct{}), make(chan struct{})
 	// Both end with bg: when ctx ends, or when Run returns an error.

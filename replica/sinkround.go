@@ -2,6 +2,8 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,8 +37,30 @@ type sinkRounds struct {
 type sinkWrite struct {
 	ctx   context.Context
 	block *sinks.Block
-	sent  bool       // guarded by sinkRounds.mu
-	done  chan error // cap 1: the block's outcome
+	// intent, for a sinks.RoundInserter, records the block's intent with
+	// its round before the call (roundWrite).
+	intent func(ctx context.Context, round string) error
+	sent   bool       // guarded by sinkRounds.mu
+	done   chan error // cap 1: the block's outcome
+}
+
+// roundWrite writes a block through rounds, its intent recorded by intent
+// with the round the block goes in (sinks.RoundInserter).
+type roundWrite struct {
+	rounds *sinkRounds
+	intent func(ctx context.Context, round string) error
+}
+
+func (r roundWrite) Write(ctx context.Context, b *sinks.Block) error {
+	return r.rounds.write(ctx, b, r.intent)
+}
+
+// newRound names a round: 128 random bits, so that no two rounds of any
+// replica, ever, share a name (a sink's deduplication token is made of it).
+func newRound() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // countedSink is a sink without rounds: one Write per block, counted.
@@ -58,7 +82,11 @@ func newSinkRounds(s sinks.BatchWriter, calls *atomic.Int64) *sinkRounds {
 // ctx ends before its block is sent takes it back; once sent, it waits for
 // the call, which ends early only when every waiter in it has given up.
 func (s *sinkRounds) Write(ctx context.Context, b *sinks.Block) error {
-	w := &sinkWrite{ctx: ctx, block: b, done: make(chan error, 1)}
+	return s.write(ctx, b, nil)
+}
+
+func (s *sinkRounds) write(ctx context.Context, b *sinks.Block, intent func(context.Context, string) error) error {
+	w := &sinkWrite{ctx: ctx, block: b, intent: intent, done: make(chan error, 1)}
 	s.mu.Lock()
 	s.queue = append(s.queue, w)
 	s.mu.Unlock()
@@ -162,15 +190,21 @@ func (s *sinkRounds) send(batch []*sinkWrite) {
 	defer cancel()
 	var waiting atomic.Int64
 	waiting.Store(int64(len(batch)))
-	blocks := make([]*sinks.Block, len(batch))
-	for i, w := range batch {
-		blocks[i] = w.block
+	for _, w := range batch {
 		stopAfter := context.AfterFunc(w.ctx, func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}
 		})
 		defer stopAfter()
+	}
+	batch = recordIntents(batch)
+	if len(batch) == 0 {
+		return
+	}
+	blocks := make([]*sinks.Block, len(batch))
+	for i, w := range batch {
+		blocks[i] = w.block
 	}
 	s.calls.Add(1)
 	errs := s.sink.WriteBlocks(ctx, blocks)
@@ -181,4 +215,41 @@ func (s *sinkRounds) send(batch []*sinkWrite) {
 		}
 		w.done <- err
 	}
+}
+
+// recordIntents gives the blocks of a call that carry no round yet one
+// new round and records each block's intent with its round, all at once
+// (the session gathers them in a few etcd transactions). A block whose
+// intent fails is answered with that error and left out; the others are
+// returned. Blocks without an intent to record pass as they are.
+func recordIntents(batch []*sinkWrite) []*sinkWrite {
+	round := ""
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, w := range batch {
+		if w.intent == nil {
+			continue
+		}
+		if w.block.Round == "" {
+			if round == "" {
+				round = newRound()
+			}
+			w.block.Round = round
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.intent(w.ctx, w.block.Round)
+		}()
+	}
+	wg.Wait()
+	kept := batch[:0:0]
+	for i, w := range batch {
+		if errs[i] != nil {
+			w.done <- errs[i]
+			continue
+		}
+		kept = append(kept, w)
+	}
+	return kept
 }

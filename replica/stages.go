@@ -72,6 +72,7 @@ func (pt *partition) replayIntent(fctx, wctx context.Context, in coordinator.Int
 	// cursor into the range, and no guard rolls that back.
 	for {
 		b, err := pt.pollRange(fctx, in.From, in.Next)
+		b.round = in.Round
 		if err == nil {
 			pt.log.Info("replaying the previous owner's block", zap.Int64("from", b.from), zap.Int64("next", b.next))
 			err = pt.deliver(wctx, b)

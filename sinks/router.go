@@ -27,6 +27,8 @@ type RouterConfig struct {
 	Close func() error
 	// NeedsIntents is the routes' sinks' IntentKeeper answer.
 	NeedsIntents bool
+	// InsertsRounds is the routes' sinks' RoundInserter answer.
+	InsertsRounds bool
 	// Field, if set, routes each record by the top-level field of its
 	// JSON value: to Template with {route} its value, or, for a record
 	// without it, to Default. A block is then split, a part per table,
@@ -94,7 +96,10 @@ type destinationClaim struct {
 var _ Sink = (*Router)(nil)
 var _ BatchWriter = (*Router)(nil)
 var _ Resumer = (*Router)(nil)
-var _ IntentKeeper = (*Router)(nil)
+var (
+	_ IntentKeeper  = (*Router)(nil)
+	_ RoundInserter = (*Router)(nil)
+)
 var _ Pinger = (*Router)(nil)
 var _ DeadLetterer = (*Router)(nil)
 var _ DestinationClaimer = (*Router)(nil)
@@ -427,6 +432,10 @@ func (r *Router) Resume(ctx context.Context, topic string, partition int) (int64
 func (r *Router) NeedsIntents() bool {
 	return r.cfg.NeedsIntents || (r.cfg.Field != "" && r.cfg.WriteParts == nil)
 }
+
+// InsertsRounds is RouterConfig.InsertsRounds: each table's sink stores
+// the blocks (or parts) of a round that go to it as one insert.
+func (r *Router) InsertsRounds() bool { return r.cfg.InsertsRounds }
 
 // TakesUndecodable reports true: the routes' sinks keep dead letters.
 func (r *Router) TakesUndecodable() bool { return true }

@@ -16,6 +16,8 @@
 //     intents.
 //   - IntentKeeper: a Resumer that needs intents all the same. Without it,
 //     the replica writes no intents for a Resumer.
+//   - RoundInserter: an IntentKeeper that stores a round's blocks as one
+//     insert. Without it, blocks carry no round.
 //   - Pinger: the store answers a health check. Without it, readiness
 //     counts the store reachable.
 //   - DeadLetterCounter: records set aside by the sink's own policy. Without
@@ -97,6 +99,11 @@ type Block struct {
 	// A sink that keys rows by offset keeps the old ones apart rather
 	// than drop the new (see the postgres sink's raw mode).
 	Truncated bool
+	// Round is set by the replica for a RoundInserter: the round the
+	// block's intent recorded, a new one for a new block, the recorded
+	// one for a block written again (the owner's retry of a failed write,
+	// a new owner's replay). Empty for other sinks.
+	Round string
 	// SetAside is set by a sink's Write: how many of Records it did not
 	// store as rows but set aside (dead letters) or skipped by its
 	// policy. The replica counts the others as written.
@@ -214,6 +221,27 @@ type Resumer interface {
 // The replica finds an IntentKeeper with As, through wrappers.
 type IntentKeeper interface {
 	NeedsIntents() bool
+}
+
+// RoundInserter is implemented by an IntentKeeper that is a BatchWriter
+// and stores the blocks of one WriteBlocks call that share a Round
+// together, as one insert whose deduplication token is made of the round
+// (so one part of a ClickHouse table, however many partitions the round
+// holds), rather than one insert per block.
+//
+// If InsertsRounds returns true, the replica gives each block of a call a
+// Round and records it with the block's intent before the call: a block
+// new to the sink gets the round of the call's new blocks, a block written
+// again (a retry of a failed write, a new owner's replay of an intent)
+// the round its intent recorded, which a call may hold with other rounds.
+// The sink must then store a block written again so that the round's
+// first insert, wherever and whenever it lands, and the new one keep each
+// record once (ClickHouse's sink: the same token, then a check of which
+// of the block's offsets the table holds). Without it, or false, blocks
+// carry no Round. The replica finds it with As, through wrappers; the
+// outermost sink must be a BatchWriter.
+type RoundInserter interface {
+	InsertsRounds() bool
 }
 
 // Pinger is implemented by sinks that can tell whether their store answers.

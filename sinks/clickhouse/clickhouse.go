@@ -80,6 +80,12 @@ type Sink struct {
 	suspectMu              sync.Mutex
 	suspect                map[partitionKey]bool
 
+	// combines: the blocks of a round go in together (InsertsRounds);
+	// paceNext is when the next paced round may begin.
+	combines bool
+	paceMu   sync.Mutex
+	paceNext time.Time
+
 	tinyMu      sync.Mutex
 	tinyStart   time.Time
 	tinyCount   int64
@@ -241,8 +247,12 @@ func (s *Sink) setup(ctx context.Context) error {
 	if err := s.planChecks(ctx); err != nil {
 		return err
 	}
+	// A round's block written again is checked for its rows, which only
+	// a table that can be checked allows; so is its dead letters'.
+	s.combines = s.dedup.window > 0 && s.mainTarget.check && s.deadTarget.check
 	log := s.cfg.log.With(zap.String("table", s.cfg.table.String()), zap.String("engine", s.dedup.engine),
-		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes))
+		zap.Int64("deduplication_window", s.dedup.window), zap.Stringer("mode", s.cfg.mode), zap.Bool("resumes", s.resumes),
+		zap.Bool("inserts_rounds", s.combines), zap.Duration("insert_interval", s.cfg.insertInterval))
 	if s.dedup.window > 0 && !s.dedup.replicated && !s.mainTarget.check {
 		log.Warn("the sink cannot check that a block ClickHouse drops as a duplicate is in the table (merges of this engine fold rows " +
 			"of several offsets, or the table lacks kafka_topic, kafka_partition and kafka_offset): a server killed between " +
@@ -309,7 +319,8 @@ func undecodable(b *sinks.Block) (*sinks.Block, rowList) {
 // replayed block is dropped only when it comes with the same range.
 func (s *Sink) NeedsIntents() bool { return true }
 
-// Token is the insert_deduplication_token of a block written for group.
+// Token is the insert_deduplication_token of a block written for group
+// alone, outside a round.
 func Token(group string, b *sinks.Block) string {
 	return "offsetkeeper/" + group + "/" + b.Topic + "/" + strconv.Itoa(b.Partition) + "/" +
 		strconv.FormatInt(b.Generation, 10) + "/" + strconv.FormatInt(b.From, 10) + "-" + strconv.FormatInt(b.Next, 10)
@@ -336,6 +347,11 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 	if s.closed {
 		return fmt.Errorf("write %s: %w", b, ErrClosed)
 	}
+	return s.writeOne(ctx, b)
+}
+
+// writeOne is Write of a checked block, the sink open.
+func (s *Sink) writeOne(ctx context.Context, b *sinks.Block) (err error) {
 	if len(b.Records) == 0 {
 		return nil
 	}
@@ -355,52 +371,77 @@ func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 			s.suspectNext(b.Topic, b.Partition)
 		}
 	}()
-	var rows *columns
-	b, dead := undecodable(b)
-	var cols []string
+	p := s.prepare(b)
+	token := s.token(b)
+	if len(p.dead) > 0 {
+		if err := s.insertChecked(ctx, p.b, s.deadTarget, deadColumns, p.dead, token+"/dead", suspect, p.deadOffsets,
+			p.deadSubset); err != nil {
+			return fmt.Errorf("write %s: dead letters to %s: %w", b, s.cfg.deadLetters, err)
+		}
+		s.saidDead(p)
+	}
+	if p.rows.count() > 0 {
+		if err := s.insertChecked(ctx, p.b, s.mainTarget, p.cols, p.rows, token, suspect, p.wanted, p.subset); err != nil {
+			return fmt.Errorf("write %s: %w", b, err)
+		}
+		s.observe(p.rows.count())
+	}
+	s.deadLetters.Add(int64(len(p.dead)))
+	b.NoteSetAside(len(p.dead))
+	return nil
+}
+
+// prepared is a block made rows: its rows for the table and its dead
+// letters, with what checking their inserts needs.
+type prepared struct {
+	b    *sinks.Block // without the records the replica could not decode
+	rows *columns
+	cols []string
+	dead rowList
+	// deadOffsets and wanted are the offsets of dead and of rows, rising;
+	// subset and deadSubset make the rows of some of them (ensureLanded).
+	deadOffsets, wanted []int64
+	subset, deadSubset  func(offsets []int64) insertRows
+}
+
+// prepare makes b rows, under colsMu.
+func (s *Sink) prepare(b *sinks.Block) *prepared {
+	p := &prepared{}
+	p.b, p.dead = undecodable(b)
+	b = p.b
 	// The offsets of the rows, and the rows of some of them, for an
 	// insert's check (ensureLanded).
-	subset := func(offs []int64) insertRows { return rawRows(only(b, offs)) }
+	p.subset = func(offs []int64) insertRows { return rawRows(only(b, offs)) }
 	if s.cfg.mode == Raw {
-		rows, cols = rawRows(b), rawColumns
+		p.rows, p.cols = rawRows(b), rawColumns
 	} else {
 		var more rowList
-		rows, more = s.columnRows(b)
-		dead = append(dead, more...)
-		cols = make([]string, len(s.cols))
+		p.rows, more = s.columnRows(b)
+		p.dead = append(p.dead, more...)
+		p.cols = make([]string, len(s.cols))
 		for i, c := range s.cols {
-			cols[i] = c.name
+			p.cols[i] = c.name
 		}
-		subset = func(offs []int64) insertRows {
+		p.subset = func(offs []int64) insertRows {
 			r, _ := s.columnRows(only(b, offs))
 			return r
 		}
 	}
-	token := Token(s.cfg.group, b)
-	deadOffsets := dead.offsets()
-	wanted := make([]int64, 0, len(b.Records))
+	p.deadOffsets = p.dead.offsets()
+	p.deadSubset = func(offs []int64) insertRows { return p.dead.only(offs) }
+	p.wanted = make([]int64, 0, len(b.Records))
 	for _, r := range b.Records {
-		if _, isDead := slices.BinarySearch(deadOffsets, r.Offset); !isDead {
-			wanted = append(wanted, r.Offset)
+		if _, isDead := slices.BinarySearch(p.deadOffsets, r.Offset); !isDead {
+			p.wanted = append(p.wanted, r.Offset)
 		}
 	}
-	if len(dead) > 0 {
-		if err := s.insertChecked(ctx, b, s.deadTarget, deadColumns, dead, token+"/dead", suspect, deadOffsets,
-			func(offs []int64) insertRows { return dead.only(offs) }); err != nil {
-			return fmt.Errorf("write %s: dead letters to %s: %w", b, s.cfg.deadLetters, err)
-		}
-		s.cfg.log.Warn("records set aside in the dead-letter table", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
-			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("rows", len(dead)), zap.String("table", s.cfg.deadLetters.String()))
-	}
-	if rows.count() > 0 {
-		if err := s.insertChecked(ctx, b, s.mainTarget, cols, rows, token, suspect, wanted, subset); err != nil {
-			return fmt.Errorf("write %s: %w", b, err)
-		}
-		s.observe(rows.count())
-	}
-	s.deadLetters.Add(int64(len(dead)))
-	b.NoteSetAside(len(dead))
-	return nil
+	return p
+}
+
+// saidDead logs the dead letters of a block inserted.
+func (s *Sink) saidDead(p *prepared) {
+	s.cfg.log.Warn("records set aside in the dead-letter table", zap.String("topic", p.b.Topic), zap.Int("partition", p.b.Partition),
+		zap.Int64("from", p.b.From), zap.Int64("next", p.b.Next), zap.Int("rows", len(p.dead)), zap.String("table", s.cfg.deadLetters.String()))
 }
 
 // Resume implements sinks.Resumer: one past the highest offset of the

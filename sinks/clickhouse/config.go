@@ -42,6 +42,13 @@ const (
 	DefaultRetryTimeout = sqlsink.DefaultRetryTimeout
 	// MaxRetryTimeout bounds retry_timeout.
 	MaxRetryTimeout = sqlsink.MaxRetryTimeout
+	// DefaultInsertInterval is the least time between the starts of two
+	// rounds' inserts into a table (insert_interval=), unless a round is a
+	// backlog's (65,536 rows or more): about one part a second per table
+	// and replica, ClickHouse's own advice, whatever the partition count.
+	DefaultInsertInterval = time.Second
+	// MaxInsertInterval bounds insert_interval.
+	MaxInsertInterval = time.Minute
 	// DefaultWindow is the non_replicated_deduplication_window a raw table
 	// is created with: the number of most recent inserts into the table
 	// (all partitions together) whose tokens ClickHouse remembers.
@@ -166,6 +173,7 @@ const (
 	paramRetryTimeout = "retry_timeout"
 	paramCompression  = "compression"
 	paramEvolve       = "evolve"
+	paramInterval     = "insert_interval"
 )
 
 // ErrURL is wrapped by every error about the URL or an option.
@@ -221,9 +229,12 @@ type config struct {
 	atLeastOnce  bool
 	dialTimeout  time.Duration
 	retryTimeout time.Duration
-	compression  Compression
-	evolve       Evolve // columns mode's
-	inferColumns bool   // evolve's, for JSON records without a schema
+	// insertInterval: the least time between the starts of two rounds'
+	// inserts of fewer than paceRows rows (WriteBlocks).
+	insertInterval time.Duration
+	compression    Compression
+	evolve         Evolve // columns mode's
+	inferColumns   bool   // evolve's, for JSON records without a schema
 
 	// table=, route_field= and default_table= as given: a router's.
 	template, routeField, defaultTable, deadTemplate string
@@ -250,14 +261,15 @@ func ValidateURL(raw string, needGroup bool) error {
 // parseURL reads the URL: clickhouse://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/DB?...
 func parseURL(raw string) (config, error) {
 	c := config{
-		database:     DefaultDatabase,
-		tableRaw:     DefaultTable,
-		deadRaw:      DefaultDeadLetterTable,
-		dialTimeout:  DefaultDialTimeout,
-		retryTimeout: DefaultRetryTimeout,
-		given:        map[string]bool{},
-		pass:         secure.Password{ValueIn: "the URL", FileName: paramPasswordFile + "=", Env: PasswordEnv},
-		tlsOpts:      secure.TLS{Names: secure.TLSNames{CAFile: paramCAFile + "="}},
+		database:       DefaultDatabase,
+		tableRaw:       DefaultTable,
+		deadRaw:        DefaultDeadLetterTable,
+		dialTimeout:    DefaultDialTimeout,
+		retryTimeout:   DefaultRetryTimeout,
+		insertInterval: DefaultInsertInterval,
+		given:          map[string]bool{},
+		pass:           secure.Password{ValueIn: "the URL", FileName: paramPasswordFile + "=", Env: PasswordEnv},
+		tlsOpts:        secure.TLS{Names: secure.TLSNames{CAFile: paramCAFile + "="}},
 	}
 	u, err := sinkURL.Parse(raw)
 	if err != nil {
@@ -446,6 +458,12 @@ func (c *config) set(key, val string) error {
 		c.dialTimeout = d
 	case paramRetryTimeout:
 		c.retryTimeout, err = sinkURL.RetryTimeout(key, val)
+	case paramInterval:
+		d, perr := time.ParseDuration(val)
+		if perr != nil || d < 0 || d > MaxInsertInterval {
+			return fmt.Errorf("%w: %s=%q: want a duration from 0 (no pacing) to %s", ErrURL, key, val, MaxInsertInterval)
+		}
+		c.insertInterval = d
 	}
 	return err
 }

@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
-	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 // insertRows are an INSERT's rows.
@@ -35,11 +34,13 @@ type insertRows interface {
 // dropping the retry as a duplicate. dropped reports that the server said
 // it dropped the insert as a duplicate (DuplicatedInsertedBlocks, over the
 // native protocol; never over HTTP).
-func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []string, rows insertRows, token string) (retried, dropped bool, err error) {
+// what names the rows in the log (a block's fields, a round's). many says
+// they are several blocks' (a round's): see insertOnce.
+func (s *Sink) insert(ctx context.Context, what []zap.Field, t ident, cols []string, rows insertRows, token string, many bool) (retried, dropped bool, err error) {
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
-		dropped, err := s.insertOnce(ctx, t, cols, rows, token)
+		dropped, err := s.insertOnce(ctx, t, cols, rows, token, many)
 		switch {
 		case err == nil:
 			return attempt > 1, dropped, nil
@@ -61,8 +62,8 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 			return false, false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
 		}
 		s.retries.Add(1)
-		s.cfg.log.Warn("insert failed; retrying with the same token", zap.String("topic", b.Topic), zap.Int("partition", b.Partition),
-			zap.Int64("from", b.From), zap.Int64("next", b.Next), zap.Int("attempt", attempt), zap.Error(err))
+		s.cfg.log.Warn("insert failed; retrying with the same token", append(what[:len(what):len(what)],
+			zap.Int("attempt", attempt), zap.Error(err))...)
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return false, false, err
 		}
@@ -72,13 +73,19 @@ func (s *Sink) insert(ctx context.Context, b *sinks.Block, t ident, cols []strin
 // defaultMaxInsertBlockSize is ClickHouse's default max_insert_block_size.
 const defaultMaxInsertBlockSize = 1 << 20
 
-func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string) (dropped bool, err error) {
+func (s *Sink) insertOnce(ctx context.Context, t ident, cols []string, rows insertRows, token string, many bool) (dropped bool, err error) {
 	settings := ch.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
 		"async_insert":               0,
 		// One block, so one part: the server splits a larger insert.
 		"max_insert_block_size": max(rows.count(), defaultMaxInsertBlockSize),
+	}
+	if many && s.dedup.partitioned {
+		// A round's rows span the table partitions of all its blocks,
+		// which inserted one by one would have made as many parts at
+		// least: the round is refused no more than they would be.
+		settings["max_partitions_per_insert_block"] = 0
 	}
 	if s.dedupSetting {
 		// ClickHouse 26.2 and later: it overrides insert_deduplicate, and

@@ -122,7 +122,7 @@ func (s *Sink) takeSuspect(topic string, partition int) bool {
 // some of them.
 func (s *Sink) insertChecked(ctx context.Context, b *sinks.Block, t target, cols []string, rows insertRows, token string, suspect bool,
 	wanted []int64, subset func(offsets []int64) insertRows) error {
-	retried, dropped, err := s.insert(ctx, b, t.table, cols, rows, token)
+	retried, dropped, err := s.insert(ctx, s.blockFields(b, t), t.table, cols, rows, token, false)
 	if err != nil || (!retried && !suspect) {
 		return err
 	}
@@ -155,11 +155,20 @@ func (s *Sink) ensureLanded(ctx context.Context, b *sinks.Block, t target, cols 
 	if len(missing) == 0 {
 		return nil
 	}
-	again := token + "/missing/" + offsetsHash(missing)
-	s.cfg.log.Warn("the server dropped the block's insert as a duplicate, yet some of its rows are not in the table "+
-		"(its deduplication record outlived the part, as after a crash of the server); inserting those again under a token of their own",
-		s.blockFields(b, t, zap.Int("missing", len(missing)), zap.Int("rows", len(wanted)), zap.Int64("first_missing", missing[0]), zap.String("token", again))...)
-	if _, _, err := s.insert(ctx, b, t.table, cols, subset(missing), again); err != nil {
+	again := missingToken(b, token, missing, s.inRound(b))
+	fields := s.blockFields(b, t, zap.Int("missing", len(missing)), zap.Int("rows", len(wanted)), zap.Int64("first_missing", missing[0]),
+		zap.String("token", again))
+	if s.inRound(b) {
+		// The round's token was spent by an insert that held other
+		// blocks of the round (a new owner's replay of one of them).
+		s.cfg.log.Info("a block written again with its round's token is not in the table: the round's first insert held "+
+			"other blocks; inserting its rows under a token of their own", fields...)
+	} else {
+		s.cfg.log.Warn("the server dropped the block's insert as a duplicate, yet some of its rows are not in the table "+
+			"(its deduplication record outlived the part, as after a crash of the server); inserting those again under a token of their own",
+			fields...)
+	}
+	if _, _, err := s.insert(ctx, s.blockFields(b, t), t.table, cols, subset(missing), again, false); err != nil {
 		return fmt.Errorf("insert the %d missing rows again as %s: %w", len(missing), again, err)
 	}
 	s.reinserts.Add(1)
@@ -215,6 +224,17 @@ func (s *Sink) missingOffsets(ctx context.Context, b *sinks.Block, t target, wan
 		}
 	}
 	return missing, nil
+}
+
+// missingToken is the token of the rows of b (offsets missing) inserted
+// again after an insert with token was dropped: token, with b's partition
+// when token is a round's (round: the blocks of a round share it),
+// "/missing/" and a hash of the offsets.
+func missingToken(b *sinks.Block, token string, missing []int64, round bool) string {
+	if round {
+		token += "/" + b.Topic + "/" + strconv.Itoa(b.Partition)
+	}
+	return token + "/missing/" + offsetsHash(missing)
 }
 
 // offsetsHash names a set of offsets: their count and an FNV-1a hash.

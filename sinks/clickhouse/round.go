@@ -1,0 +1,258 @@
+package clickhouse
+
+// A round's blocks in one insert: few parts, however many partitions.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"go.uber.org/zap"
+
+	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
+	"github.com/offsetkeeper/offsetkeeper/sinks"
+)
+
+var (
+	_ sinks.BatchWriter   = (*Sink)(nil)
+	_ sinks.RoundInserter = (*Sink)(nil)
+)
+
+// paceRows is the size of a round that goes in at once, however soon
+// after the last: a backlog's, whose parts are large anyway.
+const paceRows = 65536
+
+// InsertsRounds implements sinks.RoundInserter: true where the sink can
+// check which of a block's offsets its tables hold (see target), which a
+// replay of one block of a round relies on; elsewhere each block is an
+// insert of its own, with a token of its range.
+func (s *Sink) InsertsRounds() bool { return s.combines }
+
+// RoundToken is the insert_deduplication_token of the blocks of round
+// written together for group.
+func RoundToken(group, round string) string { return "offsetkeeper/" + group + "/round/" + round }
+
+// inRound reports whether b goes in under its round's token.
+func (s *Sink) inRound(b *sinks.Block) bool { return s.combines && b.Round != "" }
+
+// token is the token of b's insert: its round's, or its range's.
+func (s *Sink) token(b *sinks.Block) string {
+	if s.inRound(b) {
+		return RoundToken(s.cfg.group, b.Round)
+	}
+	return Token(s.cfg.group, b)
+}
+
+// WriteBlocks implements sinks.BatchWriter. The blocks that share a Round
+// go in together: their dead letters in one insert, their rows in another,
+// each with the round's token, so one part each in an unpartitioned table.
+// A round's first insert waits until insert_interval has passed since the
+// last one began, unless it holds paceRows rows: the blocks that end
+// meanwhile join the next call, and a quiet topic of hundreds of
+// partitions makes about one insert per interval.
+//
+// A block written again (a retry, a new owner's replay) comes with the
+// round it was first written in, alone or with others of that round. Its
+// insert carries the round's token, so that it and the round's first
+// insert, in whichever order they land, are one: the second is dropped.
+// The sink then checks which of the block's offsets the table holds and
+// inserts only the missing ones (ensureLanded): the round's first insert
+// may have held other blocks, and this one's only part of it.
+func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	s.life.RLock()
+	defer s.life.RUnlock()
+	rounds := map[string][]int{}
+	var order []string
+	for i, b := range blocks {
+		switch {
+		case b == nil:
+			errs[i] = fmt.Errorf("write: nil block")
+		case b.Check() != nil:
+			errs[i] = fmt.Errorf("write %s: %w", b, b.Check())
+		case s.closed:
+			errs[i] = fmt.Errorf("write %s: %w", b, ErrClosed)
+		case len(b.Records) == 0:
+		case !s.inRound(b):
+			rounds[""] = append(rounds[""], i)
+		default:
+			if _, ok := rounds[b.Round]; !ok {
+				order = append(order, b.Round)
+			}
+			rounds[b.Round] = append(rounds[b.Round], i)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range rounds[""] {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.writeOne(ctx, blocks[i]) }()
+	}
+	for _, round := range order {
+		idx := rounds[round]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bs := make([]*sinks.Block, len(idx))
+			for j, i := range idx {
+				bs[j] = blocks[i]
+			}
+			for j, err := range s.writeRound(ctx, bs) {
+				errs[idx[j]] = err
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// pace waits, for a round of rows rows, until the sink's insert interval
+// has passed since the last paced round began.
+func (s *Sink) pace(ctx context.Context, rows int) error {
+	if s.cfg.insertInterval <= 0 || rows >= paceRows {
+		return nil
+	}
+	s.paceMu.Lock()
+	now := time.Now()
+	at := now
+	if s.paceNext.After(now) {
+		at = s.paceNext
+	}
+	s.paceNext = at.Add(s.cfg.insertInterval)
+	s.paceMu.Unlock()
+	return backoff.Sleep(ctx, at.Sub(now))
+}
+
+// writeRound inserts the blocks of one round, each checked and prepared
+// on its own; it returns an outcome per block.
+func (s *Sink) writeRound(ctx context.Context, blocks []*sinks.Block) []error {
+	errs := make([]error, len(blocks))
+	n := 0
+	for _, b := range blocks {
+		n += len(b.Records)
+	}
+	if err := s.pace(ctx, n); err != nil {
+		for i, b := range blocks {
+			errs[i] = fmt.Errorf("write %s: %w", b, err)
+		}
+		return errs
+	}
+	if s.cfg.mode == Columns && s.cfg.evolve == AddColumns {
+		for i, b := range blocks {
+			errs[i] = s.evolve(ctx, b)
+		}
+	}
+	s.colsMu.RLock()
+	defer s.colsMu.RUnlock()
+	var ps []*prepared
+	var at []int
+	suspect := false
+	for i, b := range blocks {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("write %s: %w", b, errs[i])
+			s.suspectNext(b.Topic, b.Partition)
+			continue
+		}
+		// Taken even when another block is the suspect: the round is
+		// checked whole.
+		suspect = s.takeSuspect(b.Topic, b.Partition) || suspect
+		p := s.prepare(b)
+		ps, at = append(ps, p), append(at, i)
+	}
+	if len(ps) == 0 {
+		return errs
+	}
+	err := s.insertRound(ctx, ps, suspect)
+	for j, p := range ps {
+		b := blocks[at[j]]
+		if err != nil {
+			errs[at[j]] = fmt.Errorf("write %s in a round of %d blocks: %w", b, len(ps), err)
+			s.suspectNext(b.Topic, b.Partition)
+			continue
+		}
+		s.deadLetters.Add(int64(len(p.dead)))
+		b.NoteSetAside(len(p.dead))
+	}
+	return errs
+}
+
+// insertRound inserts the dead letters of ps, then their rows, each in one
+// insert with the round's token, and checks each block's rows when the
+// token may have been known to the server (suspect: a block written
+// again; or the insert was retried, or the server said it dropped it).
+func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) error {
+	first := ps[0].b
+	token := s.token(first)
+	what := []zap.Field{zap.String("round", first.Round), zap.Int("blocks", len(ps)), zap.String("first_topic", first.Topic),
+		zap.Int("first_partition", first.Partition)}
+	var dead, rows multiRows
+	for _, p := range ps {
+		if len(p.dead) > 0 {
+			dead = append(dead, p.dead)
+		}
+		if p.rows.count() > 0 {
+			rows = append(rows, p.rows)
+		}
+	}
+	if dead.count() > 0 {
+		if err := s.insertAll(ctx, what, s.deadTarget, deadColumns, dead, token+"/dead", suspect, ps,
+			func(p *prepared) ([]int64, func([]int64) insertRows) { return p.deadOffsets, p.deadSubset }); err != nil {
+			return fmt.Errorf("dead letters to %s: %w", s.cfg.deadLetters, err)
+		}
+		for _, p := range ps {
+			if len(p.dead) > 0 {
+				s.saidDead(p)
+			}
+		}
+	}
+	if rows.count() > 0 {
+		if err := s.insertAll(ctx, what, s.mainTarget, ps[0].cols, rows, token, suspect, ps,
+			func(p *prepared) ([]int64, func([]int64) insertRows) { return p.wanted, p.subset }); err != nil {
+			return err
+		}
+		s.observe(rows.count())
+	}
+	return nil
+}
+
+// insertAll is one insert of a round's rows into t and, when its token
+// may have been known, the check of each block's (ensureLanded).
+func (s *Sink) insertAll(ctx context.Context, what []zap.Field, t target, cols []string, rows insertRows, token string, suspect bool,
+	ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) error {
+	retried, dropped, err := s.insert(ctx, what, t.table, cols, rows, token, len(ps) > 1)
+	if err != nil || !(retried || dropped || suspect) {
+		return err
+	}
+	for _, p := range ps {
+		wanted, subset := offsets(p)
+		if len(wanted) == 0 {
+			continue
+		}
+		if err := s.ensureLanded(ctx, p.b, t, cols, token, wanted, subset); err != nil {
+			return fmt.Errorf("%s: %w", p.b, err)
+		}
+	}
+	return nil
+}
+
+// multiRows are the rows of several blocks in one insert, each appended to
+// the batch's columns in turn.
+type multiRows []insertRows
+
+func (m multiRows) count() int {
+	n := 0
+	for _, r := range m {
+		n += r.count()
+	}
+	return n
+}
+
+func (m multiRows) fill(batch driver.Batch) error {
+	for _, r := range m {
+		if err := r.fill(batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
