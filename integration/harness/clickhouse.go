@@ -57,6 +57,8 @@ const chConfig = `<clickhouse>
   <max_server_memory_usage>%d</max_server_memory_usage>
   <mark_cache_size>268435456</mark_cache_size>
   <user_directories><users_xml><path>%s</path></users_xml></user_directories>
+  <!-- the parts made, for tests that count them -->
+  <part_log><database>system</database><table>part_log</table><flush_interval_milliseconds>1000</flush_interval_milliseconds></part_log>
 </clickhouse>
 `
 
