@@ -5,6 +5,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,22 +219,114 @@ func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) er
 
 // insertAll is one insert of a round's rows into t and, when its token
 // may have been known, the check of each block's (ensureLanded).
+//
+// Blocks written again (suspect) are looked for first, all in one query,
+// and those whose rows are all in the table already are left out of the
+// insert: their rows got there by an insert with the round's token, or by
+// one made after it was spent, so the round's first insert, wherever it
+// is, can no longer land. A new owner's replay of a round that landed
+// before the crash then costs a query, not a part.
 func (s *Sink) insertAll(ctx context.Context, what []zap.Field, t target, cols []string, rows insertRows, token string, suspect bool,
 	ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) error {
+	// t.check holds: the sink combines only where both targets check.
+	if suspect {
+		missing, err := s.missingIn(ctx, t, ps, offsets)
+		if err != nil {
+			return fmt.Errorf("look for the round's rows in %s: %w", t.table, err)
+		}
+		var left []*prepared
+		var parts multiRows
+		for i, p := range ps {
+			if len(missing[i]) > 0 {
+				wanted, subset := offsets(p)
+				left = append(left, p)
+				parts = append(parts, subset(wanted))
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if len(left) < len(ps) {
+			ps, rows = left, parts
+		}
+	}
 	retried, dropped, err := s.insert(ctx, what, t.table, cols, rows, token, len(ps) > 1)
 	if err != nil || !(retried || dropped || suspect) {
 		return err
 	}
-	for _, p := range ps {
-		wanted, subset := offsets(p)
-		if len(wanted) == 0 {
+	missing, err := s.missingIn(ctx, t, ps, offsets)
+	if err != nil {
+		return fmt.Errorf("check that %s holds the round's rows: %w", t.table, err)
+	}
+	for i, p := range ps {
+		if len(missing[i]) == 0 {
 			continue
 		}
-		if err := s.ensureLanded(ctx, p.b, t, cols, token, wanted, subset); err != nil {
+		_, subset := offsets(p)
+		if err := s.ensureLanded(ctx, p.b, t, cols, token, missing[i], subset); err != nil {
 			return fmt.Errorf("%s: %w", p.b, err)
 		}
 	}
 	return nil
+}
+
+// missingIn returns, for each of ps, the offsets of its rows (offsets)
+// that t does not hold, in one query.
+func (s *Sink) missingIn(ctx context.Context, t target, ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) ([][]int64, error) {
+	type key struct {
+		topic     string
+		partition int32
+	}
+	var where []string
+	var args []any
+	for _, p := range ps {
+		wanted, _ := offsets(p)
+		if len(wanted) == 0 {
+			continue
+		}
+		cond := `(kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ?`
+		args = append(args, p.b.Topic, p.b.Partition, wanted[0], wanted[len(wanted)-1])
+		if t.generation {
+			cond += ` AND kafka_generation = ?`
+			args = append(args, p.b.Generation)
+		}
+		where = append(where, cond+`)`)
+	}
+	out := make([][]int64, len(ps))
+	if len(where) == 0 {
+		return out, nil
+	}
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT kafka_topic, toInt32(kafka_partition), toInt64(kafka_offset) FROM `+t.table.String()+
+		` WHERE `+strings.Join(where, ` OR `)+` SETTINGS use_query_cache = 0`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	held := map[key]map[int64]bool{}
+	for rows.Next() {
+		var k key
+		var off int64
+		if err := rows.Scan(&k.topic, &k.partition, &off); err != nil {
+			return nil, err
+		}
+		if held[k] == nil {
+			held[k] = map[int64]bool{}
+		}
+		held[k][off] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i, p := range ps {
+		wanted, _ := offsets(p)
+		h := held[key{p.b.Topic, int32(p.b.Partition)}]
+		for _, off := range wanted {
+			if !h[off] {
+				out[i] = append(out[i], off)
+			}
+		}
+	}
+	return out, nil
 }
 
 // multiRows are the rows of several blocks in one insert, each appended to

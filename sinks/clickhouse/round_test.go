@@ -76,6 +76,9 @@ func TestRoundIsOnePart(t *testing.T) {
 	if other.Reinserts() != 0 {
 		t.Fatalf("the replay inserted %d times again: the round held its rows", other.Reinserts())
 	}
+	if got := newParts(t, chs, table); got != 1 {
+		t.Fatalf("%d parts after the replay, want 1: a block whose rows are all in the table is not inserted again", got)
+	}
 }
 
 // A zombie's round lands after new owners replayed two of its blocks: the
