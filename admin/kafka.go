@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/describegroups"
 
 	"github.com/offsetkeeper/offsetkeeper/internal/kafka"
 	"github.com/offsetkeeper/offsetkeeper/kafkaconf"
@@ -158,4 +160,64 @@ func (k *Kafka) GroupOffsets(ctx context.Context, group string, parts []sinks.Pa
 		}
 	}
 	return out, nil
+}
+
+// SourceGroup is a Kafka consumer group whose offsets a group imports:
+// the topics it committed offsets for, and who consumes in it now.
+type SourceGroup struct {
+	Name   string
+	State  string   // Kafka's: Empty, Stable, PreparingRebalance, Dead...
+	Topics []string // sorted
+	// Members are its consumers' client ids and hosts, "client-id@host":
+	// a group with members still commits, so its offsets still move.
+	Members []string
+}
+
+// DescribeSource reads what Kafka knows of consumer group group: its
+// committed topics (an OffsetFetch of every topic) and its members.
+func (k *Kafka) DescribeSource(ctx context.Context, group string) (SourceGroup, error) {
+	src := SourceGroup{Name: group}
+	if k.err != nil {
+		return src, k.err
+	}
+	resp, err := k.client.Kafka().OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group})
+	if err != nil {
+		return src, k.unreachable(err)
+	}
+	if errors.Is(resp.Error, kafkago.GroupIdNotFound) {
+		return src, nil // a group never known: no offsets (as Kafka answers; some brokers say so)
+	}
+	if resp.Error != nil {
+		return src, fmt.Errorf("the offsets of Kafka consumer group %s: %w", group, resp.Error)
+	}
+	for topic, ps := range resp.Topics {
+		for _, p := range ps {
+			if p.Error == nil && p.CommittedOffset >= 0 {
+				src.Topics = append(src.Topics, topic)
+				break
+			}
+		}
+	}
+	slices.Sort(src.Topics)
+	// The protocol's own message: kafka-go's DescribeGroups decodes the
+	// members' subscriptions, and fails on those of newer clients.
+	cl := k.client.Kafka()
+	msg, err := cl.Transport.RoundTrip(ctx, cl.Addr, &describegroups.Request{Groups: []string{group}})
+	if err != nil {
+		return src, k.unreachable(err)
+	}
+	desc, ok := msg.(*describegroups.Response)
+	if !ok {
+		return src, fmt.Errorf("describe Kafka consumer group %s: an answer of type %T", group, msg)
+	}
+	for _, g := range desc.Groups {
+		if g.ErrorCode != 0 {
+			return src, fmt.Errorf("describe Kafka consumer group %s: %w", group, kafkago.Error(g.ErrorCode))
+		}
+		src.State = g.GroupState
+		for _, m := range g.Members {
+			src.Members = append(src.Members, m.ClientID+"@"+strings.TrimPrefix(m.ClientHost, "/"))
+		}
+	}
+	return src, nil
 }

@@ -24,35 +24,7 @@ func TestResetFromKafkaGroup(t *testing.T) {
 	for p := range 3 {
 		e.produce("orders", p, 10, nil)
 	}
-	// A Java consumer of Kafka 3's commit (by topic name, not id).
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.MaxVersions(kversion.V3_0_0()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.Generation = "engine", -1
-	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = "orders"
-	for p, off := range map[int32]int64{0: 3, 2: 7} {
-		rp := kmsg.NewOffsetCommitRequestTopicPartition()
-		rp.Partition, rp.Offset = p, off
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if rp.ErrorCode != 0 {
-				t.Fatalf("commit %s/%d: error %d", rt.Topic, rp.Partition, rp.ErrorCode)
-			}
-		}
-	}
+	commitGroup(t, e.kafka.Brokers(), "engine", map[string]map[int32]int64{"orders": {0: 3, 2: 7}})
 
 	r := e.run("offsets", "reset", "--topic", "orders", "--from-group", "engine", "-o", "json")
 	if r.code != 0 {
@@ -87,5 +59,41 @@ func TestResetFromKafkaGroup(t *testing.T) {
 	}
 	if r := e.run("offsets", "reset", "--topic", "orders", "--from-group", " "); r.code != 2 || !strings.Contains(r.stderr, "--from-group is empty") {
 		t.Errorf("an empty --from-group: %s", r)
+	}
+}
+
+// commitGroup commits offsets for Kafka consumer group group, as a Java
+// consumer of Kafka 3 does (by topic name, not id), without joining it.
+func commitGroup(t *testing.T, brokers []string, group string, offsets map[string]map[int32]int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MaxVersions(kversion.V3_0_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	for topic, offs := range offsets {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = topic
+		for p, off := range offs {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset = p, off
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode != 0 {
+				t.Fatalf("commit %s/%d: error %d", rt.Topic, rp.Partition, rp.ErrorCode)
+			}
+		}
 	}
 }

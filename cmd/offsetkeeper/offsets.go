@@ -27,7 +27,7 @@ offset is the next offset to read (Kafka's convention).
   describe   one row per partition: committed offset, log end, lag, owner
   reset      move the committed offsets, while the group runs`,
 	})
-	cmd.AddCommand(newOffsetsDescribeCommand(), newOffsetsResetCommand())
+	cmd.AddCommand(newOffsetsDescribeCommand(), newOffsetsResetCommand(), newOffsetsImportCommand())
 	return cmd
 }
 

@@ -36,6 +36,10 @@ type resetOptions struct {
 	execute bool
 	export  bool
 
+	// checkGroup, if set, sees the group's state before the plan (offsets
+	// import refuses a running group).
+	checkGroup func(snap *coordinator.Snapshot) error
+
 	// Set by complete.
 	targets    []string // the target flags given
 	target     string   // the one target, when there is one
@@ -247,6 +251,11 @@ func (o *resetOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	defer s.Close()
 	coord, snap := s.coord, s.snap
+	if o.checkGroup != nil {
+		if err := o.checkGroup(snap); err != nil {
+			return err
+		}
+	}
 	if o.target == admin.ByDuration {
 		o.at = time.Now().Add(-o.ago)
 	}
