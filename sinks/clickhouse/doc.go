@@ -1,9 +1,12 @@
-// Package clickhouse is the sink for URLs clickhouse://...: each block
-// becomes one INSERT into a ClickHouse table, carrying a deduplication
-// token made of the block's exact range, so that ClickHouse itself drops a
-// block inserted again: after a crash between the insert and the etcd
-// commit, after a lost answer, or a zombie's late insert of a block a new
-// owner replayed. That closes the hole ClickHouse's own Kafka engine
+// Package clickhouse is the sink for URLs clickhouse://...: the blocks of
+// many partitions that end together (a round, one WriteBlocks call) become
+// one INSERT into a ClickHouse table, carrying a deduplication token made
+// of the round's name, which the replica records with each block's intent,
+// so that ClickHouse itself drops a round inserted again: after a crash
+// between the insert and the etcd commit, after a lost answer, or a
+// zombie's late insert of a round whose blocks a new owner replayed (see
+// WriteBlocks). Where the table cannot be checked for a block's rows,
+// each block is an INSERT of its own, its token made of its exact range. That closes the hole ClickHouse's own Kafka engine
 // leaves open ("Last block was already written to target table(s), but
 // was not committed to Kafka"), without a transaction around the insert.
 //
@@ -29,6 +32,8 @@
 //	at_least_once=true|false   accept a table that does not deduplicate (default false)
 //	dial_timeout=DURATION      opening a connection (default 10s)
 //	retry_timeout=DURATION     how long an insert is retried, and New waits for an unreachable server (default 30s; 0 never)
+//	insert_interval=DURATION   the least time between two rounds' inserts into the table, unless a round holds
+//	                           65,536 rows or more (default 1s; 0 no pacing)
 //	compression=lz4|zstd|none  on the wire (default lz4; http: lz4 or none)
 //
 // The password is the URL's, or password_file's, or else the environment
@@ -37,10 +42,12 @@
 //
 // # Exactly-once
 //
-// Each block of a partition is one INSERT with the settings
+// Each round is one INSERT per table (each block alone where the table
+// cannot be checked) with the settings
 //
 //	insert_deduplicate = 1, async_insert = 0,
-//	insert_deduplication_token = 'offsetkeeper/GROUP/TOPIC/PARTITION/GENERATION/FROM-NEXT'
+//	insert_deduplication_token = 'offsetkeeper/GROUP/round/ROUND'
+//	                             (alone: 'offsetkeeper/GROUP/TOPIC/PARTITION/GENERATION/FROM-NEXT')
 //
 // (set explicitly: the defaults differ between versions, and an async
 // insert is deduplicated otherwise). An insert is atomic, one part (or one
