@@ -128,6 +128,11 @@ func unreachable(err error) bool { return !secure.HandshakeFailed(err) && backof
 // open is a sink of url's connection alone, without its setup: for
 // ReadAll. The password comes as for New, without options.
 func open(url string) (*Sink, error) {
+	if IsSharded(url) {
+		// One shard's table holds only its partitions.
+		return nil, fmt.Errorf("%w: the URL names several shards (%s=): read the whole through a Distributed table over them, "+
+			"or one shard's table by a URL without %s=", ErrURL, paramShards, paramShards)
+	}
 	// A reader needs no group: the tokens are the writers'.
 	return connect(url, []Option{func(c *config) { c.optGroup = cmpOr(c.group, "reader") }})
 }

@@ -174,6 +174,8 @@ const (
 	paramCompression  = "compression"
 	paramEvolve       = "evolve"
 	paramInterval     = "insert_interval"
+	paramShards       = "shards"
+	paramPin          = "shard_of"
 )
 
 // ErrURL is wrapped by every error about the URL or an option.
@@ -235,6 +237,10 @@ type config struct {
 	compression    Compression
 	evolve         Evolve // columns mode's
 	inferColumns   bool   // evolve's, for JSON records without a schema
+
+	// shards= and shard_of= as given: the other shards' host lists, and
+	// partitions pinned to a shard (Sharded).
+	shardsRaw, pinRaw string
 
 	// table=, route_field= and default_table= as given: a router's.
 	template, routeField, defaultTable, deadTemplate string
@@ -316,6 +322,9 @@ func parseURL(raw string) (config, error) {
 			return c, err
 		}
 		c.addrs = append(c.addrs, addr)
+	}
+	if _, err := c.shardList(); err != nil {
+		return c, err
 	}
 	c.table, err = c.parseTable(paramTable, c.tableRaw)
 	if err != nil {
@@ -458,6 +467,13 @@ func (c *config) set(key, val string) error {
 		c.dialTimeout = d
 	case paramRetryTimeout:
 		c.retryTimeout, err = sinkURL.RetryTimeout(key, val)
+	case paramShards:
+		if strings.TrimSpace(val) == "" {
+			return fmt.Errorf("%w: %s= is empty: want the other shards, HOST[:PORT][,HOST[:PORT]...] each, separated by |", ErrURL, key)
+		}
+		c.shardsRaw = val
+	case paramPin:
+		c.pinRaw = val
 	case paramInterval:
 		d, perr := time.ParseDuration(val)
 		if perr != nil || d < 0 || d > MaxInsertInterval {

@@ -25,6 +25,7 @@ var Descriptor = &sinks.Descriptor{
 			// block; a block's part in each table is inserted with the
 			// block's token, deduplicated by that table.
 			return sinks.NewRouter(sinks.RouterConfig{Template: r.Template, Field: r.Field, Default: r.Default, NeedsIntents: true,
+				InsertsRounds: true,
 				Open: func(ctx context.Context, rt sinks.Route) (sinks.Sink, error) {
 					return openTable(ctx, r.ForRoute(raw, rt), opts)
 				}}), nil
@@ -57,8 +58,12 @@ var Descriptor = &sinks.Descriptor{
 	},
 }
 
-// openTable opens the sink of one table.
+// openTable opens the sink of one table, on one shard or several.
 func openTable(ctx context.Context, raw string, opts []Option) (sinks.Sink, error) {
+	if IsSharded(raw) {
+		return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
+			func(ctx context.Context) (*Sharded, error) { return NewSharded(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
+	}
 	return sqlsink.Open(ctx, "clickhouse", raw, DefaultRetryTimeout,
 		func(ctx context.Context) (*Sink, error) { return New(ctx, raw, opts...) }, ErrURL, ErrTableShape, ErrNoDeduplication)
 }
