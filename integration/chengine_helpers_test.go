@@ -195,13 +195,18 @@ func chReplicaProcess(b *testing.B, etcd *harness.Etcd, k *benchKafka, group, to
 }
 
 // chReplicaSink is the sink URL of table in ch's database, in columns
-// mode, over protocol (http or native).
+// mode, over protocol (http or native), with OKBENCH_CH_PARAMS's
+// parameters added (insert_interval=0, say).
 func chReplicaSink(ch *harness.ClickHouse, table, protocol string) string {
 	addr := ch.NativeAddr()
 	if protocol == "http" {
 		addr = ch.HTTPAddr()
 	}
-	return fmt.Sprintf("clickhouse://%s/%s?table=%s&mode=columns&protocol=%s", addr, ch.Database(), table, protocol)
+	u := fmt.Sprintf("clickhouse://%s/%s?table=%s&mode=columns&protocol=%s", addr, ch.Database(), table, protocol)
+	if more := os.Getenv("OKBENCH_CH_PARAMS"); more != "" {
+		u += "&" + more
+	}
+	return u
 }
 
 // chPoller asks ClickHouse over HTTP (keep-alive), which survives the

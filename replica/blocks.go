@@ -239,11 +239,21 @@ type blockRules struct {
 	flushInterval     time.Duration
 	maxEmptyPolls     int
 	everyBatch        bool // CommitMode EveryBatch: a block per batch
+	// hold, for a sink whose calls are paced (sinks.RoundPacer), says
+	// that the next call is not due yet: a block that caught up with the
+	// log end stays open, taking what comes, until it is, rather than
+	// wait in the queue while newer records wait in Kafka for the call
+	// after. nil: never held.
+	hold func(now time.Time) bool
 }
 
-func newBlockRules(cfg *Config) blockRules {
-	return blockRules{maxRows: cfg.MaxBlockRows, maxBytes: cfg.MaxBlockBytes, flushInterval: cfg.FlushInterval,
+func newBlockRules(cfg *Config, rounds *sinkRounds) blockRules {
+	r := blockRules{maxRows: cfg.MaxBlockRows, maxBytes: cfg.MaxBlockBytes, flushInterval: cfg.FlushInterval,
 		maxEmptyPolls: cfg.MaxEmptyPolls, everyBatch: cfg.CommitMode == EveryBatch}
+	if rounds != nil && rounds.pace > 0 {
+		r.hold = rounds.notDue
+	}
+	return r
 }
 
 // full tells that b reached a bound: its rows, its bytes, or, throttled
@@ -258,7 +268,8 @@ func (r blockRules) full(b *block, throttled bool) bool {
 // A block without rows ends only full.
 func (r blockRules) ends(b *block, first time.Time, empties int, now time.Time) bool {
 	return b.full || (!first.IsZero() && now.Sub(first) >= r.flushInterval) ||
-		(empties >= r.maxEmptyPolls && !b.empty()) || (r.everyBatch && !b.empty())
+		(empties >= r.maxEmptyPolls && !b.empty() && (empties > r.maxEmptyPolls || r.hold == nil || !r.hold(now))) ||
+		(r.everyBatch && !b.empty())
 }
 
 // likelyRows is how many records a block of batches like this one holds:

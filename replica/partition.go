@@ -91,7 +91,7 @@ func newPartition(r *Replica, c *coordinator.Claim, f *kafka.Cursor) *partition 
 		r:     r,
 		cfg:   &r.cfg,
 		stats: &r.stats,
-		rules: newBlockRules(&r.cfg),
+		rules: newBlockRules(&r.cfg, r.rounds),
 		claim: c,
 		p:     p,
 		f:     f,

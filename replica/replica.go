@@ -171,14 +171,17 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.writer = countedSink{r.sink, &r.stats.sinkCalls}
 	if bw, ok := r.sink.(sinks.BatchWriter); ok {
 		rounds := newSinkRounds(bw, &r.stats.sinkCalls)
+		if ri, ok := sinks.As[sinks.RoundInserter](r.sink); ok && ri.InsertsRounds() {
+			r.rounds = rounds
+			if p, ok := sinks.As[sinks.RoundPacer](r.sink); ok {
+				rounds.pace = max(p.RoundInterval(), 0)
+			}
+		}
 		stop, ended := make(chan struct{}), make(chan struct{})
 		go func() { defer close(ended); rounds.run(stop) }()
 		// Deferred before the partitions stop: runs after them.
 		defer func() { close(stop); <-ended }()
 		r.writer = rounds
-		if ri, ok := sinks.As[sinks.RoundInserter](r.sink); ok && ri.InsertsRounds() {
-			r.rounds = rounds
-		}
 	}
 	ends, tended := make(chan struct{}), make(chan struct{})
 	// Both end with bg: when ctx ends, or when Run returns an error.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
@@ -27,6 +28,11 @@ type blockWriter interface {
 type sinkRounds struct {
 	sink  sinks.BatchWriter
 	calls *atomic.Int64 // sink calls made, for metrics
+	// pace, for a sinks.RoundPacer: a call of fewer than
+	// sinks.PacedRows rows begins no sooner than pace after the last
+	// began (lastTake), and takes every block queued by then.
+	pace     time.Duration
+	lastTake time.Time
 
 	mu    sync.Mutex
 	queue []*sinkWrite
@@ -128,9 +134,15 @@ const (
 func (s *sinkRounds) run(stop <-chan struct{}) {
 	done := make(chan struct{}, maxSinkCalls)
 	inFlight := 0
+	paced := time.NewTimer(time.Hour)
+	paced.Stop()
+	defer paced.Stop()
 	for {
 		for inFlight < maxSinkCalls {
-			batch := s.take(inFlight == 0)
+			batch, wait := s.take(inFlight == 0, time.Now())
+			if wait > 0 {
+				paced.Reset(wait)
+			}
 			if batch == nil {
 				break
 			}
@@ -154,33 +166,59 @@ func (s *sinkRounds) run(stop <-chan struct{}) {
 			}
 			return
 		case <-s.wake:
+		case <-paced.C:
 		case <-done:
 			inFlight--
 		}
 	}
 }
 
+// notDue reports whether a paced sink's next call is more than a margin
+// away (blockRules.hold): a tenth of the pace, 20 to 100 ms, for the block
+// to end and be queued in time.
+func (s *sinkRounds) notDue(now time.Time) bool {
+	margin := min(max(s.pace/10, 20*time.Millisecond), 100*time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now.Before(s.lastTake.Add(s.pace - margin))
+}
+
 // take removes the blocks of the next call from the front of the queue:
 // blocks until they hold bigSinkRound rows, or all that are queued. Beside a
 // call in flight it takes them only when they reach bigSinkRound rows; nil
-// when there is nothing to take.
-func (s *sinkRounds) take(idle bool) []*sinkWrite {
+// when there is nothing to take. A paced sink's call takes every block
+// queued, and one of fewer than sinks.PacedRows rows only when idle and
+// pace after the last call began: otherwise wait says how long until it
+// may (0: no need to wake).
+func (s *sinkRounds) take(idle bool, now time.Time) (batch []*sinkWrite, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, rows := 0, 0
-	for n < len(s.queue) && rows < bigSinkRound {
+	for n < len(s.queue) && (s.pace > 0 || rows < bigSinkRound) {
 		rows += len(s.queue[n].block.Records)
 		n++
 	}
-	if n == 0 || (!idle && rows < bigSinkRound) {
-		return nil
+	switch {
+	case n == 0:
+		return nil, 0
+	case s.pace > 0 && rows < sinks.PacedRows:
+		if !idle {
+			return nil, 0
+		}
+		if since := now.Sub(s.lastTake); since < s.pace {
+			return nil, s.pace - since
+		}
+	case s.pace > 0:
+	case !idle && rows < bigSinkRound:
+		return nil, 0
 	}
-	batch := append([]*sinkWrite(nil), s.queue[:n]...)
+	s.lastTake = now
+	batch = append([]*sinkWrite(nil), s.queue[:n]...)
 	s.queue = append(s.queue[:0], s.queue[n:]...)
 	for _, w := range batch {
 		w.sent = true
 	}
-	return batch
+	return batch, 0
 }
 
 // send makes one call of batch and hands each block its outcome.

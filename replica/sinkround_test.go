@@ -120,3 +120,94 @@ func startSinkRounds(t *testing.T, g *gateSink) (*sinkRounds, *atomic.Int64) {
 	t.Cleanup(func() { close(stop); <-ended })
 	return s, calls
 }
+
+// roundSink records each call's start, partitions and rounds, answering
+// at once.
+type roundSink struct {
+	mu     sync.Mutex
+	starts []time.Time
+	calls  [][]int
+	rounds []map[string]bool
+}
+
+func (r *roundSink) WriteBlocks(_ context.Context, blocks []*sinks.Block) []error {
+	ps, rounds := make([]int, len(blocks)), map[string]bool{}
+	for i, b := range blocks {
+		ps[i] = b.Partition
+		rounds[b.Round] = true
+	}
+	r.mu.Lock()
+	r.starts, r.calls, r.rounds = append(r.starts, time.Now()), append(r.calls, ps), append(r.rounds, rounds)
+	r.mu.Unlock()
+	return make([]error, len(blocks))
+}
+
+// A paced sink's calls (sinks.RoundPacer) begin at least the pace apart
+// and each takes every block queued by then: 8 partitions writing a block
+// every 10 ms for 1 s make about 5 calls at a pace of 200 ms, not 100.
+// Each call's new blocks share one round, recorded by each block's intent
+// before the call; a block written again keeps its round.
+func TestSinkRoundsPaced(t *testing.T) {
+	const pace = 200 * time.Millisecond
+	rs := &roundSink{}
+	s := newSinkRounds(rs, new(atomic.Int64))
+	s.pace = pace
+	stop, ended := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ended); s.run(stop) }()
+	defer func() { close(stop); <-ended }()
+
+	var intents sync.Map // partition → rounds recorded
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(time.Second)
+	for p := range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				b := &sinks.Block{Topic: "t", Partition: p, Records: make([]sinks.Record, 1)}
+				err := s.write(context.Background(), b, func(_ context.Context, round string) error {
+					v, _ := intents.LoadOrStore(p, &[]string{})
+					*v.(*[]string) = append(*v.(*[]string), round)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("write: %v", err)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if n := len(rs.starts); n < 3 || n > 7 {
+		t.Errorf("%d calls in 1 s at a pace of %s, want about 5", n, pace)
+	}
+	for i := 1; i < len(rs.starts); i++ {
+		if gap := rs.starts[i].Sub(rs.starts[i-1]); gap < pace-5*time.Millisecond {
+			t.Errorf("calls %d and %d began %s apart, want at least %s", i-1, i, gap, pace)
+		}
+	}
+	for i, rounds := range rs.rounds {
+		if len(rounds) != 1 || rounds[""] {
+			t.Errorf("call %d holds rounds %v, want one named round", i, rounds)
+		}
+	}
+	// Each partition's intents named the round its block went in with.
+	intents.Range(func(k, v any) bool {
+		if got := len(*v.(*[]string)); got == 0 {
+			t.Errorf("partition %v recorded no intents", k)
+		}
+		return true
+	})
+
+	// A block written again keeps its round, beside new blocks.
+	again := &sinks.Block{Topic: "t", Partition: 9, Round: "old", Records: make([]sinks.Record, 1)}
+	rs.mu.Unlock()
+	if err := s.write(context.Background(), again, func(context.Context, string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	rs.mu.Lock()
+	if again.Round != "old" || !rs.rounds[len(rs.rounds)-1]["old"] {
+		t.Errorf("a block written again went in round %q, want its own, old", again.Round)
+	}
+}

@@ -97,7 +97,7 @@ func TestTrickleBlockSizedToItsBatch(t *testing.T) {
 	cur.SeekTo(0)
 	cfg := Config{}.withDefaults()
 	r := &Replica{cfg: cfg}
-	pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg), f: cur}
+	pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg, nil), f: cur}
 	pt.logEnd.Store(-1)
 	b, err := pt.poll(ctx)
 	if err != nil {
@@ -133,7 +133,7 @@ func TestFullBlockSizedOnce(t *testing.T) {
 	} {
 		cfg := Config{MaxBlockRows: c.rows, MaxBlockBytes: c.blockSize}.withDefaults()
 		r := &Replica{cfg: cfg}
-		pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg), f: cur}
+		pt := &partition{r: r, cfg: &r.cfg, stats: &r.stats, rules: newBlockRules(&cfg, nil), f: cur}
 		batch := kafka.PolledBatch{Records: make([]sinks.Record, c.batch), Bytes: c.batch * c.per}
 		// Batches are added until the block reaches a bound: the last
 		// one is added below it.

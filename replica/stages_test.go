@@ -45,8 +45,25 @@ func TestBlockRules(t *testing.T) {
 		}
 	}
 	cfg := Config{MaxBlockRows: 7, MaxBlockBytes: 9, FlushInterval: time.Minute, MaxEmptyPolls: 4, CommitMode: EveryBatch}
-	if got := newBlockRules(&cfg); got != (blockRules{maxRows: 7, maxBytes: 9, flushInterval: time.Minute, maxEmptyPolls: 4, everyBatch: true}) {
+	if got := newBlockRules(&cfg, nil); got.hold != nil || got.maxRows != 7 || got.maxBytes != 9 || got.flushInterval != time.Minute ||
+		got.maxEmptyPolls != 4 || !got.everyBatch {
 		t.Errorf("newBlockRules = %+v", got)
+	}
+	// A paced sink's next call not due: a block that caught up stays
+	// open (one empty poll), and ends on a second empty poll, or when
+	// the call is near.
+	due := time.Now().Add(time.Second)
+	held := blockRules{maxRows: 100, maxBytes: 1 << 20, flushInterval: time.Minute, maxEmptyPolls: 1,
+		hold: func(now time.Time) bool { return now.Before(due) }}
+	open := &block{from: 0, next: 1, records: make([]sinks.Record, 1)}
+	for _, tc := range []struct {
+		empties int
+		now     time.Time
+		end     bool
+	}{{1, due.Add(-time.Millisecond), false}, {2, due.Add(-time.Millisecond), true}, {1, due, true}} {
+		if got := held.ends(open, due.Add(-time.Second), tc.empties, tc.now); got != tc.end {
+			t.Errorf("held: %d empties at due%+v: ends %v, want %v", tc.empties, tc.now.Sub(due), got, tc.end)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // RouterConfig is what a sink package gives NewRouter: its table
@@ -27,8 +28,10 @@ type RouterConfig struct {
 	Close func() error
 	// NeedsIntents is the routes' sinks' IntentKeeper answer.
 	NeedsIntents bool
-	// InsertsRounds is the routes' sinks' RoundInserter answer.
+	// InsertsRounds is the routes' sinks' RoundInserter answer, and
+	// RoundInterval their RoundPacer's.
 	InsertsRounds bool
+	RoundInterval time.Duration
 	// Field, if set, routes each record by the top-level field of its
 	// JSON value: to Template with {route} its value, or, for a record
 	// without it, to Default. A block is then split, a part per table,
@@ -99,6 +102,7 @@ var _ Resumer = (*Router)(nil)
 var (
 	_ IntentKeeper  = (*Router)(nil)
 	_ RoundInserter = (*Router)(nil)
+	_ RoundPacer    = (*Router)(nil)
 )
 var _ Pinger = (*Router)(nil)
 var _ DeadLetterer = (*Router)(nil)
@@ -436,6 +440,10 @@ func (r *Router) NeedsIntents() bool {
 // InsertsRounds is RouterConfig.InsertsRounds: each table's sink stores
 // the blocks (or parts) of a round that go to it as one insert.
 func (r *Router) InsertsRounds() bool { return r.cfg.InsertsRounds }
+
+// RoundInterval is RouterConfig.RoundInterval: each table gets an insert
+// per interval at most.
+func (r *Router) RoundInterval() time.Duration { return r.cfg.RoundInterval }
 
 // TakesUndecodable reports true: the routes' sinks keep dead letters.
 func (r *Router) TakesUndecodable() bool { return true }

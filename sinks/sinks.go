@@ -18,6 +18,8 @@
 //     the replica writes no intents for a Resumer.
 //   - RoundInserter: an IntentKeeper that stores a round's blocks as one
 //     insert. Without it, blocks carry no round.
+//   - RoundPacer: a RoundInserter whose rounds are spaced. Without it,
+//     calls are not paced.
 //   - Pinger: the store answers a health check. Without it, readiness
 //     counts the store reachable.
 //   - DeadLetterCounter: records set aside by the sink's own policy. Without
@@ -243,6 +245,21 @@ type IntentKeeper interface {
 type RoundInserter interface {
 	InsertsRounds() bool
 }
+
+// RoundPacer is implemented by a RoundInserter whose store wants few
+// inserts (ClickHouse: each is a part). The replica then begins a call of
+// fewer than PacedRows rows no sooner than RoundInterval after the last
+// call began, and hands it every block queued by then: the blocks of a
+// quiet topic's many partitions go in one call per interval, and a
+// backlog's rounds go at once. Without it, or 0, calls are not paced. The
+// replica finds it with As, through wrappers.
+type RoundPacer interface {
+	RoundInterval() time.Duration
+}
+
+// PacedRows is the size of a round a RoundPacer's interval does not hold
+// back: a backlog's, whose inserts are large anyway.
+const PacedRows = 65536
 
 // Pinger is implemented by sinks that can tell whether their store answers.
 // A replica's readiness check calls Ping with a short deadline (one second by

@@ -80,11 +80,8 @@ type Sink struct {
 	suspectMu              sync.Mutex
 	suspect                map[partitionKey]bool
 
-	// combines: the blocks of a round go in together (InsertsRounds);
-	// paceNext is when the next paced round may begin.
+	// combines: the blocks of a round go in together (InsertsRounds).
 	combines bool
-	paceMu   sync.Mutex
-	paceNext time.Time
 
 	tinyMu      sync.Mutex
 	tinyStart   time.Time

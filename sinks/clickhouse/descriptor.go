@@ -21,11 +21,15 @@ var Descriptor = &sinks.Descriptor{
 	Open: func(ctx context.Context, raw string, o sinks.Options) (sinks.Sink, error) {
 		opts := sqlsink.Options(o, WithGroup, WithLogger)
 		if r, ok := sqlsink.RoutingOf(raw); ok {
+			interval := DefaultInsertInterval
+			if c, err := parseURL(raw); err == nil {
+				interval = c.insertInterval
+			}
 			// One sink per table, opened at its topic's (or route's) first
 			// block; a block's part in each table is inserted with the
 			// block's token, deduplicated by that table.
 			return sinks.NewRouter(sinks.RouterConfig{Template: r.Template, Field: r.Field, Default: r.Default, NeedsIntents: true,
-				InsertsRounds: true,
+				InsertsRounds: true, RoundInterval: interval,
 				Open: func(ctx context.Context, rt sinks.Route) (sinks.Sink, error) {
 					return openTable(ctx, r.ForRoute(raw, rt), opts)
 				}}), nil

@@ -12,24 +12,29 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
 var (
 	_ sinks.BatchWriter   = (*Sink)(nil)
 	_ sinks.RoundInserter = (*Sink)(nil)
+	_ sinks.RoundPacer    = (*Sink)(nil)
 )
-
-// paceRows is the size of a round that goes in at once, however soon
-// after the last: a backlog's, whose parts are large anyway.
-const paceRows = 65536
 
 // InsertsRounds implements sinks.RoundInserter: true where the sink can
 // check which of a block's offsets its tables hold (see target), which a
 // replay of one block of a round relies on; elsewhere each block is an
 // insert of its own, with a token of its range.
 func (s *Sink) InsertsRounds() bool { return s.combines }
+
+// RoundInterval implements sinks.RoundPacer: insert_interval, where the
+// sink inserts rounds.
+func (s *Sink) RoundInterval() time.Duration {
+	if !s.combines {
+		return 0
+	}
+	return s.cfg.insertInterval
+}
 
 // RoundToken is the insert_deduplication_token of the blocks of round
 // written together for group.
@@ -49,10 +54,9 @@ func (s *Sink) token(b *sinks.Block) string {
 // WriteBlocks implements sinks.BatchWriter. The blocks that share a Round
 // go in together: their dead letters in one insert, their rows in another,
 // each with the round's token, so one part each in an unpartitioned table.
-// A round's first insert waits until insert_interval has passed since the
-// last one began, unless it holds paceRows rows: the blocks that end
-// meanwhile join the next call, and a quiet topic of hundreds of
-// partitions makes about one insert per interval.
+// The replica spaces the calls by insert_interval (RoundInterval), so that
+// a quiet topic of hundreds of partitions makes about one insert per
+// interval.
 //
 // A block written again (a retry, a new owner's replay) comes with the
 // round it was first written in, alone or with others of that round. Its
@@ -108,37 +112,10 @@ func (s *Sink) WriteBlocks(ctx context.Context, blocks []*sinks.Block) []error {
 	return errs
 }
 
-// pace waits, for a round of rows rows, until the sink's insert interval
-// has passed since the last paced round began.
-func (s *Sink) pace(ctx context.Context, rows int) error {
-	if s.cfg.insertInterval <= 0 || rows >= paceRows {
-		return nil
-	}
-	s.paceMu.Lock()
-	now := time.Now()
-	at := now
-	if s.paceNext.After(now) {
-		at = s.paceNext
-	}
-	s.paceNext = at.Add(s.cfg.insertInterval)
-	s.paceMu.Unlock()
-	return backoff.Sleep(ctx, at.Sub(now))
-}
-
 // writeRound inserts the blocks of one round, each checked and prepared
 // on its own; it returns an outcome per block.
 func (s *Sink) writeRound(ctx context.Context, blocks []*sinks.Block) []error {
 	errs := make([]error, len(blocks))
-	n := 0
-	for _, b := range blocks {
-		n += len(b.Records)
-	}
-	if err := s.pace(ctx, n); err != nil {
-		for i, b := range blocks {
-			errs[i] = fmt.Errorf("write %s: %w", b, err)
-		}
-		return errs
-	}
 	if s.cfg.mode == Columns && s.cfg.evolve == AddColumns {
 		for i, b := range blocks {
 			errs[i] = s.evolve(ctx, b)

@@ -144,23 +144,25 @@ func TestBlocksWithoutARoundAreInsertsOfTheirOwn(t *testing.T) {
 	}
 }
 
-// insert_interval paces the rounds of a trickle: five rounds written one
-// after the other begin at least the interval apart, each one part.
-func TestRoundsArePaced(t *testing.T) {
+// insert_interval is the pace the sink asks of the replica
+// (sinks.RoundPacer), for a table it inserts rounds into; a table it
+// cannot check for a block's rows (a ReplacingMergeTree keyed by another
+// column) takes each block alone, unpaced.
+func TestRoundInterval(t *testing.T) {
 	chs := harness.StartClickHouse(t)
-	url, n := sinkURL(chs, "insert_interval=400ms")
+	url, _ := sinkURL(chs, "insert_interval=400ms")
+	if got := open(t, url).RoundInterval(); got != 400*time.Millisecond {
+		t.Errorf("RoundInterval = %s, want 400ms", got)
+	}
+	url, _ = sinkURL(chs, "")
+	if got := open(t, url).RoundInterval(); got != clickhouse.DefaultInsertInterval {
+		t.Errorf("RoundInterval = %s, want the default %s", got, clickhouse.DefaultInsertInterval)
+	}
+	url, n := sinkURL(chs, "mode=columns")
+	chs.Exec(t, fmt.Sprintf(`CREATE TABLE rows_%d (id UInt64, kafka_topic String, kafka_partition Int32, kafka_offset Int64)
+		ENGINE = ReplacingMergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100`, n))
 	s := open(t, url)
-	for i := range 5 {
-		writeBlocks(t, s, roundBlocks(fmt.Sprintf("p%d", i), 2)...)
-	}
-	table := fmt.Sprintf("rows_%d", n)
-	chs.Exec(t, "SYSTEM FLUSH LOGS")
-	spread := chs.QueryInt(t, fmt.Sprintf("SELECT dateDiff('millisecond', min(event_time_microseconds), max(event_time_microseconds)) "+
-		"FROM system.part_log WHERE event_type = 'NewPart' AND database = currentDatabase() AND table = '%s'", table))
-	if got := newParts(t, chs, table); got != 5 {
-		t.Fatalf("%d parts for 5 rounds, want 5", got)
-	}
-	if spread < 4*350 {
-		t.Fatalf("the 5 rounds' parts were made within %d ms, want them at least 4 intervals (1,600 ms) apart", spread)
+	if s.InsertsRounds() || s.RoundInterval() != 0 {
+		t.Errorf("a table that cannot be checked: InsertsRounds %v, RoundInterval %s; want false, 0", s.InsertsRounds(), s.RoundInterval())
 	}
 }

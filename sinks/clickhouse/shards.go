@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -89,6 +90,7 @@ var (
 	_ sinks.Resumer            = (*Sharded)(nil)
 	_ sinks.IntentKeeper       = (*Sharded)(nil)
 	_ sinks.RoundInserter      = (*Sharded)(nil)
+	_ sinks.RoundPacer         = (*Sharded)(nil)
 	_ sinks.Pinger             = (*Sharded)(nil)
 	_ sinks.DeadLetterCounter  = (*Sharded)(nil)
 	_ sinks.DestinationClaimer = (*Sharded)(nil)
@@ -209,6 +211,9 @@ func (s *Sharded) InsertsRounds() bool {
 	}
 	return true
 }
+
+// RoundInterval is the shards' insert_interval (one URL's, so the same).
+func (s *Sharded) RoundInterval() time.Duration { return s.shards[0].RoundInterval() }
 
 // TakesUndecodable reports true: each shard keeps dead letters.
 func (s *Sharded) TakesUndecodable() bool { return true }
