@@ -148,7 +148,7 @@ func envList(b *testing.B, name string, def ...string) []string {
 // kq_<target> reading topic as group, and a materialized view
 // mv_<target> from it into target (which exists). The engine's
 // consumers start when the view is made.
-func createEngine(b *testing.B, ch *harness.ClickHouse, k *benchKafka, topic, group, target string, s engineSettings) {
+func createEngine(b testing.TB, ch *harness.ClickHouse, k *benchKafka, topic, group, target string, s engineSettings) {
 	b.Helper()
 	tpc, ceb := 0, 0
 	if s.threadPerConsumer {
