@@ -12,7 +12,7 @@ import (
 
 // Issue 44, test 3: ClickHouse's Kafka engine reads the first half of a
 // topic on the 3-node Apache Kafka into its table; its materialized view
-// is detached; `offsets import --from-group` takes the engine's committed
+// and its Kafka table are detached; `offsets import --from-group` takes the engine's committed
 // offsets (refused while its consumer is still in the group); two replicas
 // read on into a table of their own. Across both tables every id is there
 // once: the engine's block written but not committed, if the detach caught
@@ -45,7 +45,10 @@ func TestImportFromTheKafkaEngine(t *testing.T) {
 	if code, out := e.cli("offsets", "import", "--from-group", "ch-engine"); code != 2 || !strings.Contains(out, "still consuming") {
 		t.Errorf("import from the running engine: exit %d, want 2 naming its consumer:\n%s", code, out)
 	}
+	// The view first, which stops the flow; then the Kafka table, whose
+	// consumers stay in the group while it is attached.
 	ch.Exec(t, `DETACH TABLE mv_engine_rows`)
+	ch.Exec(t, `DETACH TABLE kq_engine_rows`)
 	await(t, 60*time.Second, "the engine's consumer to leave its group", func() bool {
 		code, _ := e.cli("offsets", "import", "--from-group", "ch-engine")
 		return code == 0

@@ -34,8 +34,8 @@ import is refused (exit status 2), naming them, unless --live, which moves
 a running group's partitions as offsets reset does. A source group that
 still has members is refused too: its offsets still move, and what it
 reads after the import would be read by both. Stop it first (for
-ClickHouse's Kafka engine, DETACH TABLE its materialized view), or give
---live to take its offsets as they are now.
+ClickHouse's Kafka engine, DETACH TABLE its materialized view, then its
+Kafka table), or give --live to take its offsets as they are now.
 
 By default nothing is written: the plan is printed (TOPIC, PARTITION,
 CURRENT, NEW). --execute writes it, each partition by one etcd transaction,
@@ -45,6 +45,7 @@ engine step by step.`
 
 const offsetsImportExample = `  # Move over from ClickHouse's Kafka engine: detach its view, then
   clickhouse-client -q 'DETACH TABLE shop.orders_mv'
+  clickhouse-client -q 'DETACH TABLE shop.orders_queue'
   offsetkeeper offsets import --group orders --from-group clickhouse-orders
   offsetkeeper offsets import --group orders --from-group clickhouse-orders --execute
   offsetkeeper run --group orders --topics orders --sink 'clickhouse://ch:9000/shop?table=orders&mode=columns'
@@ -120,7 +121,8 @@ func (o *importOptions) run(ctx context.Context, cmd *cobra.Command) error {
 		}
 		if len(src.Members) > 0 && !o.live {
 			return usagef("Kafka consumer group %s has %d members still consuming (%s, state %s): its offsets still move, and what it reads "+
-				"after the import would be read twice; stop it first (ClickHouse's Kafka engine: DETACH TABLE its materialized view), "+
+				"after the import would be read twice; stop it first (ClickHouse's Kafka engine: DETACH TABLE its materialized view, "+
+				"then its Kafka table), "+
 				"or give --live", r.fromGroup, len(src.Members), strings.Join(src.Members, ", "), src.State)
 		}
 		if r.allTopics {
