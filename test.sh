@@ -187,6 +187,40 @@ if [ -z "${KAFKA_LIBS:-}" ]; then
 	fi
 fi
 
+# Apache ZooKeeper, for ClickHouse's Kafka engine with its offsets in Keeper
+# (integration/harness/zookeeper.go): its server's jars from Maven Central
+# (integration/tools/zookeeper/pom.xml: 24 jars, 14 MB) into
+# .cache/zookeeper/<version>/libs, passed in ZOOKEEPER_LIBS; as for Kafka,
+# its tests skip without it, except with CI set.
+zookeeper_version=3.9.5
+zookeeper_pom=integration/tools/zookeeper/pom.xml
+zookeeper_dir=.cache/zookeeper/$zookeeper_version
+zookeeper_stamp="zookeeper:$zookeeper_version $(sha256sum "$zookeeper_pom" | cut -c1-16)"
+if [ -z "${ZOOKEEPER_LIBS:-}" ] && command -v java >/dev/null; then
+	if [ ! -d "$zookeeper_dir/libs" ] || [ "$(cat "$zookeeper_dir/VERSION" 2>/dev/null)" != "$zookeeper_stamp" ]; then
+		if command -v mvn >/dev/null; then
+			mkdir -p "$zookeeper_dir"
+			tmp=$(mktemp -d "$zookeeper_dir/fetch.XXXXXX")
+			echo "test.sh: fetching Apache ZooKeeper $zookeeper_version for its tests (mvn, $zookeeper_pom)" >&2
+			if mvn -B -q -Dstyle.color=never -f "$zookeeper_pom" dependency:copy-dependencies -DoutputDirectory="$PWD/$tmp/libs" >"$tmp/mvn.log" 2>&1; then
+				rm -rf "$zookeeper_dir/libs"
+				mv "$tmp/libs" "$zookeeper_dir/libs"
+				echo "$zookeeper_stamp" >"$zookeeper_dir/VERSION"
+			else
+				tail -n 20 "$tmp/mvn.log" >&2
+				if [ -n "${CI:-}" ]; then
+					echo "test.sh: fetching Apache ZooKeeper failed; CI is set, so its tests must not be skipped" >&2
+					exit 1
+				fi
+			fi
+			rm -rf "$tmp"
+		fi
+	fi
+	if [ "$(cat "$zookeeper_dir/VERSION" 2>/dev/null)" = "$zookeeper_stamp" ]; then
+		export ZOOKEEPER_LIBS="$PWD/$zookeeper_dir/libs"
+	fi
+fi
+
 # Build the registry once, before the test binaries that start it run at
 # the same time and would each build it.
 if ! (cd integration/tools/schemaregistry && go tool -n schema-registry >/dev/null); then

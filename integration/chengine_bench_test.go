@@ -405,7 +405,7 @@ func BenchmarkClickHouseEngineVsReplicaCrashes(b *testing.B) {
 				p.Kill()
 			}
 			for _, p := range all {
-				r.repairs += strings.Count(p.Output(), "some of its rows are not in the table")
+				r.repairs += sinkRepairs(p.Output())
 			}
 			b.Logf("%-11s %d records at %d/s: %d kills (%d of ClickHouse); %v, of which below the committed offsets %d; waited %s after the last was produced; "+
 				"orphan block ids %d, repairs by the sink %d",

@@ -168,8 +168,26 @@ func createEngine(b testing.TB, ch *harness.ClickHouse, k *benchKafka, topic, gr
 		FROM kq_%[1]s`, target))
 }
 
+// createKeeperEngine makes a Kafka table of the engine's newer form, its
+// offsets in Keeper under keeperPath as replica (kafka_keeper_path,
+// kafka_replica_name; experimental), and its view into target, as
+// createEngine does; dropEngine drops them. ClickHouse must know a Keeper
+// (harness.ClickHouse.SetKeeper).
+func createKeeperEngine(b testing.TB, ch *harness.ClickHouse, k *benchKafka, topic, group, target, keeperPath, replica string, s engineSettings) {
+	b.Helper()
+	ch.Exec(b, fmt.Sprintf(`CREATE TABLE kq_%s (%s) ENGINE = Kafka SETTINGS
+		kafka_broker_list = '%s', kafka_topic_list = '%s', kafka_group_name = '%s', kafka_format = 'JSONEachRow',
+		kafka_num_consumers = %d, kafka_max_block_size = %d, kafka_flush_interval_ms = %d,
+		kafka_keeper_path = '%s', kafka_replica_name = '%s'
+		SETTINGS allow_experimental_kafka_offsets_storage_in_keeper = 1`,
+		target, chEngineFields, strings.Join(k.Brokers(), ","), topic, group, s.consumers, s.blockSize, s.flushMS, keeperPath, replica))
+	ch.Exec(b, fmt.Sprintf(`CREATE MATERIALIZED VIEW mv_%[1]s TO %[1]s AS
+		SELECT id, name, amount, ts, note, _topic AS kafka_topic, toInt32(_partition) AS kafka_partition, toInt64(_offset) AS kafka_offset
+		FROM kq_%[1]s`, target))
+}
+
 // dropEngine stops the engine's consumers of target and drops its tables.
-func dropEngine(b *testing.B, ch *harness.ClickHouse, target string) {
+func dropEngine(b testing.TB, ch *harness.ClickHouse, target string) {
 	b.Helper()
 	ch.Exec(b, fmt.Sprintf(`DROP VIEW IF EXISTS mv_%s SYNC`, target))
 	ch.Exec(b, fmt.Sprintf(`DROP TABLE IF EXISTS kq_%s SYNC`, target))
@@ -513,4 +531,12 @@ func loadJSON(b *testing.B, k *benchKafka, topic string, parts, perPart int, at 
 // perMillion is CPU seconds per million of rows.
 func perMillion(d time.Duration, rows int64) float64 {
 	return d.Seconds() / (float64(rows) / 1e6)
+}
+
+// sinkRepairs counts a replica's log lines saying the ClickHouse sink
+// inserted rows again under a token of their own: after a server crash
+// left a block id without its part, or for a block of a round whose
+// first insert held other blocks.
+func sinkRepairs(out string) int {
+	return strings.Count(out, "some of its rows are not in the table") + strings.Count(out, "with its round's token is not in the table")
 }

@@ -70,3 +70,30 @@ func (c *ClickHouse) ServerLogLines(words ...string) []string {
 	}
 	return out
 }
+
+// chKeeperConfigFile is the file, in config.d, that SetKeeper writes.
+const chKeeperConfigFile = "offsetkeeper-keeper.xml"
+
+// SetKeeper points the engine at a ZooKeeper (or Keeper) at addr
+// (host:port), for what keeps its state there: the Kafka engine's offsets
+// with kafka_keeper_path, Replicated tables. A running engine is started
+// again for it to apply; tables and data stay.
+func (c *ClickHouse) SetKeeper(t testing.TB, addr string) {
+	t.Helper()
+	host, port, ok := strings.Cut(addr, ":")
+	if !ok {
+		t.Fatalf("clickhouse: keeper %q: want host:port", addr)
+	}
+	dir := filepath.Join(filepath.Dir(c.config), "config.d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("clickhouse: keeper: %v", err)
+	}
+	conf := fmt.Sprintf("<clickhouse>\n  <!-- written by the offsetkeeper test harness -->\n  <zookeeper><node><host>%s</host><port>%s</port></node>"+
+		"<session_timeout_ms>6000</session_timeout_ms></zookeeper>\n</clickhouse>\n", html.EscapeString(host), html.EscapeString(port))
+	if err := os.WriteFile(filepath.Join(dir, chKeeperConfigFile), []byte(conf), 0o600); err != nil {
+		t.Fatalf("clickhouse: keeper: %v", err)
+	}
+	if c.PID() != 0 {
+		c.Restart()
+	}
+}
