@@ -336,7 +336,9 @@ func Token(group string, b *sinks.Block) string {
 // write is dropped then. An insert that succeeded only on a retry, and a
 // partition's first block after Resume or a failed Write, is checked to be
 // in the table, and inserted again with a new token if it is not (see
-// target).
+// target). A block with a Round goes in under its round's token where the
+// sink inserts rounds (WriteBlocks): the blocks of one round must come in
+// one WriteBlocks call, as the replica sends them.
 func (s *Sink) Write(ctx context.Context, b *sinks.Block) (err error) {
 	if b == nil {
 		return errors.New("write: nil block")
