@@ -540,3 +540,10 @@ func perMillion(d time.Duration, rows int64) float64 {
 func sinkRepairs(out string) int {
 	return strings.Count(out, "some of its rows are not in the table") + strings.Count(out, "with its round's token is not in the table")
 }
+
+// sinkRetries counts a replica's log lines saying the ClickHouse sink
+// retried: an insert (with the same token), or the read of which of a
+// round's rows are in the table.
+func sinkRetries(out string) int {
+	return strings.Count(out, "retrying with the same token") + strings.Count(out, "rows are in the table failed; retrying")
+}

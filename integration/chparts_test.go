@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,7 +65,7 @@ func TestClickHouseQuietPartitionsFewParts(t *testing.T) {
 	retried := func() int {
 		n := 0
 		for _, p := range procs {
-			n += strings.Count(p.Output(), "retrying with the same token")
+			n += sinkRetries(p.Output())
 		}
 		return n
 	}

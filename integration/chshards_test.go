@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +62,7 @@ func TestClickHouseShardsExactlyOnce(t *testing.T) {
 	retried := func() int {
 		n := 0
 		for _, p := range procs {
-			n += strings.Count(p.Output(), "retrying with the same token")
+			n += sinkRetries(p.Output())
 		}
 		return n
 	}

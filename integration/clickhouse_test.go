@@ -381,7 +381,7 @@ func TestClickHouseRestartDuringRun(t *testing.T) {
 	l := e.startLoad(3000)
 	await(t, 20*time.Second, "2/2", func() bool { return balanced(e.owners(), map[string]int{"a": 2, "b": 2}) })
 	retried := func() int {
-		return strings.Count(a.Output(), "retrying with the same token") + strings.Count(b.Output(), "retrying with the same token")
+		return sinkRetries(a.Output()) + sinkRetries(b.Output())
 	}
 	// Between restarts, a second's worth of records goes in; each time
 	// ClickHouse stays down until a write has failed on it, so that every

@@ -58,7 +58,7 @@ func TestBadInputPerCommand(t *testing.T) {
 		{"unknown command", nil, []string{"nosuch"}, []string{`"nosuch"`, "want one of", "offsets"}, nil},
 		{"mistyped command", nil, []string{"ofsets"}, []string{`"ofsets"`, `did you mean "offsets"`}, nil},
 		{"help of an unknown command", nil, []string{"help", "nosuch"}, []string{`"nosuch"`, "want one of"}, nil},
-		{"help of an unknown subcommand", nil, []string{"help", "offsets", "rewind"}, []string{`"rewind"`, "describe, reset"}, nil},
+		{"help of an unknown subcommand", nil, []string{"help", "offsets", "rewind"}, []string{`"rewind"`, "describe, import, reset"}, nil},
 		{"completion of an unknown shell", nil, []string{"completion", "nosh"}, []string{`"nosh"`, "bash", "zsh"}, nil},
 		{"mistyped flag", nil, run("--max-blok-rows", "5"), []string{"unknown flag: --max-blok-rows", "did you mean --max-block-rows"}, nil},
 

@@ -455,7 +455,7 @@ func TestOffsetsResetBadInput(t *testing.T) {
 		{"describe bad topics", []string{"offsets", "describe", "--topics", "a b"}, []string{`"a b"`}},
 		{"unknown flag", reset("--topic", "orders", "--to-earliest", "--dry-run"), []string{"unknown flag", "--dry-run"}},
 		{"argument", reset("orders", "--to-earliest"), []string{`["orders"]`, "takes no arguments"}},
-		{"unknown subcommand", []string{"offsets", "rewind"}, []string{`"rewind"`, "describe, reset"}},
+		{"unknown subcommand", []string{"offsets", "rewind"}, []string{`"rewind"`, "describe, import, reset"}},
 		{"bad etcd timeout", reset("--topic", "orders", "--to-earliest", "--etcd-timeout", "0s"), []string{"--etcd-timeout 0s", "positive"}},
 		{"bad kafka timeout", reset("--topic", "orders", "--to-earliest", "--kafka-timeout", "-1s"), []string{"--kafka-timeout -1s", "positive"}},
 		{"bad brokers", reset("--topic", "orders", "--to-earliest", "--brokers", "kafka"), []string{`--brokers "kafka"`, "host:port"}},
