@@ -273,6 +273,11 @@ func recordIntents(batch []*sinkWrite) []*sinkWrite {
 				round = newRound()
 			}
 			w.block.Round = round
+		} else {
+			// Carried from an earlier write of the range: its round's
+			// token may be spent without this block's records (another
+			// block of the round went in alone), and the sink checks.
+			w.block.Again = true
 		}
 		wg.Add(1)
 		go func() {

@@ -207,7 +207,7 @@ func TestSinkRoundsPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.mu.Lock()
-	if again.Round != "old" || !rs.rounds[len(rs.rounds)-1]["old"] {
-		t.Errorf("a block written again went in round %q, want its own, old", again.Round)
+	if again.Round != "old" || !again.Again || !rs.rounds[len(rs.rounds)-1]["old"] {
+		t.Errorf("a block written again went in round %q (Again %v), want its own, old, marked Again", again.Round, again.Again)
 	}
 }

@@ -106,6 +106,11 @@ type Block struct {
 	// one for a block written again (the owner's retry of a failed write,
 	// a new owner's replay). Empty for other sinks.
 	Round string
+	// Again is set with Round when the round is not new: the block's
+	// range was written, or tried, before under it (a retry, a replay), so
+	// the round's token may be spent by an insert that did not hold this
+	// block's records, and the sink must check that they are stored.
+	Again bool
 	// SetAside is set by a sink's Write: how many of Records it did not
 	// store as rows but set aside (dead letters) or skipped by its
 	// policy. The replica counts the others as written.

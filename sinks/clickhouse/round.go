@@ -135,7 +135,7 @@ func (s *Sink) writeRound(ctx context.Context, blocks []*sinks.Block) []error {
 		}
 		// Taken even when another block is the suspect: the round is
 		// checked whole.
-		suspect = s.takeSuspect(b.Topic, b.Partition) || suspect
+		suspect = s.takeSuspect(b.Topic, b.Partition) || b.Again || suspect
 		p := s.prepare(b)
 		ps, at = append(ps, p), append(at, i)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +166,26 @@ func TestRoundInterval(t *testing.T) {
 	if s.InsertsRounds() || s.RoundInterval() != 0 {
 		t.Errorf("a table that cannot be checked: InsertsRounds %v, RoundInterval %s; want false, 0", s.InsertsRounds(), s.RoundInterval())
 	}
+}
+
+// A block of a round that went in without it (its intent failed, so the
+// replica left it out of the call, and another block of the round went in
+// alone) comes again with the round, marked Again: its insert is dropped
+// by the spent token, and the sink, told to check, finds its rows missing
+// and inserts them under a token of their own. Without the mark nothing
+// would say the drop was not its own rows.
+func TestBlockAgainInASpentRoundIsChecked(t *testing.T) {
+	chs := harness.StartClickHouse(t)
+	url, n := sinkURL(chs, "insert_interval=0&protocol=http")
+	url = strings.Replace(url, chs.NativeAddr(), chs.HTTPAddr(), 1)
+	s := open(t, url)
+	blocks := roundBlocks("r3", 2)
+	writeBlocks(t, s, blocks[0])
+	again := *blocks[1]
+	again.Again = true
+	writeBlocks(t, s, &again)
+	if got := chs.QueryInt(t, fmt.Sprintf("SELECT count() FROM rows_%d", n)); got != 6 {
+		t.Fatalf("%d rows, want 6: the block written again was dropped with the round's spent token", got)
+	}
+	checkOnce(t, url, blocks[1])
 }
