@@ -263,12 +263,13 @@ func (s *sinkRounds) send(batch []*sinkWrite) {
 func recordIntents(batch []*sinkWrite) []*sinkWrite {
 	round := ""
 	errs := make([]error, len(batch))
+	fresh := make([]bool, len(batch))
 	var wg sync.WaitGroup
 	for i, w := range batch {
 		if w.intent == nil {
 			continue
 		}
-		if w.block.Round == "" {
+		if fresh[i] = w.block.Round == ""; fresh[i] {
 			if round == "" {
 				round = newRound()
 			}
@@ -289,6 +290,14 @@ func recordIntents(batch []*sinkWrite) []*sinkWrite {
 	kept := batch[:0:0]
 	for i, w := range batch {
 		if errs[i] != nil {
+			if fresh[i] {
+				// Not written under the new round, nor to be: its retry
+				// goes in a round of its own time, not as a block written
+				// again (which, the round's token spent by the others,
+				// would cost a second insert). Had the intent reached etcd
+				// after all, a new owner replays it as written again.
+				w.block.Round = ""
+			}
 			w.done <- errs[i]
 			continue
 		}
