@@ -308,9 +308,12 @@ func TestMetricsAfterRun(t *testing.T) {
 	url := o.srv.URL + "/metrics"
 
 	var m metrics
+	// The block counters move just after the committed offsets (and so
+	// the lag): wait for them too.
 	await(t, 30*time.Second, "1000 records written and no lag", func() bool {
 		m = scrape(t, url)
-		return m.value("offsetkeeper_records_written_total") == 1000 && m.lag(0) == 0 && m.lag(1) == 0
+		return m.value("offsetkeeper_records_written_total") == 1000 && m.lag(0) == 0 && m.lag(1) == 0 &&
+			m.value("offsetkeeper_blocks_written_total") == m.value("offsetkeeper_block_rows")
 	})
 	blocks, commits := m.value("offsetkeeper_blocks_written_total"), m.value("offsetkeeper_commits_total")
 	if blocks < 2 || commits < blocks {
