@@ -240,10 +240,11 @@ type blockRules struct {
 	maxEmptyPolls     int
 	everyBatch        bool // CommitMode EveryBatch: a block per batch
 	// hold, for a sink whose calls are paced (sinks.RoundPacer), says
-	// that the next call is not due yet: a block that caught up with the
-	// log end stays open, taking what comes, until it is, rather than
-	// wait in the queue while newer records wait in Kafka for the call
-	// after. nil: never held.
+	// that the next call is not due yet: a trickle's block (afterLogEnd)
+	// that caught up with the log end stays open, taking what comes, until
+	// it is, rather than wait in the queue while newer records wait in
+	// Kafka for the call after. A backlog's block ends as it catches up.
+	// nil: never held.
 	hold func(now time.Time) bool
 }
 
@@ -268,7 +269,7 @@ func (r blockRules) full(b *block, throttled bool) bool {
 // A block without rows ends only full.
 func (r blockRules) ends(b *block, first time.Time, empties int, now time.Time) bool {
 	return b.full || (!first.IsZero() && now.Sub(first) >= r.flushInterval) ||
-		(empties >= r.maxEmptyPolls && !b.empty() && (empties > r.maxEmptyPolls || r.hold == nil || !r.hold(now))) ||
+		(empties >= r.maxEmptyPolls && !b.empty() && (empties > r.maxEmptyPolls || !b.afterLogEnd || r.hold == nil || !r.hold(now))) ||
 		(r.everyBatch && !b.empty())
 }
 

@@ -93,7 +93,7 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			// The intent goes with the round's, which the call's blocks
 			// share (sinkRounds.send); the round it names is kept for
 			// the block's retry.
-			w = roundWrite{pt.r.rounds, func(ctx context.Context, round string) error {
+			w = roundWrite{rounds: pt.r.rounds, trickle: b.afterLogEnd && !b.full, intent: func(ctx context.Context, round string) error {
 				return pt.claim.PutRoundIntent(ctx, b.from, b.next, round, opts...)
 			}}
 		case needsIntent(pt.r.sink):

@@ -46,19 +46,24 @@ type sinkWrite struct {
 	// intent, for a sinks.RoundInserter, records the block's intent with
 	// its round before the call (roundWrite).
 	intent func(ctx context.Context, round string) error
-	sent   bool       // guarded by sinkRounds.mu
-	done   chan error // cap 1: the block's outcome
+	// trickle: the block is a trickle's (its records came after the
+	// partition had caught up, and it ended short of full), which a paced
+	// sink's calls wait for; a backlog's block goes at once.
+	trickle bool
+	sent    bool       // guarded by sinkRounds.mu
+	done    chan error // cap 1: the block's outcome
 }
 
 // roundWrite writes a block through rounds, its intent recorded by intent
 // with the round the block goes in (sinks.RoundInserter).
 type roundWrite struct {
-	rounds *sinkRounds
-	intent func(ctx context.Context, round string) error
+	rounds  *sinkRounds
+	intent  func(ctx context.Context, round string) error
+	trickle bool // sinkWrite.trickle
 }
 
 func (r roundWrite) Write(ctx context.Context, b *sinks.Block) error {
-	return r.rounds.write(ctx, b, r.intent)
+	return r.rounds.write(ctx, b, r.intent, r.trickle)
 }
 
 // newRound names a round: 128 random bits, so that no two rounds of any
@@ -88,11 +93,11 @@ func newSinkRounds(s sinks.BatchWriter, calls *atomic.Int64) *sinkRounds {
 // ctx ends before its block is sent takes it back; once sent, it waits for
 // the call, which ends early only when every waiter in it has given up.
 func (s *sinkRounds) Write(ctx context.Context, b *sinks.Block) error {
-	return s.write(ctx, b, nil)
+	return s.write(ctx, b, nil, false)
 }
 
-func (s *sinkRounds) write(ctx context.Context, b *sinks.Block, intent func(context.Context, string) error) error {
-	w := &sinkWrite{ctx: ctx, block: b, intent: intent, done: make(chan error, 1)}
+func (s *sinkRounds) write(ctx context.Context, b *sinks.Block, intent func(context.Context, string) error, trickle bool) error {
+	w := &sinkWrite{ctx: ctx, block: b, intent: intent, trickle: trickle, done: make(chan error, 1)}
 	s.mu.Lock()
 	s.queue = append(s.queue, w)
 	s.mu.Unlock()
@@ -125,20 +130,27 @@ func (s *sinkRounds) write(ctx context.Context, b *sinks.Block, intent func(cont
 // own, so that a backlog is written in parallel (a store such as PostgreSQL
 // works one transaction per connection) while a trickle is batched.
 const (
-	maxSinkCalls = 4
-	bigSinkRound = 8192 // rows
+	maxSinkCalls  = 4
+	maxPacedCalls = 8
+	bigSinkRound  = 8192 // rows
 )
 
 // run sends the queued blocks until stop is closed; it then waits for the
 // calls in flight and refuses what is queued with context.Canceled.
 func (s *sinkRounds) run(stop <-chan struct{}) {
-	done := make(chan struct{}, maxSinkCalls)
+	calls := maxSinkCalls
+	if s.pace > 0 {
+		// A paced sink's backlog is a call per large block or two, each
+		// its own insert, side by side as the partitions' inserts were.
+		calls = maxPacedCalls
+	}
+	done := make(chan struct{}, calls)
 	inFlight := 0
 	paced := time.NewTimer(time.Hour)
 	paced.Stop()
 	defer paced.Stop()
 	for {
-		for inFlight < maxSinkCalls {
+		for inFlight < calls {
 			batch, wait := s.take(inFlight == 0, time.Now())
 			if wait > 0 {
 				paced.Reset(wait)
@@ -186,29 +198,38 @@ func (s *sinkRounds) notDue(now time.Time) bool {
 // take removes the blocks of the next call from the front of the queue:
 // blocks until they hold bigSinkRound rows, or all that are queued. Beside a
 // call in flight it takes them only when they reach bigSinkRound rows; nil
-// when there is nothing to take. A paced sink's call takes every block
-// queued, and one of fewer than sinks.PacedRows rows only when idle and
-// pace after the last call began: otherwise wait says how long until it
-// may (0: no need to wake).
+// when there is nothing to take. A paced sink's call takes blocks until
+// they hold sinks.PacedRows rows, or all that are queued; one of trickle
+// blocks alone (sinkWrite.trickle) of fewer rows only when idle and pace
+// after the last call began: otherwise wait says how long until it may (0:
+// no need to wake). A backlog's blocks are not paced.
 func (s *sinkRounds) take(idle bool, now time.Time) (batch []*sinkWrite, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, rows := 0, 0
-	for n < len(s.queue) && (s.pace > 0 || rows < bigSinkRound) {
+	n, rows, trickle := 0, 0, true
+	limit := bigSinkRound
+	if s.pace > 0 {
+		// A paced sink's round is one insert: a backlog's rounds stay
+		// about sinks.PacedRows rows each, several in flight, so that its
+		// blocks are converted and inserted side by side.
+		limit = sinks.PacedRows
+	}
+	for n < len(s.queue) && rows < limit {
 		rows += len(s.queue[n].block.Records)
+		trickle = trickle && s.queue[n].trickle
 		n++
 	}
 	switch {
 	case n == 0:
 		return nil, 0
-	case s.pace > 0 && rows < sinks.PacedRows:
+	case s.pace > 0 && trickle && rows < sinks.PacedRows:
 		if !idle {
 			return nil, 0
 		}
 		if since := now.Sub(s.lastTake); since < s.pace {
 			return nil, s.pace - since
 		}
-	case s.pace > 0:
+	case s.pace > 0 && trickle:
 	case !idle && rows < bigSinkRound:
 		return nil, 0
 	}

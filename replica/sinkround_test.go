@@ -167,7 +167,7 @@ func TestSinkRoundsPaced(t *testing.T) {
 					v, _ := intents.LoadOrStore(p, &[]string{})
 					*v.(*[]string) = append(*v.(*[]string), round)
 					return nil
-				})
+				}, true)
 				if err != nil {
 					t.Errorf("write: %v", err)
 					return
@@ -203,7 +203,7 @@ func TestSinkRoundsPaced(t *testing.T) {
 	// A block written again keeps its round, beside new blocks.
 	again := &sinks.Block{Topic: "t", Partition: 9, Round: "old", Records: make([]sinks.Record, 1)}
 	rs.mu.Unlock()
-	if err := s.write(context.Background(), again, func(context.Context, string) error { return nil }); err != nil {
+	if err := s.write(context.Background(), again, func(context.Context, string) error { return nil }, true); err != nil {
 		t.Fatal(err)
 	}
 	rs.mu.Lock()

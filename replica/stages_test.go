@@ -55,7 +55,7 @@ func TestBlockRules(t *testing.T) {
 	due := time.Now().Add(time.Second)
 	held := blockRules{maxRows: 100, maxBytes: 1 << 20, flushInterval: time.Minute, maxEmptyPolls: 1,
 		hold: func(now time.Time) bool { return now.Before(due) }}
-	open := &block{from: 0, next: 1, records: make([]sinks.Record, 1)}
+	open := &block{from: 0, next: 1, records: make([]sinks.Record, 1), afterLogEnd: true}
 	for _, tc := range []struct {
 		empties int
 		now     time.Time
@@ -64,6 +64,11 @@ func TestBlockRules(t *testing.T) {
 		if got := held.ends(open, due.Add(-time.Second), tc.empties, tc.now); got != tc.end {
 			t.Errorf("held: %d empties at due%+v: ends %v, want %v", tc.empties, tc.now.Sub(due), got, tc.end)
 		}
+	}
+	// A backlog's block is not held.
+	backlog := &block{from: 0, next: 1, records: make([]sinks.Record, 1)}
+	if !held.ends(backlog, due.Add(-time.Second), 1, due.Add(-time.Millisecond)) {
+		t.Error("a backlog's block that caught up was held")
 	}
 }
 

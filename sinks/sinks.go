@@ -264,7 +264,7 @@ type RoundPacer interface {
 
 // PacedRows is the size of a round a RoundPacer's interval does not hold
 // back: a backlog's, whose inserts are large anyway.
-const PacedRows = 65536
+const PacedRows = 32768
 
 // Pinger is implemented by sinks that can tell whether their store answers.
 // A replica's readiness check calls Ping with a short deadline (one second by

@@ -283,10 +283,60 @@ func (s *Sink) missingInRetried(ctx context.Context, t target, ps []*prepared, o
 // missingIn returns, for each of ps, the offsets of its rows (offsets)
 // that t does not hold, in one query.
 func (s *Sink) missingIn(ctx context.Context, t target, ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) ([][]int64, error) {
-	type key struct {
-		topic     string
-		partition int32
+	out := make([][]int64, len(ps))
+	where, args := rangesOf(t, ps, offsets)
+	if where == "" {
+		return out, nil
 	}
+	// First how many of each block's offsets the table holds, a row a
+	// block: a block all in or all out (the common cases) needs no more.
+	counts := map[partitionKey]int64{}
+	err := s.scan(ctx, `SELECT kafka_topic, toInt32(kafka_partition), toInt64(uniqExact(kafka_offset)) FROM `+t.table.String()+
+		` WHERE `+where+` GROUP BY kafka_topic, kafka_partition`, args, func(k partitionKey, n int64) { counts[k] = n })
+	if err != nil {
+		return nil, err
+	}
+	var partial []*prepared
+	var at []int
+	for i, p := range ps {
+		wanted, _ := offsets(p)
+		switch n := counts[partitionKey{p.b.Topic, p.b.Partition}]; {
+		case n == 0:
+			out[i] = wanted
+		case n < int64(len(wanted)):
+			partial, at = append(partial, p), append(at, i)
+		}
+	}
+	if len(partial) == 0 {
+		return out, nil
+	}
+	where, args = rangesOf(t, partial, offsets)
+	held := map[partitionKey]map[int64]bool{}
+	err = s.scan(ctx, `SELECT DISTINCT kafka_topic, toInt32(kafka_partition), toInt64(kafka_offset) FROM `+t.table.String()+
+		` WHERE `+where, args, func(k partitionKey, off int64) {
+		if held[k] == nil {
+			held[k] = map[int64]bool{}
+		}
+		held[k][off] = true
+	})
+	if err != nil {
+		return nil, err
+	}
+	for j, p := range partial {
+		wanted, _ := offsets(p)
+		h := held[partitionKey{p.b.Topic, p.b.Partition}]
+		for _, off := range wanted {
+			if !h[off] {
+				out[at[j]] = append(out[at[j]], off)
+			}
+		}
+	}
+	return out, nil
+}
+
+// rangesOf is the WHERE of ps's blocks' rows in t: each's partition,
+// offset range and, where the table has it, generation; "" for none.
+func rangesOf(t target, ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) (string, []any) {
 	var where []string
 	var args []any
 	for _, p := range ps {
@@ -302,41 +352,27 @@ func (s *Sink) missingIn(ctx context.Context, t target, ps []*prepared, offsets 
 		}
 		where = append(where, cond+`)`)
 	}
-	out := make([][]int64, len(ps))
-	if len(where) == 0 {
-		return out, nil
-	}
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT kafka_topic, toInt32(kafka_partition), toInt64(kafka_offset) FROM `+t.table.String()+
-		` WHERE `+strings.Join(where, ` OR `)+` SETTINGS use_query_cache = 0`, args...)
+	return strings.Join(where, ` OR `), args
+}
+
+// scan runs q (rows of a topic, a partition and an integer) without the
+// query cache and hands each row to row.
+func (s *Sink) scan(ctx context.Context, q string, args []any, row func(k partitionKey, v int64)) error {
+	rows, err := s.conn.Query(ctx, q+` SETTINGS use_query_cache = 0`, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	held := map[key]map[int64]bool{}
 	for rows.Next() {
-		var k key
-		var off int64
-		if err := rows.Scan(&k.topic, &k.partition, &off); err != nil {
-			return nil, err
+		var topic string
+		var partition int32
+		var v int64
+		if err := rows.Scan(&topic, &partition, &v); err != nil {
+			return err
 		}
-		if held[k] == nil {
-			held[k] = map[int64]bool{}
-		}
-		held[k][off] = true
+		row(partitionKey{topic, int(partition)}, v)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for i, p := range ps {
-		wanted, _ := offsets(p)
-		h := held[key{p.b.Topic, int32(p.b.Partition)}]
-		for _, off := range wanted {
-			if !h[off] {
-				out[i] = append(out[i], off)
-			}
-		}
-	}
-	return out, nil
+	return rows.Err()
 }
 
 // multiRows are the rows of several blocks in one insert, each appended to
