@@ -44,7 +44,7 @@ const (
 	MaxRetryTimeout = sqlsink.MaxRetryTimeout
 	// DefaultInsertInterval is the least time between the starts of two
 	// rounds' inserts into a table (insert_interval=), unless a round is a
-	// backlog's (65,536 rows or more): about one part a second per table
+	// backlog's (its blocks, or 32,768 rows or more): about one part a second per table
 	// and replica, ClickHouse's own advice, whatever the partition count.
 	DefaultInsertInterval = time.Second
 	// MaxInsertInterval bounds insert_interval.

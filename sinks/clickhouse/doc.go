@@ -33,7 +33,7 @@
 //	dial_timeout=DURATION      opening a connection (default 10s)
 //	retry_timeout=DURATION     how long an insert is retried, and New waits for an unreachable server (default 30s; 0 never)
 //	insert_interval=DURATION   the least time between two rounds' inserts into the table, unless a round holds
-//	                           65,536 rows or more (default 1s; 0 no pacing)
+//	                           32,768 rows or more, or is a backlog's (default 1s; 0 no pacing)
 //	compression=lz4|zstd|none  on the wire (default lz4; http: lz4 or none)
 //
 // The password is the URL's, or password_file's, or else the environment

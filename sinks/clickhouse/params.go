@@ -30,7 +30,7 @@ var params = sqlsink.Params([][3]string{
 	{paramRetryTimeout, "`" + DefaultRetryTimeout.String() + "`", "how long a failed insert is retried, with the same token, and how long a sink opened while the server cannot be reached waits for it (`0`: never)"},
 	{paramShards, "—", "more shards, `|` between them, each a comma list of `HOST[:PORT]` (its replicas, for a `Replicated` table); the URL's hosts are shard 0. A partition's rows, retries, checks and resume go to shard `partition mod shards`; read the whole through a `Distributed` table (docs/clickhouse.md)"},
 	{paramPin, "—", "with `shards`: partitions pinned to another shard than the rule's, `PARTITION:SHARD` pairs separated by commas (`3:0,7:1`)"},
-	{paramInterval, "`" + DefaultInsertInterval.String() + "`", "the least time between two inserts of a table's rounds (the blocks of many partitions that ended together go in as one insert, one part); a round of 65,536 rows or more goes at once; `0`: no pacing"},
+	{paramInterval, "`" + DefaultInsertInterval.String() + "`", "the least time between two inserts of a table's rounds (the blocks of many partitions that ended together go in as one insert, one part); a backlog's blocks, and a round of 32,768 rows or more, go at once; `0`: no pacing"},
 	{paramCompression, "`" + LZ4.String() + "`", "`lz4`, `zstd` (native only) or `none`"},
 })
 
