@@ -93,8 +93,10 @@ func (pt *partition) deliver(ctx context.Context, b *block) error {
 			// The intent goes with the round's, which the call's blocks
 			// share (sinkRounds.send); the round it names is kept for
 			// the block's retry.
+			// Without the linger: the intents of a round are put all at
+			// once, so they share their etcd rounds without waiting.
 			w = roundWrite{rounds: pt.r.rounds, trickle: b.afterLogEnd && !b.full, intent: func(ctx context.Context, round string) error {
-				return pt.claim.PutRoundIntent(ctx, b.from, b.next, round, opts...)
+				return pt.claim.PutRoundIntent(ctx, b.from, b.next, round)
 			}}
 		case needsIntent(pt.r.sink):
 			if err := pt.claim.PutIntent(ctx, b.from, b.next, opts...); err != nil {
