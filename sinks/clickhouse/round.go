@@ -176,6 +176,7 @@ func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) er
 	}
 	if dead.count() > 0 {
 		if err := s.insertAll(ctx, what, s.deadTarget, deadColumns, dead, token+"/dead", suspect, ps,
+			func(p *prepared) insertRows { return p.dead },
 			func(p *prepared) ([]int64, func([]int64) insertRows) { return p.deadOffsets, p.deadSubset }); err != nil {
 			return fmt.Errorf("dead letters to %s: %w", s.cfg.deadLetters, err)
 		}
@@ -187,6 +188,7 @@ func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) er
 	}
 	if rows.count() > 0 {
 		if err := s.insertAll(ctx, what, s.mainTarget, ps[0].cols, rows, token, suspect, ps,
+			func(p *prepared) insertRows { return p.rows },
 			func(p *prepared) ([]int64, func([]int64) insertRows) { return p.wanted, p.subset }); err != nil {
 			return err
 		}
@@ -196,7 +198,8 @@ func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) er
 }
 
 // insertAll is one insert of a round's rows into t and, when its token
-// may have been known, the check of each block's (ensureLanded).
+// may have been known, the check of each block's (ensureLanded). whole
+// is a block's rows for t, offsets their offsets and how to make some.
 //
 // Blocks written again (suspect) are looked for first, all in one query,
 // and those whose rows are all in the table already are left out of the
@@ -205,7 +208,7 @@ func (s *Sink) insertRound(ctx context.Context, ps []*prepared, suspect bool) er
 // is, can no longer land. A new owner's replay of a round that landed
 // before the crash then costs a query, not a part.
 func (s *Sink) insertAll(ctx context.Context, what []zap.Field, t target, cols []string, rows insertRows, token string, suspect bool,
-	ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) error {
+	ps []*prepared, whole func(*prepared) insertRows, offsets func(*prepared) ([]int64, func([]int64) insertRows)) error {
 	// t.check holds: the sink combines only where both targets check.
 	if suspect {
 		missing, err := s.missingInRetried(ctx, t, ps, offsets)
@@ -216,9 +219,8 @@ func (s *Sink) insertAll(ctx context.Context, what []zap.Field, t target, cols [
 		var parts multiRows
 		for i, p := range ps {
 			if len(missing[i]) > 0 {
-				wanted, subset := offsets(p)
 				left = append(left, p)
-				parts = append(parts, subset(wanted))
+				parts = append(parts, whole(p))
 			}
 		}
 		if len(left) == 0 {
