@@ -63,14 +63,16 @@ func TestOffsetsImport(t *testing.T) {
 		t.Fatal("a dry run wrote offsets")
 	}
 
-	// A consumer still in the source group: refused, then --live.
+	// A consumer still in the source group: refused, then --live. (Its
+	// offsets are committed before it joins: a group with members refuses
+	// a commit from outside them.)
+	commitGroup(t, e.kafka.Brokers(), "busy", map[string]map[int32]int64{"orders": {0: 1}})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Brokers()...), kgo.ConsumerGroup("busy"), kgo.ConsumeTopics("orders"),
 		kgo.ClientID("engine-consumer"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	commitGroup(t, e.kafka.Brokers(), "busy", map[string]map[int32]int64{"orders": {0: 1}})
 	awaitCond(t, 20*time.Second, "the consumer to join group busy", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
