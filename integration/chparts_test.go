@@ -107,7 +107,13 @@ func TestClickHouseQuietPartitionsFewParts(t *testing.T) {
 	t.Logf("%d records over %d partitions in %s: %d parts, %.2f a second per replica (%d rows a part); produce to insert p99 %d ms",
 		total, parts, ran.Round(time.Second), made, perSecond, total/max(1, made), p99)
 	// One part per partition and flush would be 256 a second per replica.
-	if perSecond > 4 {
-		t.Errorf("%.2f parts a second per replica, want a few (at most 4)", perSecond)
+	// With the race detector (CI) etcd's rounds time out under the load and
+	// more blocks are written again, alone: 2.6 to 5 a second were seen.
+	limit := 4.0
+	if raceBuild {
+		limit = 8
+	}
+	if perSecond > limit {
+		t.Errorf("%.2f parts a second per replica, want a few (at most %.0f)", perSecond, limit)
 	}
 }
