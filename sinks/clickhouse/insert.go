@@ -37,35 +37,53 @@ type insertRows interface {
 // what names the rows in the log (a block's fields, a round's). many says
 // they are several blocks' (a round's): see insertOnce.
 func (s *Sink) insert(ctx context.Context, what []zap.Field, t ident, cols []string, rows insertRows, token string, many bool) (retried, dropped bool, err error) {
+	attempts, err := s.retried(ctx, func() (err error) {
+		dropped, err = s.insertOnce(ctx, t, cols, rows, token, many)
+		return err
+	}, func(attempt int, err error) {
+		s.cfg.log.Warn("insert failed; retrying with the same token", append(what[:len(what):len(what)],
+			zap.Int("attempt", attempt), zap.Error(err))...)
+	})
+	switch {
+	case err == nil:
+		return attempts > 1, dropped, nil
+	case strings.Contains(err.Error(), tooManyPartitions) && !transient(err):
+		return false, false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
+			"(max_partitions_per_insert_block): raise it for the sink's user (0: no limit), or make blocks span fewer "+
+			"(--max-block-rows, --flush-interval); the block is not retried here: %w", t, err)
+	}
+	return false, false, err
+}
+
+// retried runs op until it succeeds, with backoff for up to retry_timeout
+// while its failure is the connection's or the server's (transient),
+// telling retrying of each attempt about to be made again; it returns the
+// attempts made. A failure of another kind, or ctx's end, is returned at
+// once: an insert and the check that follows it fail alike.
+func (s *Sink) retried(ctx context.Context, op func() error, retrying func(attempt int, err error)) (int, error) {
 	var giveUp time.Time
 	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
 	for attempt := 1; ; attempt++ {
-		dropped, err := s.insertOnce(ctx, t, cols, rows, token, many)
+		err := op()
 		switch {
 		case err == nil:
-			return attempt > 1, dropped, nil
+			return attempt, nil
 		case ctx.Err() != nil:
-			return false, false, fmt.Errorf("%w: %w", ctx.Err(), err)
+			return attempt, fmt.Errorf("%w: %w", ctx.Err(), err)
 		case !transient(err):
-			if strings.Contains(err.Error(), tooManyPartitions) {
-				return false, false, fmt.Errorf("the block's rows span more of %s's partitions than one insert may take "+
-					"(max_partitions_per_insert_block): raise it for the sink's user (0: no limit), or make blocks span fewer "+
-					"(--max-block-rows, --flush-interval); the block is not retried here: %w", t, err)
-			}
-			return false, false, err
+			return attempt, err
 		}
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(s.cfg.retryTimeout)
 		}
 		wait := retry.Next()
 		if time.Now().Add(wait).After(giveUp) {
-			return false, false, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
+			return attempt, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
 		}
 		s.retries.Add(1)
-		s.cfg.log.Warn("insert failed; retrying with the same token", append(what[:len(what):len(what)],
-			zap.Int("attempt", attempt), zap.Error(err))...)
+		retrying(attempt, err)
 		if err := backoff.Sleep(ctx, wait); err != nil {
-			return false, false, err
+			return attempt, err
 		}
 	}
 }

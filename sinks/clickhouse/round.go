@@ -12,7 +12,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"go.uber.org/zap"
 
-	"github.com/offsetkeeper/offsetkeeper/internal/backoff"
 	"github.com/offsetkeeper/offsetkeeper/sinks"
 )
 
@@ -253,33 +252,15 @@ func (s *Sink) insertAll(ctx context.Context, what []zap.Field, t target, cols [
 // missingInRetried is missingIn, retried as an insert is (with backoff,
 // for up to retry_timeout, while the failure is the connection's or the
 // server's): the check is part of the write.
-func (s *Sink) missingInRetried(ctx context.Context, t target, ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) ([][]int64, error) {
-	var giveUp time.Time
-	retry := backoff.Backoff{Min: retryFirst, Max: retryMax}
-	for attempt := 1; ; attempt++ {
-		missing, err := s.missingIn(ctx, t, ps, offsets)
-		switch {
-		case err == nil:
-			return missing, nil
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
-		case !transient(err):
-			return nil, err
-		}
-		if giveUp.IsZero() {
-			giveUp = time.Now().Add(s.cfg.retryTimeout)
-		}
-		wait := retry.Next()
-		if time.Now().Add(wait).After(giveUp) {
-			return nil, fmt.Errorf("still failing after %d attempts in %s: %w", attempt, s.cfg.retryTimeout, err)
-		}
-		s.retries.Add(1)
+func (s *Sink) missingInRetried(ctx context.Context, t target, ps []*prepared, offsets func(*prepared) ([]int64, func([]int64) insertRows)) (missing [][]int64, err error) {
+	_, err = s.retried(ctx, func() (err error) {
+		missing, err = s.missingIn(ctx, t, ps, offsets)
+		return err
+	}, func(attempt int, err error) {
 		s.cfg.log.Warn("reading which of a round's rows are in the table failed; retrying", zap.String("table", t.table.String()),
 			zap.Int("blocks", len(ps)), zap.Int("attempt", attempt), zap.Error(err))
-		if err := backoff.Sleep(ctx, wait); err != nil {
-			return nil, err
-		}
-	}
+	})
+	return missing, err
 }
 
 // missingIn returns, for each of ps, the offsets of its rows (offsets)
