@@ -211,3 +211,52 @@ func TestSinkRoundsPaced(t *testing.T) {
 		t.Errorf("a block written again went in round %q (Again %v), want its own, old, marked Again", again.Round, again.Again)
 	}
 }
+
+// A block whose intent fails is answered with that error and left out of
+// the call, and leaves the new round (its retry is a round of its own, not
+// a block written again under a token the others spent); the others of
+// the call go in under the round their intents recorded.
+func TestSinkRoundsIntentFailureLeavesTheRound(t *testing.T) {
+	rs := &roundSink{}
+	s := newSinkRounds(rs, new(atomic.Int64))
+	// Paced, a call just begun: the three blocks wait for one call.
+	s.pace, s.lastTake = 300*time.Millisecond, time.Now()
+	stop, ended := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ended); s.run(stop) }()
+	defer func() { close(stop); <-ended }()
+
+	refused := errors.New("etcd did not answer")
+	blocks := make([]*sinks.Block, 3)
+	errs := make([]error, 3)
+	recorded := make([]string, 3)
+	var wg sync.WaitGroup
+	for p := range 3 {
+		blocks[p] = &sinks.Block{Topic: "t", Partition: p, Records: make([]sinks.Record, 1)}
+		wg.Go(func() {
+			errs[p] = s.write(context.Background(), blocks[p], func(_ context.Context, round string) error {
+				recorded[p] = round
+				if p == 1 {
+					return refused
+				}
+				return nil
+			}, true)
+		})
+	}
+	wg.Wait()
+	if !errors.Is(errs[1], refused) || errs[0] != nil || errs[2] != nil {
+		t.Fatalf("outcomes %v, want the intent's error for partition 1 alone", errs)
+	}
+	if blocks[1].Round != "" || blocks[0].Round == "" || blocks[0].Round != blocks[2].Round || recorded[0] != blocks[0].Round {
+		t.Errorf("rounds %q %q %q (recorded %q): want partition 1's cleared, the others' one round, the one recorded",
+			blocks[0].Round, blocks[1].Round, blocks[2].Round, recorded)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, call := range rs.calls {
+		for _, p := range call {
+			if p == 1 {
+				t.Errorf("the block whose intent failed was written: calls %v", rs.calls)
+			}
+		}
+	}
+}
