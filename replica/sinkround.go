@@ -28,9 +28,9 @@ type blockWriter interface {
 type sinkRounds struct {
 	sink  sinks.BatchWriter
 	calls *atomic.Int64 // sink calls made, for metrics
-	// pace, for a sinks.RoundPacer: a call of fewer than
-	// sinks.PacedRows rows begins no sooner than pace after the last
-	// began (lastTake), and takes every block queued by then.
+	// pace, for a sinks.RoundPacer: a call of a trickle's blocks of
+	// fewer than sinks.PacedRows rows begins no sooner than pace after the
+	// last began (lastTake); see take.
 	pace     time.Duration
 	lastTake time.Time
 
